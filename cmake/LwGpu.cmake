@@ -1,0 +1,31 @@
+# Per-target toolchain set-up and the helper that compiles kernel sources (.cu) for the
+# target of this build tree: nvcc for cuda, the HIP compiler for hip, the C++ compiler
+# (against the SIMT emulator) for host. The .cu files are never renamed or copied.
+
+if(LW_GPU STREQUAL "cuda")
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  find_package(CUDAToolkit REQUIRED)
+  set(LW_GPU_DEFINE LW_TARGET_CUDA)
+elseif(LW_GPU STREQUAL "hip")
+  enable_language(HIP)
+  set(CMAKE_HIP_STANDARD 20)
+  set(CMAKE_HIP_STANDARD_REQUIRED ON)
+  find_package(hip REQUIRED)
+  set(LW_GPU_DEFINE LW_TARGET_HIP)
+else()
+  find_package(Boost 1.74 REQUIRED COMPONENTS context)
+  find_package(Threads REQUIRED)
+  set(LW_GPU_DEFINE LW_TARGET_HOST)
+endif()
+
+# lw_gpu_sources(<target> <file.cu>...): adds kernel sources compiled for this build's GPU target.
+function(lw_gpu_sources target)
+  target_sources(${target} PRIVATE ${ARGN})
+  if(LW_GPU STREQUAL "hip")
+    set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target} PROPERTIES LANGUAGE HIP)
+  elseif(LW_GPU STREQUAL "host")
+    set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++")
+  endif()
+endfunction()

@@ -1,0 +1,71 @@
+# Chooses the one GPU target of this build tree: cuda, hip or host (the SIMT emulator).
+# Sets LW_GPU and, for host, LW_WARP_SIZE. Fails early with a message a user can act on.
+
+set(_lw_targets cuda hip host)
+
+if(USE_HIP)
+  if(DEFINED LW_GPU AND NOT LW_GPU STREQUAL "" AND NOT LW_GPU STREQUAL "hip")
+    message(FATAL_ERROR "USE_HIP=ON asks for the HIP target, but LW_GPU=${LW_GPU} asks for another; pass one of them.")
+  endif()
+  set(LW_GPU hip CACHE STRING "GPU target: cuda, hip or host" FORCE)
+endif()
+
+function(_lw_detect_target out)
+  # cuda: nvcc present and an NVIDIA GPU visible
+  find_program(_lw_nvcc nvcc HINTS /usr/local/cuda/bin ENV CUDA_PATH PATH_SUFFIXES bin)
+  find_program(_lw_nvsmi nvidia-smi)
+  if(_lw_nvcc AND _lw_nvsmi)
+    execute_process(COMMAND ${_lw_nvsmi} -L OUTPUT_VARIABLE _lw_gpus RESULT_VARIABLE _lw_rc ERROR_QUIET)
+    if(_lw_rc EQUAL 0 AND _lw_gpus MATCHES "GPU [0-9]+:")
+      set(${out} cuda PARENT_SCOPE)
+      return()
+    endif()
+  endif()
+  # hip: hipcc present and an AMD GPU agent visible
+  find_program(_lw_hipcc hipcc HINTS /opt/rocm/bin ENV ROCM_PATH PATH_SUFFIXES bin)
+  find_program(_lw_rocminfo rocminfo HINTS /opt/rocm/bin)
+  if(_lw_hipcc AND _lw_rocminfo)
+    execute_process(COMMAND ${_lw_rocminfo} OUTPUT_VARIABLE _lw_agents RESULT_VARIABLE _lw_rc ERROR_QUIET)
+    if(_lw_rc EQUAL 0 AND _lw_agents MATCHES "gfx[0-9a-f]+")
+      set(${out} hip PARENT_SCOPE)
+      return()
+    endif()
+  endif()
+  set(${out} host PARENT_SCOPE)
+endfunction()
+
+if(NOT DEFINED LW_GPU OR LW_GPU STREQUAL "")
+  _lw_detect_target(_lw_detected)
+  set(LW_GPU ${_lw_detected} CACHE STRING "GPU target: cuda, hip or host" FORCE)
+  message(STATUS "lightwave: LW_GPU not given; detected target '${LW_GPU}'")
+endif()
+set_property(CACHE LW_GPU PROPERTY STRINGS ${_lw_targets})
+
+if(NOT LW_GPU IN_LIST _lw_targets)
+  message(FATAL_ERROR "LW_GPU must be one of: cuda, hip, host (got '${LW_GPU}'). "
+                      "Leave it unset to pick the target of the GPU this machine has.")
+endif()
+
+if(LW_GPU STREQUAL "host")
+  set(LW_WARP_SIZE 32 CACHE STRING "Warp size of the host SIMT emulator: 32 or 64")
+  if(NOT LW_WARP_SIZE STREQUAL "32" AND NOT LW_WARP_SIZE STREQUAL "64")
+    message(FATAL_ERROR "LW_WARP_SIZE must be 32 (NVIDIA, AMD RDNA) or 64 (AMD CDNA), got '${LW_WARP_SIZE}'.")
+  endif()
+elseif(DEFINED LW_WARP_SIZE AND NOT LW_WARP_SIZE STREQUAL "")
+  message(WARNING "LW_WARP_SIZE=${LW_WARP_SIZE} is ignored by the ${LW_GPU} target: its warp size comes from the GPU.")
+endif()
+
+if(LW_GPU STREQUAL "cuda" AND NOT CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES "80;90" CACHE STRING "CUDA architectures" FORCE)
+endif()
+if(LW_GPU STREQUAL "hip" AND NOT CMAKE_HIP_ARCHITECTURES)
+  set(CMAKE_HIP_ARCHITECTURES "gfx90a" CACHE STRING "HIP architectures" FORCE)
+endif()
+
+if(LW_GPU STREQUAL "host")
+  message(STATUS "lightwave: target host (SIMT emulator, warp size ${LW_WARP_SIZE})")
+elseif(LW_GPU STREQUAL "cuda")
+  message(STATUS "lightwave: target cuda (architectures ${CMAKE_CUDA_ARCHITECTURES})")
+else()
+  message(STATUS "lightwave: target hip (architectures ${CMAKE_HIP_ARCHITECTURES})")
+endif()

@@ -1,0 +1,59 @@
+// Context: one device and what work on it needs — its properties and warp size, a caching
+// allocator, a stream, and library handles created on first use by the layers above.
+#pragma once
+#include <memory>
+#include <string>
+#include <typeindex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/stream.h"
+#include "core/tensor.h"
+#include "gpu/runtime.h"
+
+namespace lw {
+
+class Context {
+ public:
+  explicit Context(int device = 0);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int device() const { return device_; }
+  int warp_size() const { return warp_size_; }
+  const cudaDeviceProp& properties() const { return props_; }
+  std::string device_name() const { return props_.name; }
+  CachingAllocator& allocator() { return *allocator_; }
+  Stream& stream() { return *stream_; }
+
+  Tensor empty(std::vector<int64_t> shape, DType dtype) { return Tensor::empty(std::move(shape), dtype, *allocator_); }
+  Tensor to_device(const Tensor& host);
+  Tensor to_host(const Tensor& device);
+  void synchronize() { stream_->synchronize(); }
+
+  // A per-context resource of type R (a BLAS handle, a communicator), built as R(*this) on
+  // first use and destroyed with the context, in reverse order of creation.
+  template <class R>
+  R& resource() {
+    auto it = resources_.find(std::type_index(typeid(R)));
+    if (it == resources_.end()) {
+      auto r = std::make_shared<R>(*this);
+      order_.push_back(r);
+      it = resources_.emplace(std::type_index(typeid(R)), r).first;
+    }
+    return *static_cast<R*>(it->second.get());
+  }
+
+ private:
+  int device_;
+  int warp_size_ = 0;
+  cudaDeviceProp props_{};
+  std::unique_ptr<CachingAllocator> allocator_;
+  std::unique_ptr<Stream> stream_;
+  std::unordered_map<std::type_index, std::shared_ptr<void>> resources_;
+  std::vector<std::shared_ptr<void>> order_;
+};
+
+}  // namespace lw

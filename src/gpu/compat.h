@@ -1,0 +1,66 @@
+// The one header that maps CUDA spellings onto the target of this build:
+//   LW_TARGET_CUDA  the CUDA toolkit itself;
+//   LW_TARGET_HIP   HIP/ROCm (runtime API, half types, warp intrinsics with masks dropped);
+//   LW_TARGET_HOST  the host SIMT emulator (lw_simt).
+// Kernel and host code write CUDA C++ and include this header (directly or through the
+// toolkit-named shims of the HIP build); nothing else in the tree tests the target.
+#pragma once
+
+#if defined(LW_TARGET_HOST)
+#include <lw_simt/simt.h>
+#define LW_DEVICE_CODE 1
+#elif defined(LW_TARGET_HIP)
+#include "gpu/compat_hip.h"
+#elif defined(LW_TARGET_CUDA)
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#else
+#error "Define one of LW_TARGET_CUDA, LW_TARGET_HIP, LW_TARGET_HOST (the build system does)"
+#endif
+
+// True inside code that is compiled for the device (and always on the emulator).
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#define LW_DEVICE_CODE 1
+#endif
+
+#define LW_HOST_DEVICE __host__ __device__
+#define LW_DEVICE_INLINE __device__ __forceinline__
+
+namespace lw {
+using half = __half;
+using bfloat16 = __nv_bfloat16;
+}  // namespace lw
+
+namespace lw::gpu {
+
+// The physical warp size of the code being compiled. Use it inside kernel bodies only, never
+// as a kernel template argument: a HIP build compiles the host side once (with the largest
+// size, 64) and the device side once per architecture (64 on gfx9 CDNA, 32 on RDNA).
+#if defined(LW_TARGET_HOST)
+inline constexpr int kWarpSize = LW_WARP_SIZE;
+#elif defined(LW_TARGET_HIP)
+#if defined(__GFX9__) || !defined(__HIP_DEVICE_COMPILE__)
+inline constexpr int kWarpSize = 64;
+#else
+inline constexpr int kWarpSize = 32;
+#endif
+#else
+inline constexpr int kWarpSize = 32;
+#endif
+
+inline constexpr int kMaxBlockThreads = 1024;
+inline constexpr int kMaxWarpsPerBlock = kMaxBlockThreads / kWarpSize;
+
+}  // namespace lw::gpu
+
+// Dynamic shared memory: `LW_DYNAMIC_SHARED(float, smem);` gives `float* smem`. One extern
+// array per program avoids CUDA's conflicting-type error when kernels of one file use
+// different element types.
+#if defined(LW_TARGET_HOST)
+#define LW_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::lw::simt::dynamic_shared())
+#else
+#define LW_DYNAMIC_SHARED(T, name)                           \
+  extern __shared__ __attribute__((aligned(16))) unsigned char lw_dyn_smem_[]; \
+  T* name = reinterpret_cast<T*>(lw_dyn_smem_)
+#endif

@@ -1,0 +1,26 @@
+// Forwarding header of the HIP build: cuBLASLt spellings on hipBLASLt.
+#pragma once
+#include "gpu/compat.h"
+#include <hipblaslt/hipblaslt.h>
+
+#define cublasStatus_t hipblasStatus_t
+#define CUBLAS_STATUS_SUCCESS HIPBLAS_STATUS_SUCCESS
+#define cublasLtHandle_t hipblasLtHandle_t
+#define cublasLtCreate hipblasLtCreate
+#define cublasLtDestroy hipblasLtDestroy
+#define cublasLtMatmulDesc_t hipblasLtMatmulDesc_t
+#define cublasLtMatmulDescCreate hipblasLtMatmulDescCreate
+#define cublasLtMatmulDescDestroy hipblasLtMatmulDescDestroy
+#define cublasLtMatmulDescSetAttribute hipblasLtMatmulDescSetAttribute
+#define cublasLtMatrixLayout_t hipblasLtMatrixLayout_t
+#define cublasLtMatrixLayoutCreate hipblasLtMatrixLayoutCreate
+#define cublasLtMatrixLayoutDestroy hipblasLtMatrixLayoutDestroy
+#define cublasLtMatrixLayoutSetAttribute hipblasLtMatrixLayoutSetAttribute
+#define cublasLtMatmulPreference_t hipblasLtMatmulPreference_t
+#define cublasLtMatmulPreferenceCreate hipblasLtMatmulPreferenceCreate
+#define cublasLtMatmulPreferenceDestroy hipblasLtMatmulPreferenceDestroy
+#define cublasLtMatmulPreferenceSetAttribute hipblasLtMatmulPreferenceSetAttribute
+#define cublasLtMatmulHeuristicResult_t hipblasLtMatmulHeuristicResult_t
+#define cublasLtMatmulAlgoGetHeuristic hipblasLtMatmulAlgoGetHeuristic
+#define cublasLtMatmul hipblasLtMatmul
+#define cublasGetStatusString hipblasStatusToString

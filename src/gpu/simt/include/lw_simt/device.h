@@ -1,0 +1,191 @@
+// Device-side built-ins (threadIdx, __syncthreads, warp shuffles, atomics, math intrinsics)
+// for CUDA C++ compiled by a host C++ compiler against the SIMT emulator.
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <source_location>
+#include <type_traits>
+
+#include "lw_simt/emulator.h"
+#include "lw_simt/half.h"
+#include "lw_simt/types.h"
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __constant__
+#define __managed__
+#define __launch_bounds__(...)
+#define __grid_constant__
+// Static shared memory: one copy per OS thread, and an OS thread runs one block at a time.
+#define __shared__ static thread_local
+
+#define threadIdx (::lw::simt::this_thread().thread_idx)
+#define blockIdx (::lw::simt::this_thread().block_idx)
+#define blockDim (::lw::simt::this_thread().block_dim)
+#define gridDim (::lw::simt::this_thread().grid_dim)
+#define warpSize LW_WARP_SIZE
+
+inline void __syncthreads(std::source_location where = std::source_location::current()) {
+  lw::simt::syncthreads(where);
+}
+inline void __trap(std::source_location where = std::source_location::current()) {
+  lw::simt::trap("__trap() called", where);
+}
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline long long clock64() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+
+namespace lw::simt::detail {
+
+template <class T>
+uint64_t to_bits(T v) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "warp shuffles move at most 8 bytes");
+  uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof(T));
+  return b;
+}
+template <class T>
+T from_bits(uint64_t b) {
+  T v;
+  std::memcpy(&v, &b, sizeof(T));
+  return v;
+}
+template <class T>
+T shfl(CollectiveKind k, T v, int arg, int width, bool has_mask, uint64_t mask, std::source_location w) {
+  return from_bits<T>(warp_collective({k, to_bits(v), arg, width, has_mask, mask, w}));
+}
+
+}  // namespace lw::simt::detail
+
+// CUDA spelling: the mask names the lanes that take part.
+#define LW_SIMT_SHFL_SYNC(NAME, KIND, ARGT)                                                          \
+  template <class T>                                                                                \
+  T NAME(uint64_t mask, T v, ARGT arg, int width = warpSize,                                        \
+         std::source_location where = std::source_location::current()) {                            \
+    return lw::simt::detail::shfl(lw::simt::CollectiveKind::KIND, v, static_cast<int>(arg), width, true, mask, where); \
+  }
+// HIP spelling: every active lane takes part.
+#define LW_SIMT_SHFL(NAME, KIND, ARGT)                                                               \
+  template <class T>                                                                                \
+  T NAME(T v, ARGT arg, int width = warpSize, std::source_location where = std::source_location::current()) { \
+    return lw::simt::detail::shfl(lw::simt::CollectiveKind::KIND, v, static_cast<int>(arg), width, false, 0, where); \
+  }
+LW_SIMT_SHFL_SYNC(__shfl_sync, ShflIdx, int)
+LW_SIMT_SHFL_SYNC(__shfl_up_sync, ShflUp, unsigned)
+LW_SIMT_SHFL_SYNC(__shfl_down_sync, ShflDown, unsigned)
+LW_SIMT_SHFL_SYNC(__shfl_xor_sync, ShflXor, int)
+LW_SIMT_SHFL(__shfl, ShflIdx, int)
+LW_SIMT_SHFL(__shfl_up, ShflUp, unsigned)
+LW_SIMT_SHFL(__shfl_down, ShflDown, unsigned)
+LW_SIMT_SHFL(__shfl_xor, ShflXor, int)
+#undef LW_SIMT_SHFL_SYNC
+#undef LW_SIMT_SHFL
+
+inline unsigned long long __ballot_sync(uint64_t mask, int pred, std::source_location w = std::source_location::current()) {
+  return lw::simt::warp_collective({lw::simt::CollectiveKind::Ballot, pred != 0, 0, warpSize, true, mask, w});
+}
+inline int __any_sync(uint64_t mask, int pred, std::source_location w = std::source_location::current()) {
+  return static_cast<int>(lw::simt::warp_collective({lw::simt::CollectiveKind::Any, pred != 0, 0, warpSize, true, mask, w}));
+}
+inline int __all_sync(uint64_t mask, int pred, std::source_location w = std::source_location::current()) {
+  return static_cast<int>(lw::simt::warp_collective({lw::simt::CollectiveKind::All, pred != 0, 0, warpSize, true, mask, w}));
+}
+inline unsigned long long __ballot(int pred, std::source_location w = std::source_location::current()) {
+  return lw::simt::warp_collective({lw::simt::CollectiveKind::Ballot, pred != 0, 0, warpSize, false, 0, w});
+}
+inline int __any(int pred, std::source_location w = std::source_location::current()) {
+  return static_cast<int>(lw::simt::warp_collective({lw::simt::CollectiveKind::Any, pred != 0, 0, warpSize, false, 0, w}));
+}
+inline int __all(int pred, std::source_location w = std::source_location::current()) {
+  return static_cast<int>(lw::simt::warp_collective({lw::simt::CollectiveKind::All, pred != 0, 0, warpSize, false, 0, w}));
+}
+inline void __syncwarp(uint64_t mask = (warpSize == 64 ? ~0ull : 0xffffffffull),
+                       std::source_location w = std::source_location::current()) {
+  lw::simt::warp_collective({lw::simt::CollectiveKind::SyncWarp, 0, 0, warpSize, true, mask, w});
+}
+// The lanes that reach this point together with the caller.
+inline unsigned long long __activemask(std::source_location w = std::source_location::current()) {
+  return lw::simt::warp_collective({lw::simt::CollectiveKind::Ballot, 1, 0, warpSize, false, 0, w});
+}
+inline unsigned __lane_id() { return lw::simt::linear_thread_id() % warpSize; }
+
+// Integer intrinsics
+inline int __popc(unsigned v) { return std::popcount(v); }
+inline int __popcll(unsigned long long v) { return std::popcount(v); }
+inline int __clz(int v) { return std::countl_zero(static_cast<unsigned>(v)); }
+inline int __clzll(long long v) { return std::countl_zero(static_cast<unsigned long long>(v)); }
+inline int __ffs(int v) { return v == 0 ? 0 : std::countr_zero(static_cast<unsigned>(v)) + 1; }
+inline int __ffsll(long long v) { return v == 0 ? 0 : std::countr_zero(static_cast<unsigned long long>(v)) + 1; }
+inline unsigned __brev(unsigned v) {
+  unsigned r = 0;
+  for (int i = 0; i < 32; ++i) r |= ((v >> i) & 1u) << (31 - i);
+  return r;
+}
+
+// Float intrinsics
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __sinf(float x) { return std::sin(x); }
+inline float __cosf(float x) { return std::cos(x); }
+inline float __powf(float x, float y) { return std::pow(x, y); }
+inline float __fdividef(float x, float y) { return x / y; }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fsqrt_rn(float x) { return std::sqrt(x); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+inline float __saturatef(float x) { return std::clamp(x, 0.0f, 1.0f); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float __int_as_float(int v) { return std::bit_cast<float>(v); }
+inline int __float_as_int(float v) { return std::bit_cast<int>(v); }
+inline float __uint_as_float(unsigned v) { return std::bit_cast<float>(v); }
+inline unsigned __float_as_uint(float v) { return std::bit_cast<unsigned>(v); }
+inline double __longlong_as_double(long long v) { return std::bit_cast<double>(v); }
+inline long long __double_as_longlong(double v) { return std::bit_cast<long long>(v); }
+// expf, logf, sqrtf, tanhf, fmaxf, fminf, ... come from <cmath> in the global namespace.
+
+template <class T>
+T __ldg(const T* p) { return *p; }
+
+// Atomics: blocks run on several OS threads, so these are real atomics.
+#define LW_SIMT_ATOMIC(NAME, EXPR)                                         \
+  template <class T>                                                      \
+  T NAME(T* addr, T val) {                                                \
+    std::atomic_ref<T> ref(*addr);                                        \
+    T old = ref.load();                                                   \
+    while (!ref.compare_exchange_weak(old, static_cast<T>(EXPR))) {       \
+    }                                                                     \
+    return old;                                                           \
+  }
+LW_SIMT_ATOMIC(atomicAdd, old + val)
+LW_SIMT_ATOMIC(atomicSub, old - val)
+LW_SIMT_ATOMIC(atomicMax, old > val ? old : val)
+LW_SIMT_ATOMIC(atomicMin, old < val ? old : val)
+LW_SIMT_ATOMIC(atomicExch, val)
+LW_SIMT_ATOMIC(atomicAnd, old & val)
+LW_SIMT_ATOMIC(atomicOr, old | val)
+LW_SIMT_ATOMIC(atomicXor, old ^ val)
+#undef LW_SIMT_ATOMIC
+template <class T>
+T atomicCAS(T* addr, T compare, T val) {
+  std::atomic_ref<T> ref(*addr);
+  ref.compare_exchange_strong(compare, val);
+  return compare;
+}
+// fp16 pairs: CUDA updates the two halves as one 32-bit word.
+inline __half2 atomicAdd(__half2* addr, __half2 val) {
+  std::atomic_ref<uint32_t> ref(*reinterpret_cast<uint32_t*>(addr));
+  uint32_t old = ref.load();
+  for (;;) {
+    __half2 o = std::bit_cast<__half2>(old);
+    __half2 n{__half(float(o.x) + float(val.x)), __half(float(o.y) + float(val.y))};
+    if (ref.compare_exchange_weak(old, std::bit_cast<uint32_t>(n))) return o;
+  }
+}

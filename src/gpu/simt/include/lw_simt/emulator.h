@@ -1,0 +1,108 @@
+// The host SIMT emulator: runs a kernel on the CPU with each block's threads as fibers that
+// switch at barriers and warp collectives, grouped into warps of LW_WARP_SIZE lanes in
+// linear thread order (x fastest, then y, then z), as the hardware groups them.
+//
+// Sanitizer mode (LW_SIMT_SANITIZE=1 in the environment, or set_sanitize(true)) turns the
+// wave-portability faults into a KernelError whose reports name the kernel, the block, the
+// thread and the fault. See docs/SIMT.md.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <source_location>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "lw_simt/types.h"
+
+namespace lw::simt {
+
+inline constexpr int kWarpSize = LW_WARP_SIZE;
+inline constexpr int kMaxBlockThreads = 1024;
+
+enum class Fault {
+  InactiveLaneRead,   // a collective reads a lane that is not active (not launched, exited, diverged)
+  BadWidth,           // shuffle width not a power of two, or wider than the warp
+  MaskMismatch,       // a mask names a lane that never arrives, or omits one that takes part
+  CollectiveMismatch, // lanes of one collective disagree on its kind, width or mask
+  DivergentBarrier,   // __syncthreads not reached by every live thread, or reached at different places
+  BarrierExit,        // a thread exited while others wait at a barrier
+  Deadlock,           // no thread can make progress
+  InvalidLaunch,      // grid/block/shared-memory configuration the hardware would reject
+  Trap,               // __trap() or a failed device-side check
+  Exception,          // a C++ exception escaped the kernel
+};
+
+const char* fault_name(Fault f);
+
+struct Report {
+  Fault fault;
+  std::string kernel;
+  uint3 block;
+  uint3 thread;  // the thread the fault is charged to
+  int warp;
+  int lane;
+  std::string where;   // file:line of the device code, when known
+  std::string detail;  // what happened, in words
+  std::string to_string() const;
+};
+
+// Thrown by launch() when a kernel faults; what() holds every report, one per line block.
+class KernelError : public std::runtime_error {
+ public:
+  explicit KernelError(std::vector<Report> reports);
+  const std::vector<Report>& reports() const { return reports_; }
+  bool has(Fault f) const;
+
+ private:
+  std::vector<Report> reports_;
+};
+
+struct LaunchParams {
+  const char* kernel = "kernel";
+  dim3 grid;
+  dim3 block;
+  size_t dynamic_shared_bytes = 0;
+};
+
+// Runs body once per thread of every block; returns when the grid has finished.
+void launch(const LaunchParams& params, const std::function<void()>& body);
+
+// Sanitizer switch; the initial value comes from LW_SIMT_SANITIZE (unset or 0: off).
+bool sanitize();
+void set_sanitize(bool on);
+
+// Number of OS threads that run blocks (LW_SIMT_THREADS, default: hardware threads).
+int worker_threads();
+
+// ---- called from device code (through the builtins of lw_simt/device.h) ----
+
+struct ThreadView {
+  uint3 thread_idx;
+  uint3 block_idx;
+  dim3 block_dim;
+  dim3 grid_dim;
+};
+const ThreadView& this_thread();
+unsigned linear_thread_id();
+void* dynamic_shared();
+
+enum class CollectiveKind : uint8_t { ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All, SyncWarp };
+
+struct Collective {
+  CollectiveKind kind;
+  uint64_t value;   // the lane's operand, as raw bits (shuffles) or a predicate
+  int arg;          // source lane, delta or lane mask
+  int width;
+  bool has_mask;
+  uint64_t mask;
+  std::source_location where;
+};
+
+// Blocks the calling device thread until the collective is resolved; returns the raw result.
+uint64_t warp_collective(const Collective& c);
+void syncthreads(std::source_location where);
+[[noreturn]] void trap(const char* what, std::source_location where);
+
+}  // namespace lw::simt

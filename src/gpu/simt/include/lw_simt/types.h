@@ -1,0 +1,36 @@
+// Built-in CUDA types (dim3, uint3, vector types) for code compiled against the SIMT emulator.
+#pragma once
+#include <cstdint>
+
+#ifndef LW_WARP_SIZE
+#error "LW_WARP_SIZE (32 or 64) must be defined when compiling against the lightwave SIMT emulator"
+#endif
+static_assert(LW_WARP_SIZE == 32 || LW_WARP_SIZE == 64, "LW_WARP_SIZE must be 32 or 64");
+
+struct uint3 {
+  unsigned x, y, z;
+};
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+  constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+  constexpr operator uint3() const { return {x, y, z}; }
+};
+
+#define LW_SIMT_VEC2(T, N, A) \
+  struct alignas(A) N##2 { T x, y; }; \
+  inline N##2 make_##N##2(T x, T y) { return {x, y}; }
+#define LW_SIMT_VEC4(T, N, A) \
+  struct alignas(A) N##4 { T x, y, z, w; }; \
+  inline N##4 make_##N##4(T x, T y, T z, T w) { return {x, y, z, w}; }
+
+LW_SIMT_VEC2(float, float, 8)
+LW_SIMT_VEC4(float, float, 16)
+LW_SIMT_VEC2(int, int, 8)
+LW_SIMT_VEC4(int, int, 16)
+LW_SIMT_VEC2(unsigned, uint, 8)
+LW_SIMT_VEC4(unsigned, uint, 16)
+LW_SIMT_VEC2(double, double, 16)
+#undef LW_SIMT_VEC2
+#undef LW_SIMT_VEC4

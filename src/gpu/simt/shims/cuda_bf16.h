@@ -1,0 +1,3 @@
+// Forwarding header: CUDA code built against the lightwave SIMT emulator.
+#pragma once
+#include <lw_simt/simt.h>

@@ -1,0 +1,611 @@
+// The SIMT emulator's scheduler. Each block runs on one OS thread; its threads are fibers.
+// A fiber runs until it reaches __syncthreads, a warp collective or its end. When no fiber of
+// the block can run, pending warp collectives are resolved first (each group of lanes of one
+// warp that stopped at the same call site is one collective), then the barrier. This keeps the
+// model of independent thread scheduling: lanes that diverged meet a collective separately.
+#include <algorithm>
+#include <bit>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include <boost/context/fiber.hpp>
+#include <boost/context/stack_context.hpp>
+
+#include "lw_simt/emulator.h"
+
+namespace lw::simt {
+namespace {
+
+namespace bc = boost::context;
+
+constexpr int W = kWarpSize;
+constexpr size_t kMaxDynamicShared = 64 * 1024;  // the LDS of one AMD CDNA work-group
+
+struct Abort {};  // unwinds a device thread after its block faulted; not a std::exception
+
+enum class State : uint8_t { Ready, AtBarrier, AtCollective, Exited };
+
+struct Thread {
+  ThreadView view{};
+  unsigned linear = 0;
+  int warp = 0;
+  int lane = 0;
+  State state = State::Ready;
+  bool started = false;
+  bool abort = false;
+  bc::fiber fiber;      // held by the scheduler while the thread is suspended
+  bc::fiber scheduler;  // held by the thread while it runs
+  Collective op{};
+  uint64_t result = 0;
+  std::source_location barrier_where;
+};
+
+// Stacks are reused across the blocks an OS thread runs in one launch.
+class StackPool {
+ public:
+  explicit StackPool(size_t bytes) : bytes_(bytes) {}
+  ~StackPool() {
+    for (void* p : free_) std::free(p);
+  }
+  bc::stack_context allocate() {
+    void* p;
+    if (free_.empty()) {
+      p = std::aligned_alloc(64, bytes_);
+      if (!p) throw std::bad_alloc();
+    } else {
+      p = free_.back();
+      free_.pop_back();
+    }
+    bc::stack_context sc;
+    sc.size = bytes_;
+    sc.sp = static_cast<char*>(p) + bytes_;
+    return sc;
+  }
+  void deallocate(bc::stack_context& sc) { free_.push_back(static_cast<char*>(sc.sp) - sc.size); }
+
+ private:
+  size_t bytes_;
+  std::vector<void*> free_;
+};
+
+struct PoolAllocator {
+  StackPool* pool;
+  bc::stack_context allocate() { return pool->allocate(); }
+  void deallocate(bc::stack_context& sc) { pool->deallocate(sc); }
+};
+
+size_t stack_bytes() {
+  static const size_t bytes = [] {
+    const char* env = std::getenv("LW_SIMT_STACK_KB");
+    long kb = env ? std::atol(env) : 128;
+    return static_cast<size_t>(std::max(16L, kb)) * 1024;
+  }();
+  return bytes;
+}
+
+std::string where_str(const std::source_location& w) {
+  if (!w.file_name() || !*w.file_name()) return "";
+  std::string f = w.file_name();
+  return f + ":" + std::to_string(w.line());
+}
+
+bool same_site(const std::source_location& a, const std::source_location& b) {
+  return a.line() == b.line() && a.column() == b.column() && std::strcmp(a.file_name(), b.file_name()) == 0;
+}
+
+const char* kind_name(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::ShflIdx: return "shfl";
+    case CollectiveKind::ShflUp: return "shfl_up";
+    case CollectiveKind::ShflDown: return "shfl_down";
+    case CollectiveKind::ShflXor: return "shfl_xor";
+    case CollectiveKind::Ballot: return "ballot";
+    case CollectiveKind::Any: return "any";
+    case CollectiveKind::All: return "all";
+    case CollectiveKind::SyncWarp: return "syncwarp";
+  }
+  return "?";
+}
+
+std::string hex(uint64_t v) {
+  std::ostringstream s;
+  s << "0x" << std::hex << v;
+  return s.str();
+}
+
+std::atomic<int> g_sanitize{-1};
+
+class Block {
+ public:
+  Block(const LaunchParams& p, const std::function<void()>& body, StackPool& stacks)
+      : params_(p), body_(body), stacks_(stacks) {
+    nthreads_ = static_cast<int>(p.block.x * p.block.y * p.block.z);
+    nwarps_ = (nthreads_ + W - 1) / W;
+    threads_.resize(nthreads_);
+    if (p.dynamic_shared_bytes) dyn_smem_.reset(static_cast<std::byte*>(std::aligned_alloc(64, round_up(p.dynamic_shared_bytes))));
+    sanitize_ = sanitize();
+  }
+
+  // Runs block `idx`; returns the faults it found (empty when it ran clean).
+  std::vector<Report> run(uint3 idx);
+
+  // ---- called from the device thread that is running ----
+  uint64_t collective(const Collective& c);
+  void barrier(std::source_location where);
+  [[noreturn]] void fault_here(Fault f, const std::string& detail, std::source_location where);
+  void* dynamic_shared() { return dyn_smem_.get(); }
+
+ private:
+  static size_t round_up(size_t n) { return (n + 63) / 64 * 64; }
+  void resume(Thread& t);
+  void yield(Thread& t);
+  bool resolve_collectives();
+  void execute(std::vector<Thread*>& group);
+  bool resolve_barrier();
+  void report(Fault f, const Thread& t, std::string where, std::string detail);
+  void abort_all();
+  std::string lane_status(int warp, int lane) const;
+  Thread* lane_thread(int warp, int lane) {
+    int i = warp * W + lane;
+    return i < nthreads_ ? &threads_[i] : nullptr;
+  }
+
+  const LaunchParams& params_;
+  const std::function<void()>& body_;
+  StackPool& stacks_;
+  int nthreads_ = 0;
+  int nwarps_ = 0;
+  bool sanitize_ = false;
+  bool aborted_ = false;
+  uint3 idx_{};
+  std::vector<Thread> threads_;
+  std::unique_ptr<std::byte, decltype(&std::free)> dyn_smem_{nullptr, &std::free};
+  std::vector<Report> reports_;
+};
+
+thread_local Block* tl_block = nullptr;
+thread_local Thread* tl_thread = nullptr;
+
+std::vector<Report> Block::run(uint3 idx) {
+  idx_ = idx;
+  aborted_ = false;
+  reports_.clear();
+  const dim3 bd = params_.block;
+  for (int i = 0; i < nthreads_; ++i) {
+    Thread& t = threads_[i];
+    t.view.thread_idx = {static_cast<unsigned>(i) % bd.x, (static_cast<unsigned>(i) / bd.x) % bd.y,
+                         static_cast<unsigned>(i) / (bd.x * bd.y)};
+    t.view.block_idx = idx;
+    t.view.block_dim = bd;
+    t.view.grid_dim = params_.grid;
+    t.linear = static_cast<unsigned>(i);
+    t.warp = i / W;
+    t.lane = i % W;
+    t.state = State::Ready;
+    t.started = false;
+    t.abort = false;
+  }
+  // Poison dynamic shared memory: all-ones bytes read as NaN (floats) or -1 (integers).
+  if (dyn_smem_) std::memset(dyn_smem_.get(), 0xff, round_up(params_.dynamic_shared_bytes));
+
+  tl_block = this;
+  for (;;) {
+    bool any_live = false;
+    for (Thread& t : threads_) {
+      if (t.state == State::Ready) resume(t);
+      any_live |= t.state != State::Exited;
+    }
+    if (!any_live) break;
+    if (resolve_collectives()) continue;
+    if (resolve_barrier()) continue;
+    // Safety net: the rules above always let some thread move, so this is a scheduler bug.
+    for (Thread& t : threads_) {
+      if (t.state != State::Exited) {
+        report(Fault::Deadlock, t, "", "no thread of the block can make progress");
+        break;
+      }
+    }
+    abort_all();
+  }
+  tl_block = nullptr;
+  tl_thread = nullptr;
+  return std::move(reports_);
+}
+
+void Block::resume(Thread& t) {
+  if (!t.started) {
+    t.started = true;
+    t.fiber = bc::fiber(std::allocator_arg, PoolAllocator{&stacks_}, [this, &t](bc::fiber&& sched) {
+      t.scheduler = std::move(sched);
+      if (!t.abort) {
+        try {
+          body_();
+        } catch (const bc::detail::forced_unwind&) {
+          throw;
+        } catch (const Abort&) {
+        } catch (const std::exception& e) {
+          report(Fault::Exception, t, "", std::string("exception escaped the kernel: ") + e.what());
+          abort_all();
+        } catch (...) {
+          report(Fault::Exception, t, "", "unknown exception escaped the kernel");
+          abort_all();
+        }
+      }
+      t.state = State::Exited;
+      return std::move(t.scheduler);
+    });
+  }
+  tl_thread = &t;
+  t.fiber = std::move(t.fiber).resume();
+  tl_thread = nullptr;
+}
+
+void Block::yield(Thread& t) {
+  t.scheduler = std::move(t.scheduler).resume();
+  tl_thread = &t;
+  if (t.abort) throw Abort{};
+}
+
+void Block::report(Fault f, const Thread& t, std::string where, std::string detail) {
+  if (reports_.size() >= 8) return;
+  reports_.push_back(Report{f, params_.kernel, idx_, t.view.thread_idx, t.warp, t.lane, std::move(where), std::move(detail)});
+}
+
+void Block::abort_all() {
+  aborted_ = true;
+  for (Thread& t : threads_) {
+    if (t.state != State::Exited) {
+      t.abort = true;
+      t.state = State::Ready;
+    }
+  }
+}
+
+void Block::fault_here(Fault f, const std::string& detail, std::source_location where) {
+  Thread& t = *tl_thread;
+  report(f, t, where_str(where), detail);
+  abort_all();
+  throw Abort{};
+}
+
+std::string Block::lane_status(int warp, int lane) const {
+  const int i = warp * W + lane;
+  if (i >= nthreads_) {
+    const int launched = std::min(W, nthreads_ - warp * W);
+    return "was never launched: the block has " + std::to_string(nthreads_) + " threads, so warp " +
+           std::to_string(warp) + " of this " + std::to_string(W) + "-lane target has only " +
+           std::to_string(launched) + " lanes";
+  }
+  const Thread& t = threads_[i];
+  switch (t.state) {
+    case State::Exited: return "has already exited";
+    case State::AtBarrier: return "is waiting at __syncthreads (" + where_str(t.barrier_where) + "): it diverged";
+    case State::AtCollective:
+      return std::string("is at another warp collective (") + kind_name(t.op.kind) + " at " + where_str(t.op.where) +
+             "): it diverged";
+    case State::Ready: return "is running elsewhere";
+  }
+  return "is inactive";
+}
+
+uint64_t Block::collective(const Collective& c) {
+  Thread& t = *tl_thread;
+  const bool is_shuffle = c.kind <= CollectiveKind::ShflXor;
+  if (is_shuffle && (c.width <= 0 || (c.width & (c.width - 1)) != 0 || c.width > W)) {
+    fault_here(Fault::BadWidth,
+               std::string(kind_name(c.kind)) + " width " + std::to_string(c.width) +
+                   (c.width > W ? " exceeds the " + std::to_string(W) + "-lane warp" : " is not a power of two"),
+               c.where);
+  }
+  t.op = c;
+  t.state = State::AtCollective;
+  yield(t);
+  return t.result;
+}
+
+bool Block::resolve_collectives() {
+  bool progressed = false;
+  std::vector<Thread*> pending, group;
+  for (int w = 0; w < nwarps_; ++w) {
+    pending.clear();
+    for (int l = 0; l < W; ++l) {
+      Thread* t = lane_thread(w, l);
+      if (t && t->state == State::AtCollective) pending.push_back(t);
+    }
+    // Lanes stopped at the same call site form one collective; other sites go separately.
+    while (!pending.empty() && !aborted_) {
+      group.clear();
+      const std::source_location site = pending.front()->op.where;
+      auto split = std::stable_partition(pending.begin(), pending.end(),
+                                         [&](Thread* t) { return same_site(t->op.where, site); });
+      group.assign(pending.begin(), split);
+      pending.erase(pending.begin(), split);
+      execute(group);
+      progressed = true;
+    }
+  }
+  return progressed;
+}
+
+void Block::execute(std::vector<Thread*>& group) {
+  const Collective& c0 = group.front()->op;
+  const int warp = group.front()->warp;
+  uint64_t present = 0;
+  for (Thread* t : group) present |= 1ull << t->lane;
+
+  for (Thread* t : group) {
+    const Collective& c = t->op;
+    if (c.kind != c0.kind || c.width != c0.width || c.has_mask != c0.has_mask || (c.has_mask && c.mask != c0.mask)) {
+      report(Fault::CollectiveMismatch, *t, where_str(c.where),
+             std::string("lanes of one warp collective disagree: lane ") + std::to_string(group.front()->lane) +
+                 " calls " + kind_name(c0.kind) + " (width " + std::to_string(c0.width) +
+                 (c0.has_mask ? ", mask " + hex(c0.mask) : "") + "), lane " + std::to_string(t->lane) + " calls " +
+                 kind_name(c.kind) + " (width " + std::to_string(c.width) + (c.has_mask ? ", mask " + hex(c.mask) : "") +
+                 ")");
+      abort_all();
+      return;
+    }
+  }
+
+  if (sanitize_ && c0.has_mask) {
+    const uint64_t full = W == 64 ? ~0ull : 0xffffffffull;
+    const uint64_t unnamed = present & ~c0.mask;
+    if (unnamed) {
+      const int lane = std::countr_zero(unnamed);
+      Thread* t = lane_thread(warp, lane);
+      report(Fault::MaskMismatch, *t, where_str(c0.where),
+             std::string(kind_name(c0.kind)) + " mask " + hex(c0.mask) + " does not name lane " + std::to_string(lane) +
+                 ", which takes part" +
+                 (W == 64 && (c0.mask >> 32) == 0 ? " (a 32-bit mask used on a 64-lane warp)" : ""));
+      abort_all();
+      return;
+    }
+    const uint64_t missing = c0.mask & ~present;
+    if (missing) {
+      const int lane = std::countr_zero(missing);
+      std::string why = (missing & ~full) ? "does not exist on this " + std::to_string(W) + "-lane warp"
+                                          : lane_status(warp, lane);
+      report(Fault::MaskMismatch, *group.front(), where_str(c0.where),
+             std::string(kind_name(c0.kind)) + " mask " + hex(c0.mask) + " names lane " + std::to_string(lane) +
+                 ", which never arrives: it " + why);
+      abort_all();
+      return;
+    }
+  }
+
+  switch (c0.kind) {
+    case CollectiveKind::ShflIdx:
+    case CollectiveKind::ShflUp:
+    case CollectiveKind::ShflDown:
+    case CollectiveKind::ShflXor: {
+      for (Thread* t : group) {
+        const int lane = t->lane, width = c0.width, arg = t->op.arg;
+        const int base = lane & ~(width - 1);
+        int src = lane;
+        switch (c0.kind) {
+          case CollectiveKind::ShflIdx: src = base + (arg & (width - 1)); break;
+          case CollectiveKind::ShflUp: src = (lane - base) >= arg ? lane - arg : lane; break;
+          case CollectiveKind::ShflDown: src = (lane - base) + arg < width ? lane + arg : lane; break;
+          default: src = lane ^ arg; if (src >= base + width || src < 0) src = lane; break;
+        }
+        if (src >= W) src = lane;
+        if (src == lane || (present >> src) & 1) {
+          t->result = lane_thread(warp, src)->op.value;
+        } else if (sanitize_) {
+          report(Fault::InactiveLaneRead, *t, where_str(c0.where),
+                 std::string(kind_name(c0.kind)) + " in lane " + std::to_string(lane) + " reads lane " +
+                     std::to_string(src) + ", which " + lane_status(warp, src));
+          abort_all();
+          return;
+        } else {
+          t->result = 0;  // what AMD hardware returns for an inactive lane
+        }
+      }
+      break;
+    }
+    case CollectiveKind::Ballot:
+    case CollectiveKind::Any:
+    case CollectiveKind::All: {
+      uint64_t ballot = 0;
+      for (Thread* t : group) ballot |= (t->op.value != 0 ? 1ull : 0ull) << t->lane;
+      uint64_t r = c0.kind == CollectiveKind::Ballot ? ballot
+                   : c0.kind == CollectiveKind::Any  ? (ballot != 0)
+                                                     : (ballot == present);
+      for (Thread* t : group) t->result = r;
+      break;
+    }
+    case CollectiveKind::SyncWarp:
+      for (Thread* t : group) t->result = 0;
+      break;
+  }
+  for (Thread* t : group) t->state = State::Ready;
+}
+
+bool Block::resolve_barrier() {
+  Thread* first = nullptr;
+  Thread* exited = nullptr;
+  Thread* elsewhere = nullptr;
+  for (Thread& t : threads_) {
+    if (t.state == State::AtBarrier) {
+      if (!first) first = &t;
+      else if (!elsewhere && !same_site(t.barrier_where, first->barrier_where)) elsewhere = &t;
+    } else if (t.state == State::Exited && !exited) {
+      exited = &t;
+    }
+  }
+  if (!first) return false;
+  if (sanitize_ && (exited || elsewhere)) {
+    int waiting = 0;
+    for (Thread& t : threads_) waiting += t.state == State::AtBarrier;
+    std::string detail;
+    if (exited) {
+      const uint3 e = exited->view.thread_idx;
+      detail = "__syncthreads at " + where_str(first->barrier_where) + " is reached by " + std::to_string(waiting) +
+               " of " + std::to_string(nthreads_) + " threads; thread (" + std::to_string(e.x) + "," +
+               std::to_string(e.y) + "," + std::to_string(e.z) +
+               ") exited while the others wait (a barrier inside divergent control flow?)";
+    } else {
+      detail = "threads wait at different __syncthreads: " + where_str(first->barrier_where) + " and " +
+               where_str(elsewhere->barrier_where) + " (a barrier inside divergent control flow)";
+    }
+    report(Fault::DivergentBarrier, exited ? *exited : *elsewhere, where_str(first->barrier_where), detail);
+    abort_all();
+    return true;
+  }
+  for (Thread& t : threads_)
+    if (t.state == State::AtBarrier) t.state = State::Ready;
+  return true;
+}
+
+void Block::barrier(std::source_location where) {
+  Thread& t = *tl_thread;
+  t.barrier_where = where;
+  t.state = State::AtBarrier;
+  yield(t);
+}
+
+Thread& current_thread(const char* what) {
+  if (!tl_thread || !tl_block) {
+    throw std::logic_error(std::string("lw::simt: ") + what + " used outside a kernel launched on the emulator");
+  }
+  return *tl_thread;
+}
+
+void validate(const LaunchParams& p) {
+  auto bad = [&](const std::string& why) {
+    throw KernelError({Report{Fault::InvalidLaunch, p.kernel, {0, 0, 0}, {0, 0, 0}, 0, 0, "", why}});
+  };
+  const dim3 g = p.grid, b = p.block;
+  if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) bad("grid and block dimensions must be >= 1");
+  if (uint64_t(b.x) * b.y * b.z > kMaxBlockThreads)
+    bad("block of " + std::to_string(uint64_t(b.x) * b.y * b.z) + " threads exceeds " + std::to_string(kMaxBlockThreads));
+  if (b.x > 1024 || b.y > 1024 || b.z > 64) bad("block dimension out of range (x,y <= 1024, z <= 64)");
+  if (g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535) bad("grid dimension out of range (x < 2^31, y,z <= 65535)");
+  if (p.dynamic_shared_bytes > kMaxDynamicShared)
+    bad(std::to_string(p.dynamic_shared_bytes) + " bytes of dynamic shared memory exceed the 65536 bytes an AMD CDNA work-group has");
+}
+
+}  // namespace
+
+const char* fault_name(Fault f) {
+  switch (f) {
+    case Fault::InactiveLaneRead: return "inactive-lane read";
+    case Fault::BadWidth: return "bad shuffle width";
+    case Fault::MaskMismatch: return "mask mismatch";
+    case Fault::CollectiveMismatch: return "collective mismatch";
+    case Fault::DivergentBarrier: return "divergent barrier";
+    case Fault::Deadlock: return "deadlock";
+    case Fault::InvalidLaunch: return "invalid launch";
+    case Fault::Trap: return "trap";
+    case Fault::Exception: return "exception";
+  }
+  return "fault";
+}
+
+std::string Report::to_string() const {
+  std::ostringstream s;
+  s << "lw-simt " << fault_name(fault) << " in kernel " << kernel << ", block (" << block.x << "," << block.y << ","
+    << block.z << "), thread (" << thread.x << "," << thread.y << "," << thread.z << ") [warp " << warp << ", lane "
+    << lane << ", warp size " << W << "]";
+  if (!where.empty()) s << " at " << where;
+  s << ": " << detail;
+  return s.str();
+}
+
+static std::string join_reports(const std::vector<Report>& reports) {
+  std::string s;
+  for (const Report& r : reports) s += (s.empty() ? "" : "\n") + r.to_string();
+  return s.empty() ? "lw-simt: kernel failed" : s;
+}
+
+KernelError::KernelError(std::vector<Report> reports)
+    : std::runtime_error(join_reports(reports)), reports_(std::move(reports)) {}
+
+bool KernelError::has(Fault f) const {
+  return std::any_of(reports_.begin(), reports_.end(), [f](const Report& r) { return r.fault == f; });
+}
+
+bool sanitize() {
+  int v = g_sanitize.load();
+  if (v < 0) {
+    const char* env = std::getenv("LW_SIMT_SANITIZE");
+    v = env && *env && std::strcmp(env, "0") != 0 ? 1 : 0;
+    g_sanitize.store(v);
+  }
+  return v == 1;
+}
+
+void set_sanitize(bool on) { g_sanitize.store(on ? 1 : 0); }
+
+int worker_threads() {
+  static const int n = [] {
+    const char* env = std::getenv("LW_SIMT_THREADS");
+    int v = env ? std::atoi(env) : 0;
+    if (v <= 0) v = static_cast<int>(std::thread::hardware_concurrency());
+    return std::max(1, v);
+  }();
+  return n;
+}
+
+void launch(const LaunchParams& params, const std::function<void()>& body) {
+  if (tl_block) throw std::logic_error("lw::simt: a kernel cannot launch another kernel");
+  validate(params);
+  const uint64_t nblocks = uint64_t(params.grid.x) * params.grid.y * params.grid.z;
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  std::vector<Report> reports;
+
+  auto worker = [&] {
+    StackPool stacks(stack_bytes());
+    Block block(params, body, stacks);
+    for (;;) {
+      const uint64_t b = next.fetch_add(1);
+      if (b >= nblocks || failed.load()) break;
+      const uint3 idx{static_cast<unsigned>(b % params.grid.x), static_cast<unsigned>((b / params.grid.x) % params.grid.y),
+                      static_cast<unsigned>(b / (uint64_t(params.grid.x) * params.grid.y))};
+      std::vector<Report> r = block.run(idx);
+      if (!r.empty()) {
+        std::lock_guard lock(mu);
+        failed = true;
+        if (reports.size() < 8) reports.insert(reports.end(), r.begin(), r.end());
+      }
+    }
+  };
+
+  const int nworkers = static_cast<int>(std::min<uint64_t>(worker_threads(), nblocks));
+  std::vector<std::thread> helpers;
+  for (int i = 1; i < nworkers; ++i) helpers.emplace_back(worker);
+  worker();
+  for (std::thread& t : helpers) t.join();
+  if (!reports.empty()) throw KernelError(std::move(reports));
+}
+
+const ThreadView& this_thread() { return current_thread("threadIdx/blockIdx").view; }
+unsigned linear_thread_id() { return current_thread("a lane id").linear; }
+void* dynamic_shared() {
+  current_thread("dynamic shared memory");
+  return tl_block->dynamic_shared();
+}
+
+uint64_t warp_collective(const Collective& c) {
+  current_thread("a warp collective");
+  return tl_block->collective(c);
+}
+
+void syncthreads(std::source_location where) {
+  current_thread("__syncthreads");
+  tl_block->barrier(where);
+}
+
+void trap(const char* what, std::source_location where) {
+  current_thread("__trap");
+  tl_block->fault_here(Fault::Trap, what, where);
+}
+
+}  // namespace lw::simt

@@ -1,0 +1,102 @@
+// Wave-agnostic warp primitives. Every helper takes a logical Width (default: the physical
+// warp of the target) and is correct on any physical warp size >= Width: a Width-lane
+// operation works within aligned Width-lane segments of the warp.
+#pragma once
+#include "gpu/compat.h"
+
+namespace lw::gpu {
+
+struct SumOp {
+  template <class T>
+  LW_DEVICE_INLINE T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+  template <class T>
+  LW_DEVICE_INLINE T operator()(T a, T b) const { return a > b ? a : b; }
+};
+struct MinOp {
+  template <class T>
+  LW_DEVICE_INLINE T operator()(T a, T b) const { return a < b ? a : b; }
+};
+
+LW_DEVICE_INLINE unsigned linear_thread_id() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+LW_DEVICE_INLINE unsigned block_threads() { return blockDim.x * blockDim.y * blockDim.z; }
+// Lane and warp of the calling thread: warps take threads in linear order (x, then y, then z).
+LW_DEVICE_INLINE int lane_id() { return static_cast<int>(linear_thread_id() % kWarpSize); }
+LW_DEVICE_INLINE int warp_id() { return static_cast<int>(linear_thread_id() / kWarpSize); }
+
+// Shuffles in which every lane of the physical warp takes part (masks are CUDA-only).
+template <class T>
+LW_DEVICE_INLINE T shfl_xor(T v, int lane_mask, int width = kWarpSize) {
+#if defined(LW_TARGET_CUDA)
+  return __shfl_xor_sync(0xffffffffu, v, lane_mask, width);
+#else
+  return __shfl_xor(v, lane_mask, width);
+#endif
+}
+template <class T>
+LW_DEVICE_INLINE T shfl_idx(T v, int src_lane, int width = kWarpSize) {
+#if defined(LW_TARGET_CUDA)
+  return __shfl_sync(0xffffffffu, v, src_lane, width);
+#else
+  return __shfl(v, src_lane, width);
+#endif
+}
+// A shuffle in which only the first `lanes` lanes of the warp take part.
+template <class T>
+LW_DEVICE_INLINE T shfl_idx_first_lanes(T v, int src_lane, int lanes) {
+#if defined(LW_TARGET_CUDA)
+  const unsigned mask = lanes >= 32 ? 0xffffffffu : (1u << lanes) - 1u;
+  return __shfl_sync(mask, v, src_lane);
+#else
+  (void)lanes;
+  return __shfl(v, src_lane);
+#endif
+}
+
+// Reduces each aligned Width-lane segment; every lane of the segment gets the result.
+template <int Width = kWarpSize, class T, class Op>
+LW_DEVICE_INLINE T warp_reduce(T v, Op op) {
+  static_assert(Width > 0 && (Width & (Width - 1)) == 0, "warp reduction width must be a power of two");
+#if defined(LW_DEVICE_CODE)
+  static_assert(Width <= kWarpSize, "warp reduction width exceeds the physical warp size of this target");
+#endif
+#pragma unroll
+  for (int offset = Width / 2; offset > 0; offset /= 2) v = op(v, shfl_xor(v, offset, Width));
+  return v;
+}
+template <int Width = kWarpSize, class T>
+LW_DEVICE_INLINE T warp_reduce_sum(T v) { return warp_reduce<Width>(v, SumOp{}); }
+template <int Width = kWarpSize, class T>
+LW_DEVICE_INLINE T warp_reduce_max(T v) { return warp_reduce<Width>(v, MaxOp{}); }
+template <int Width = kWarpSize, class T>
+LW_DEVICE_INLINE T warp_reduce_min(T v) { return warp_reduce<Width>(v, MinOp{}); }
+
+// The value of lane `src` of the caller's Width-lane segment, in every lane of the segment.
+template <int Width = kWarpSize, class T>
+LW_DEVICE_INLINE T warp_broadcast(T v, int src) {
+#if defined(LW_DEVICE_CODE)
+  static_assert(Width <= kWarpSize, "broadcast width exceeds the physical warp size of this target");
+#endif
+  return shfl_idx(v, src, Width);
+}
+
+// Reduces the first `lanes` lanes of the warp (1 <= lanes <= warp size) into lane 0. Only
+// those lanes may call it, so it serves a partly filled last warp of a block.
+template <class T, class Op>
+LW_DEVICE_INLINE T warp_reduce_first_lanes(T v, Op op, int lanes) {
+  if (lanes == kWarpSize) return warp_reduce<kWarpSize>(v, op);
+  const int lane = lane_id();
+  int span = 1;
+  while (span < lanes) span *= 2;
+  for (int offset = span / 2; offset > 0; offset /= 2) {
+    const int src = lane + offset;
+    const T other = shfl_idx_first_lanes(v, src < lanes ? src : lane, lanes);
+    if (src < lanes) v = op(v, other);
+  }
+  return v;
+}
+
+}  // namespace lw::gpu

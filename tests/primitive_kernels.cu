@@ -1,0 +1,97 @@
+#include "primitive_kernels.h"
+
+#include "gpu/block_reduce.h"
+#include "gpu/launch.h"
+
+namespace lw::test {
+
+namespace {
+
+__device__ __forceinline__ unsigned global_index() {
+  return blockIdx.x * gpu::block_threads() + gpu::linear_thread_id();
+}
+
+template <int Width>
+__global__ void warp_reduce_kernel(const float* in, float* out, ReduceOp op) {
+  if constexpr (Width <= gpu::kWarpSize) {
+    const unsigned i = global_index();
+    const float v = in[i];
+    float r = op == ReduceOp::sum ? gpu::warp_reduce_sum<Width>(v)
+              : op == ReduceOp::max ? gpu::warp_reduce_max<Width>(v)
+                                    : gpu::warp_reduce_min<Width>(v);
+    out[i] = r;
+  }
+}
+
+template <int Width>
+__global__ void warp_broadcast_kernel(const float* in, float* out, int src) {
+  if constexpr (Width <= gpu::kWarpSize) {
+    const unsigned i = global_index();
+    out[i] = gpu::warp_broadcast<Width>(in[i], src);
+  }
+}
+
+__global__ void block_reduce_kernel(const float* in, float* out, ReduceOp op) {
+  const unsigned i = global_index();
+  const float v = in[i];
+  out[i] = op == ReduceOp::sum ? gpu::block_reduce_sum(v) : op == ReduceOp::max ? gpu::block_reduce_max(v)
+                                                                                 : gpu::block_reduce_min(v);
+}
+
+__global__ void device_warp_size_kernel(int* out) { *out = gpu::kWarpSize; }
+
+__global__ void lane_ids_kernel(int* lane, int* warp) {
+  const unsigned t = gpu::linear_thread_id();
+  lane[t] = gpu::lane_id();
+  warp[t] = gpu::warp_id();
+}
+
+template <template <int> class Dispatch, class... Args>
+void by_width(int width, int warp_size, Args&&... args) {
+  LW_CHECK(width >= 1 && width <= 64 && (width & (width - 1)) == 0, "width " << width << " is not a power of two <= 64");  // lint: not-a-warp (widths under test)
+  LW_CHECK(width <= warp_size, "width " << width << " exceeds the device's warp size " << warp_size);
+  switch (width) {
+    case 1: Dispatch<1>::run(args...); break;
+    case 2: Dispatch<2>::run(args...); break;
+    case 4: Dispatch<4>::run(args...); break;
+    case 8: Dispatch<8>::run(args...); break;
+    case 16: Dispatch<16>::run(args...); break;
+    case 32: Dispatch<32>::run(args...); break;  // lint: not-a-warp
+    default: Dispatch<64>::run(args...); break;  // lint: not-a-warp
+  }
+}
+
+template <int W>
+struct ReduceLaunch {
+  static void run(const float* in, float* out, ReduceOp op, unsigned blocks, dim3 block) {
+    gpu::launch("warp_reduce_test", warp_reduce_kernel<W>, {dim3(blocks), block}, in, out, op);
+  }
+};
+template <int W>
+struct BroadcastLaunch {
+  static void run(const float* in, float* out, int src, unsigned blocks, dim3 block) {
+    gpu::launch("warp_broadcast_test", warp_broadcast_kernel<W>, {dim3(blocks), block}, in, out, src);
+  }
+};
+
+}  // namespace
+
+void run_warp_reduce(const float* in, float* out, int width, ReduceOp op, unsigned blocks, dim3 block, int warp_size) {
+  by_width<ReduceLaunch>(width, warp_size, in, out, op, blocks, block);
+}
+
+void run_warp_broadcast(const float* in, float* out, int width, int src, unsigned blocks, dim3 block, int warp_size) {
+  by_width<BroadcastLaunch>(width, warp_size, in, out, src, blocks, block);
+}
+
+void run_block_reduce(const float* in, float* out, ReduceOp op, unsigned blocks, dim3 block) {
+  gpu::launch("block_reduce_test", block_reduce_kernel, {dim3(blocks), block}, in, out, op);
+}
+
+void run_device_warp_size(int* out) { gpu::launch("device_warp_size", device_warp_size_kernel, {dim3(1), dim3(1)}, out); }
+
+void run_lane_ids(int* lane, int* warp, dim3 block) {
+  gpu::launch("lane_ids", lane_ids_kernel, {dim3(1), block}, lane, warp);
+}
+
+}  // namespace lw::test

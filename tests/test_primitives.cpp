@@ -1,0 +1,114 @@
+// Warp and block primitives against float64 references, on every target and warp size.
+#include <algorithm>
+
+#include "primitive_kernels.h"
+#include "test_util.h"
+
+namespace lw::test {
+namespace {
+
+double reduce_ref(const std::vector<double>& v, size_t begin, size_t end, ReduceOp op) {
+  double r = v[begin];
+  for (size_t i = begin + 1; i < end; ++i) {
+    r = op == ReduceOp::sum ? r + v[i] : op == ReduceOp::max ? std::max(r, v[i]) : std::min(r, v[i]);
+  }
+  return r;
+}
+
+const char* op_name(ReduceOp op) { return op == ReduceOp::sum ? "sum" : op == ReduceOp::max ? "max" : "min"; }
+
+TEST(Primitives, DeviceCodeAgreesWithRuntimeWarpSize) {
+  Tensor out = ctx().empty({1}, DType::i32);
+  poison(out);
+  run_device_warp_size(out.data<int32_t>());
+  Tensor host = ctx().to_host(out);
+  EXPECT_EQ(host.data<int32_t>()[0], ctx().warp_size());
+}
+
+TEST(Primitives, WarpsTakeThreadsInLinearOrder) {
+  const int ws = ctx().warp_size();
+  for (dim3 block : {dim3(32, 32), dim3(16, 4, 2), dim3(7, 9), dim3(64)}) {
+    const int n = static_cast<int>(block.x * block.y * block.z);
+    Tensor lane = ctx().empty({n}, DType::i32), warp = ctx().empty({n}, DType::i32);
+    poison(lane);
+    poison(warp);
+    run_lane_ids(lane.data<int32_t>(), warp.data<int32_t>(), block);
+    Tensor hl = ctx().to_host(lane), hw = ctx().to_host(warp);
+    for (int t = 0; t < n; ++t) {
+      ASSERT_EQ(hl.data<int32_t>()[t], t % ws) << "thread " << t;
+      ASSERT_EQ(hw.data<int32_t>()[t], t / ws) << "thread " << t;
+    }
+  }
+}
+
+TEST(Primitives, WarpReduceEveryWidthAndOp) {
+  const int ws = ctx().warp_size();
+  const unsigned blocks = 3;
+  for (dim3 block : {dim3(ws), dim3(256), dim3(32, 4), dim3(64, 2)}) {
+    const int per_block = static_cast<int>(block.x * block.y * block.z);
+    if (per_block % ws != 0) continue;  // full warps only: the launch helper rounds blocks up
+    const int n = per_block * static_cast<int>(blocks);
+    for (int width = 1; width <= ws; width *= 2) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) {
+        SCOPED_TRACE(::testing::Message() << "width " << width << ", op " << op_name(op) << ", block " << block.x << "x"
+                                          << block.y);
+        Tensor in_h = random_host({n}, DType::f32);
+        Tensor in = ctx().to_device(in_h), out = ctx().empty({n}, DType::f32);
+        poison(out);
+        run_warp_reduce(in.data<float>(), out.data<float>(), width, op, blocks, block, ws);
+        const std::vector<double> x = to_doubles(in_h), y = to_doubles(ctx().to_host(out));
+        for (int i = 0; i < n; ++i) {
+          const size_t seg = static_cast<size_t>(i / width * width);
+          const double ref = reduce_ref(x, seg, seg + width, op);
+          ASSERT_NEAR(y[i], ref, 1e-5 * width) << "element " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Primitives, WarpReduceRejectsWidthBeyondTheWarp) {
+  const int ws = ctx().warp_size();
+  if (ws == 64) GTEST_SKIP() << "every width up to 64 fits this warp";
+  Tensor buf = ctx().empty({64}, DType::f32);
+  EXPECT_THROW(run_warp_reduce(buf.data<float>(), buf.data<float>(), 64, ReduceOp::sum, 1, dim3(64), ws), Error);
+}
+
+TEST(Primitives, WarpBroadcast) {
+  const int ws = ctx().warp_size();
+  const int n = 2 * 128;
+  for (int width = 1; width <= ws; width *= 2) {
+    const int src = static_cast<int>(rng()() % width);
+    Tensor in_h = random_host({n}, DType::f32);
+    Tensor in = ctx().to_device(in_h), out = ctx().empty({n}, DType::f32);
+    poison(out);
+    run_warp_broadcast(in.data<float>(), out.data<float>(), width, src, 2, dim3(128), ws);
+    const std::vector<double> x = to_doubles(in_h), y = to_doubles(ctx().to_host(out));
+    for (int i = 0; i < n; ++i) ASSERT_EQ(y[i], x[i / width * width + src]) << "width " << width << ", element " << i;
+  }
+}
+
+TEST(Primitives, BlockReduceAnyBlockShape) {
+  const unsigned blocks = 2;
+  for (dim3 block : {dim3(1), dim3(7), dim3(31), dim3(32), dim3(33), dim3(63), dim3(64), dim3(65), dim3(100),
+                     dim3(256), dim3(999), dim3(1024), dim3(32, 32), dim3(16, 3), dim3(5, 5, 5)}) {
+    const int per_block = static_cast<int>(block.x * block.y * block.z);
+    const int n = per_block * static_cast<int>(blocks);
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) {
+      SCOPED_TRACE(::testing::Message() << "block " << block.x << "x" << block.y << "x" << block.z << ", op "
+                                        << op_name(op));
+      Tensor in_h = random_host({n}, DType::f32);
+      Tensor in = ctx().to_device(in_h), out = ctx().empty({n}, DType::f32);
+      poison(out);
+      run_block_reduce(in.data<float>(), out.data<float>(), op, blocks, block);
+      const std::vector<double> x = to_doubles(in_h), y = to_doubles(ctx().to_host(out));
+      for (int i = 0; i < n; ++i) {
+        const size_t b = static_cast<size_t>(i / per_block * per_block);
+        ASSERT_NEAR(y[i], reduce_ref(x, b, b + per_block, op), 1e-6 * per_block) << "element " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lw::test

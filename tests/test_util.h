@@ -1,0 +1,45 @@
+// Helpers shared by the tests: the test context, random inputs, float64 references.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "core/tensor.h"
+#include "gpu/numeric.h"
+
+namespace lw::test {
+
+// One context for the whole test binary, on device 0 (LW_TEST_DEVICE overrides).
+Context& ctx();
+
+// A generator seeded afresh for every test; the seed is printed so a failure can be replayed
+// with LW_TEST_SEED=<seed>.
+std::mt19937_64& rng();
+uint64_t seed();
+
+// Host tensor of uniform values in [lo, hi), rounded to the dtype (so the reference sees
+// exactly what the kernel reads).
+Tensor random_host(std::vector<int64_t> shape, DType dtype, double lo = -1.0, double hi = 1.0);
+
+// Element i of a host float tensor (f32/f16/bf16), as double; contiguous tensors only.
+double element(const Tensor& host, int64_t i);
+std::vector<double> to_doubles(const Tensor& host);
+
+// Fills device memory with 0xff bytes: NaN in every float type, so unwritten outputs show.
+void poison(Tensor& device);
+
+// ||out - ref|| / ||ref|| (with ||ref|| floored at 1e-30); any NaN or Inf in out gives +inf.
+double relative_error(const std::vector<double>& out, const std::vector<double>& ref);
+
+// Bytes of two host tensors are identical.
+bool bitwise_equal(const Tensor& a, const Tensor& b);
+
+// Unit round-off of a float dtype.
+double epsilon(DType dtype);
+
+}  // namespace lw::test
