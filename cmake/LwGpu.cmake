@@ -4,6 +4,13 @@
 
 if(LW_GPU STREQUAL "cuda")
   enable_language(CUDA)
+  # CMake before 3.26 does not know nvcc's C++20 dialect (nvcc has had it since 12.0).
+  if(NOT "cuda_std_20" IN_LIST CMAKE_CUDA_COMPILE_FEATURES)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_COMPILE_FEATURES cuda_std_20)
+    list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+  endif()
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDAToolkit REQUIRED)

@@ -32,7 +32,7 @@ export DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 LANG=C.UTF-8
 # ---------------------------------------------------------------------------
 # Package lists.  Bump LW_ROCM_ROOT_FORMAT when the way the root is built
 # changes; the package lists themselves are hashed into the stamp too.
-LW_ROCM_ROOT_FORMAT=1
+LW_ROCM_ROOT_FORMAT=2
 COMMON_PKGS="cmake make ninja-build g++ ccache ca-certificates"
 SID_PKGS="hipcc libamdhip64-dev libhipblaslt-dev libhipblas-dev libhipcub-dev \
 librccl-dev librocrand-dev libhiprand-dev rocm-cmake rocminfo"
@@ -265,23 +265,38 @@ do_create() {
   done
   [ -n "$SUITE" ] || { wipe_root; die "could not create a ROCm root in $ROOT (tried: $suites)"; }
 
-  local hip clang blaslt
+  local hip clang blaslt hipclang="" c
   hip="$(hip_version_of_root "$ROOT")"
-  # shellcheck disable=SC2016  # expanded inside the chroot
-  clang="$(chroot "$ROOT" /usr/bin/env -i PATH=/usr/bin:/bin sh -c \
-    'for c in /usr/lib/llvm-*/bin/clang++; do :; done; "$c" --version | head -n1' 2>/dev/null || echo unknown)"
-  blaslt=no
-  [ -f "$ROOT/usr/include/hipblaslt/hipblaslt.h" ] && blaslt=yes
+  # The ROCm clang: Debian ships it as /usr/lib/llvm-N/bin/clang++ (take the
+  # newest N; the root only carries the one that its HIP was built with).
+  for c in "$ROOT"/usr/lib/llvm-*/bin/clang++; do [ -x "$c" ] && hipclang="${c#"$ROOT"}"; done
+  [ -n "$hipclang" ] || { wipe_root; die "no ROCm clang++ (/usr/lib/llvm-*/bin/clang++) found in the root"; }
+  clang="$(chroot "$ROOT" "$hipclang" --version 2>/dev/null | head -n1 || echo unknown)"
+  blaslt=OFF
+  [ -f "$ROOT/usr/include/hipblaslt/hipblaslt.h" ] && blaslt=ON
+  # Initial cache for `cmake -C /etc/lightwave-rocm.cmake`: the settings that
+  # Debian's /usr layout needs (trixie's CMake 3.31 finds neither the compiler,
+  # which is only clang++-17 on PATH, nor hip-lang under lib/x86_64-linux-gnu).
+  cat >"$ROOT/etc/lightwave-rocm.cmake" <<EOF_CACHE
+# Written by scripts/rocm_root.sh ($SUITE, HIP $hip). Use: cmake -C /etc/lightwave-rocm.cmake ...
+set(CMAKE_HIP_COMPILER "$hipclang" CACHE FILEPATH "ROCm clang++ (HIP compiler)")
+set(CMAKE_HIP_COMPILER_ROCM_ROOT "/usr" CACHE PATH "ROCm root (Debian: /usr)")
+set(CMAKE_HIP_COMPILER_ROCM_LIB "/usr/lib/x86_64-linux-gnu" CACHE PATH "dir holding cmake/hip-lang")
+set(ROCM_PATH "/usr" CACHE PATH "ROCm root (Debian: /usr)")
+set(LW_ROCM_HAVE_HIPBLASLT $blaslt CACHE BOOL "hipBLASLt is installed in this ROCm root")
+EOF_CACHE
   {
     echo "version=$VERSION"
     echo "suite=$SUITE"
     echo "hip=$hip"
     echo "clang=$clang"
     echo "hipblaslt=$blaslt"
+    echo "hip_compiler=$hipclang"
+    echo "cmake_initial_cache=/etc/lightwave-rocm.cmake"
     echo "created=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   } >"$STAMP.tmp"
   mv "$STAMP.tmp" "$STAMP"
-  log "ROCm root ready in $ROOT after $((SECONDS - t0)) s: suite=$SUITE HIP $hip, hipBLASLt=$blaslt"
+  log "ROCm root ready in $ROOT after $((SECONDS - t0)) s: suite=$SUITE HIP $hip, hipBLASLt=$blaslt, HIP compiler $hipclang"
   log "$clang"
   cat "$STAMP"
 }

@@ -1,0 +1,25 @@
+# Third-party libraries. Normally the Debian packages (scripts/setup.sh installs them). A
+# machine without them (the GPU machine of the device tool, which has no package access) can
+# point LW_DEPS_DIR at a folder made by scripts/gather_deps.sh: GoogleTest's source and the
+# header-only forms of spdlog and fmt.
+set(LW_DEPS_DIR "" CACHE PATH "Folder made by scripts/gather_deps.sh (empty: use system packages)")
+
+if(LW_DEPS_DIR)
+  if(NOT EXISTS "${LW_DEPS_DIR}/googletest/CMakeLists.txt" OR NOT EXISTS "${LW_DEPS_DIR}/include/spdlog/spdlog.h")
+    message(FATAL_ERROR "LW_DEPS_DIR=${LW_DEPS_DIR} does not hold googletest/ and include/spdlog; make it with scripts/gather_deps.sh")
+  endif()
+  add_library(lw_spdlog INTERFACE)
+  target_include_directories(lw_spdlog SYSTEM INTERFACE ${LW_DEPS_DIR}/include)
+  target_compile_definitions(lw_spdlog INTERFACE FMT_HEADER_ONLY)
+  add_library(spdlog::spdlog ALIAS lw_spdlog)
+  if(LW_BUILD_TESTS)
+    set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+    set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
+    add_subdirectory(${LW_DEPS_DIR}/googletest ${CMAKE_BINARY_DIR}/_deps/googletest EXCLUDE_FROM_ALL)
+  endif()
+else()
+  find_package(spdlog REQUIRED)
+  if(LW_BUILD_TESTS)
+    find_package(GTest REQUIRED)
+  endif()
+endif()

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds the CUDA target on a GPU machine with all its cores and runs the test suite on the
+# GPU; prints a short table at the end. Logs go to $OUT (the device tool's output folder) or
+# build/device-logs. Run from the repository root:
+#     scripts/device_test.sh [CUDA_ARCH]        (default 90, the H100/H200)
+# When the machine has no GoogleTest/spdlog packages, carry the folder made by
+# scripts/gather_deps.sh as .deps/ and it is used.
+set -euo pipefail
+arch=${1:-90}
+out=${OUT:-build/device-logs}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+export PATH=/usr/local/cuda/bin:$PATH
+
+deps=()
+if [[ -d .deps ]] && [[ ! -e /usr/include/gtest/gtest.h ]]; then deps=(-DLW_DEPS_DIR="$PWD/.deps"); fi
+
+nvidia-smi -L | tee "$out/gpu.txt"
+# No LW_GPU: the build must detect the GPU and choose the cuda target by itself.
+cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" "${deps[@]}" \
+  2>&1 | tee "$out/configure.log"
+grep -q "detected target 'cuda'" "$out/configure.log" || { echo "device_test: target detection did not pick cuda" >&2; exit 1; }
+start=$(date +%s)
+cmake --build build/device -j"$(nproc)" 2>&1 | tee "$out/build.log" | tail -3
+echo "build: $(( $(date +%s) - start )) s"
+status=0
+ctest --test-dir build/device -j4 --output-on-failure --output-junit "$out/junit.xml" > "$out/ctest.log" 2>&1 || status=$?
+tail -5 "$out/ctest.log"
+python3 tools/test_table.py "$out/junit.xml" || status=1
+exit $status
