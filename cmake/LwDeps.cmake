@@ -1,7 +1,7 @@
 # Third-party libraries. Normally the Debian packages (scripts/setup.sh installs them). A
 # machine without them (the GPU machine of the device tool, which has no package access) can
 # point LW_DEPS_DIR at a folder made by scripts/gather_deps.sh: GoogleTest's source and the
-# header-only forms of spdlog and fmt.
+# header-only forms of spdlog, fmt and CLI11.
 set(LW_DEPS_DIR "" CACHE PATH "Folder made by scripts/gather_deps.sh (empty: use system packages)")
 
 if(LW_DEPS_DIR)
@@ -11,7 +11,10 @@ if(LW_DEPS_DIR)
   add_library(lw_spdlog INTERFACE)
   target_include_directories(lw_spdlog SYSTEM INTERFACE ${LW_DEPS_DIR}/include)
   target_compile_definitions(lw_spdlog INTERFACE FMT_HEADER_ONLY)
-  add_library(spdlog::spdlog ALIAS lw_spdlog)
+  set(LW_SPDLOG lw_spdlog)
+  add_library(lw_cli11 INTERFACE)
+  target_include_directories(lw_cli11 SYSTEM INTERFACE ${LW_DEPS_DIR}/include)
+  add_library(CLI11::CLI11 ALIAS lw_cli11)
   if(LW_BUILD_TESTS)
     set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
     set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
@@ -19,6 +22,14 @@ if(LW_DEPS_DIR)
   endif()
 else()
   find_package(spdlog REQUIRED)
+  # The header-only form: a distribution's compiled spdlog can lag its fmt headers (Debian
+  # sid's spdlog 1.15 was built against fmt 11 while libfmt-dev ships fmt 12).
+  if(TARGET spdlog::spdlog_header_only)
+    set(LW_SPDLOG spdlog::spdlog_header_only)
+  else()
+    set(LW_SPDLOG spdlog::spdlog)
+  endif()
+  find_package(CLI11 REQUIRED)
   if(LW_BUILD_TESTS)
     find_package(GTest REQUIRED)
   endif()

@@ -13,6 +13,10 @@
 
 using __nv_bfloat16 = __hip_bfloat16;
 using __nv_bfloat162 = __hip_bfloat162;
+// HIP's __float2bfloat16 already rounds to nearest even; CUDA also spells it with _rn.
+#ifndef __float2bfloat16_rn
+#define __float2bfloat16_rn __float2bfloat16
+#endif
 
 // ---- runtime API ----
 #define cudaError_t hipError_t
@@ -21,6 +25,11 @@ using __nv_bfloat162 = __hip_bfloat162;
 #define cudaErrorInvalidValue hipErrorInvalidValue
 #define cudaErrorMemoryAllocation hipErrorOutOfMemory
 #define cudaErrorInvalidDevicePointer hipErrorInvalidDevicePointer
+#define cudaErrorInvalidDevice hipErrorInvalidDevice
+#define cudaErrorNoDevice hipErrorNoDevice
+#define cudaErrorInvalidConfiguration hipErrorInvalidConfiguration
+#define cudaErrorInvalidResourceHandle hipErrorInvalidHandle
+#define cudaErrorLaunchFailure hipErrorLaunchFailure
 #define cudaErrorNotReady hipErrorNotReady
 #define cudaGetErrorString hipGetErrorString
 #define cudaGetErrorName hipGetErrorName

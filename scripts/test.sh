@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Runs lightwave's test suite on this machine:
+#   host32, host64  build the host target (SIMT emulator) at warp 32 and 64 and run ctest,
+#                   with the wave-portability sanitizer on;
+#   cuda            build the CUDA target for sm_90 (nvcc); run its ctest only when a GPU is
+#                   visible (otherwise compile and link only);
+#   hip             build the HIP target for gfx90a, gfx942 and gfx1100 inside the ROCm 7
+#                   toolchain root (scripts/rocm_root.sh makes it once, needs root);
+#                   compile and link only.
+# Options: --only STEP[,STEP...]  run just those steps.   Logs: build/logs/<step>.log
+# Environment: LW_ROCM_ROOT (default /var/cache/lightwave/rocm-root), CCACHE_DIR.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+steps=(host32 host64 cuda hip)
+if [[ ${1:-} == --only ]]; then IFS=, read -ra steps <<< "${2:?--only needs a list of steps}"; fi
+jobs=$(nproc)
+rocm_root=${LW_ROCM_ROOT:-/var/cache/lightwave/rocm-root}
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+mkdir -p build/logs "$CCACHE_DIR"
+[[ -d /usr/local/cuda/bin ]] && export PATH=/usr/local/cuda/bin:$PATH
+
+declare -A result seconds
+summaries=()
+
+run_step() {  # run_step NAME COMMAND...
+  local name=$1; shift
+  local log=build/logs/$name.log t0=$SECONDS
+  echo "== $name"
+  if "$@" > "$log" 2>&1; then result[$name]=pass; else result[$name]=FAIL; tail -40 "$log"; fi
+  seconds[$name]=$((SECONDS - t0))
+}
+
+host_step() {  # host_step WARP
+  cmake -S . -B build/host$1 -G Ninja -DLW_GPU=host -DLW_WARP_SIZE="$1" &&
+    cmake --build build/host$1 -j"$jobs" &&
+    ctest --test-dir build/host$1 -j"$jobs" --output-on-failure
+}
+
+cuda_step() {
+  command -v nvcc > /dev/null || { echo "nvcc not found: install the CUDA toolkit"; return 1; }
+  cmake -S . -B build/cuda -G Ninja -DLW_GPU=cuda -DCMAKE_CUDA_ARCHITECTURES=90 &&
+    cmake --build build/cuda -j"$jobs" || return 1
+  if nvidia-smi -L 2> /dev/null | grep -q "GPU 0"; then
+    ctest --test-dir build/cuda -j4 --output-on-failure
+  else
+    echo "no NVIDIA GPU visible: the CUDA target was compiled and linked, not run"
+  fi
+}
+
+hip_step() {
+  scripts/rocm_root.sh "$rocm_root" || return 1
+  scripts/rocm_root.sh "$rocm_root" --exec "$repo" -- bash -c '
+    set -e
+    # The ROCm clang++ compiles the host .cpp files too: hip_bf16.h needs clang builtins.
+    hipcxx=$(sed -n "s/^set(CMAKE_HIP_COMPILER \"\([^\"]*\)\".*/\1/p" /etc/lightwave-rocm.cmake)
+    cmake -C /etc/lightwave-rocm.cmake -S /src -B /src/build/hip -G Ninja -DLW_GPU=hip \
+      -DCMAKE_CXX_COMPILER="$hipcxx" -DCMAKE_HIP_ARCHITECTURES="gfx90a;gfx942;gfx1100"
+    cmake --build /src/build/hip -j'"$jobs"'
+    echo "HIP target compiled and linked for gfx90a, gfx942 and gfx1100:"
+    ls -l /src/build/hip/src/app/lightwave /src/build/hip/tests/test_ops'
+}
+
+for s in "${steps[@]}"; do
+  case $s in
+    host32) run_step host32 host_step 32 ;;
+    host64) run_step host64 host_step 64 ;;
+    cuda) run_step cuda cuda_step ;;
+    hip) run_step hip hip_step ;;
+    *) echo "unknown step '$s' (host32, host64, cuda, hip)"; exit 2 ;;
+  esac
+  if [[ $s == host* || $s == cuda ]]; then
+    line=$(grep -E "tests passed|tests failed|compiled and linked, not run" "build/logs/$s.log" | tail -1)
+    summaries+=("$s: ${line:-no test summary (see build/logs/$s.log)}")
+  elif [[ $s == hip ]]; then
+    line=$(grep -E "compiled and linked for" "build/logs/$s.log" | tail -1)
+    summaries+=("$s: ${line:-build failed (see build/logs/$s.log)}")
+  fi
+done
+
+echo
+echo "step      result   seconds"
+status=0
+for s in "${steps[@]}"; do
+  printf '%-9s %-8s %7s\n' "$s" "${result[$s]}" "${seconds[$s]}"
+  [[ ${result[$s]} == pass ]] || status=1
+done
+printf '%s\n' "${summaries[@]}"
+echo "lightwave tests: $([[ $status == 0 ]] && echo PASSED || echo FAILED)"
+exit $status
