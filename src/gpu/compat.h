@@ -49,6 +49,15 @@ inline constexpr int kWarpSize = 32;
 inline constexpr int kWarpSize = 32;
 #endif
 
+// Proof at compile time that each AMD architecture gets its wavefront size.
+#if defined(LW_TARGET_HIP) && defined(__HIP_DEVICE_COMPILE__)
+#if defined(__gfx90a__) || defined(__gfx942__)
+static_assert(kWarpSize == 64, "CDNA (gfx90a, gfx942) runs 64-lane wavefronts");
+#elif defined(__gfx1100__)
+static_assert(kWarpSize == 32, "RDNA3 (gfx1100) runs 32-lane wavefronts");
+#endif
+#endif
+
 inline constexpr int kMaxBlockThreads = 1024;
 inline constexpr int kMaxWarpsPerBlock = kMaxBlockThreads / kWarpSize;
 
