@@ -11,6 +11,8 @@ headers of src/kernels/ (comments and string literals are ignored):
   warpsize         warpSize: use lw::gpu::kWarpSize (device) or Context::warp_size() (host)
   raw-intrinsic    __shfl*, __ballot*, __any*, __all*, __activemask, __syncwarp: use gpu/warp.h
   raw-launch       <<< >>>: launch through lw::gpu::launch
+  raw-shared       __shared__: declare with LW_SHARED / LW_DYNAMIC_SHARED, which the
+                   emulator's sanitizer checks (uninitialised reads, races, bounds)
 
 A line that really means a number, not a warp, says so with the comment `lint: not-a-warp`.
 
@@ -29,6 +31,7 @@ RULES = [
     ("warpsize", re.compile(r"\bwarpSize\b")),
     ("raw-intrinsic", re.compile(r"\b(__shfl\w*|__ballot\w*|__any\w*|__all\w*|__activemask|__syncwarp)\s*\(")),
     ("raw-launch", re.compile(r"<<<|>>>")),
+    ("raw-shared", re.compile(r"\b__shared__\b")),
 ]
 ALLOW = "lint: not-a-warp"
 

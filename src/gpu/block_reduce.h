@@ -8,7 +8,7 @@ namespace lw::gpu {
 
 template <class T, class Op>
 LW_DEVICE_INLINE T block_reduce(T v, Op op) {
-  __shared__ T scratch[kMaxWarpsPerBlock + 1];
+  LW_SHARED(T, scratch, [kMaxWarpsPerBlock + 1]);
   const int tid = static_cast<int>(linear_thread_id());
   const int nthreads = static_cast<int>(block_threads());
   const int lane = tid % kWarpSize;
@@ -21,11 +21,11 @@ LW_DEVICE_INLINE T block_reduce(T v, Op op) {
   __syncthreads();
   // A block has at most 1024 / warp-size warps, which is never more than one warp's lanes.
   if (lane < nwarps && warp == 0) {
-    const T total = warp_reduce_first_lanes(scratch[lane], op, nwarps);
+    const T total = warp_reduce_first_lanes(static_cast<T>(scratch[lane]), op, nwarps);
     if (lane == 0) scratch[kMaxWarpsPerBlock] = total;
   }
   __syncthreads();
-  const T result = scratch[kMaxWarpsPerBlock];
+  const T result = static_cast<T>(scratch[kMaxWarpsPerBlock]);
   __syncthreads();  // the scratch may be reused by the next call
   return result;
 }

@@ -63,13 +63,20 @@ inline constexpr int kMaxWarpsPerBlock = kMaxBlockThreads / kWarpSize;
 
 }  // namespace lw::gpu
 
-// Dynamic shared memory: `LW_DYNAMIC_SHARED(float, smem);` gives `float* smem`. One extern
-// array per program avoids CUDA's conflicting-type error when kernels of one file use
-// different element types.
+// Shared memory, declared through these two macros in kernel code so that the emulator's
+// sanitizer can check every access (uninitialised reads, races, bounds):
+//   LW_SHARED(float, partial, [32][33]);   is  __shared__ float partial[32][33];
+//   LW_DYNAMIC_SHARED(float, smem);        gives smem pointing at the dynamic shared memory
+// On CUDA and HIP they are plain shared memory. One extern array per program for the dynamic
+// form avoids CUDA's conflicting-type error when kernels of one file use different types.
 #if defined(LW_TARGET_HOST)
-#define LW_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::lw::simt::dynamic_shared())
+#define LW_SHARED(T, name, dims)                                                   \
+  static thread_local ::lw::simt::SharedSlot<T dims> lw_shared_slot_##name{#name}; \
+  const auto name = lw_shared_slot_##name.bind()
+#define LW_DYNAMIC_SHARED(T, name) const auto name = ::lw::simt::dynamic_shared_ptr<T>()
 #else
-#define LW_DYNAMIC_SHARED(T, name)                           \
+#define LW_SHARED(T, name, dims) __shared__ T name dims
+#define LW_DYNAMIC_SHARED(T, name)                                              \
   extern __shared__ __attribute__((aligned(16))) unsigned char lw_dyn_smem_[]; \
   T* name = reinterpret_cast<T*>(lw_dyn_smem_)
 #endif

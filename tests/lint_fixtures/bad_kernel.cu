@@ -1,7 +1,7 @@
 // Fixture for the warp-width lint's self-test: each marked line must be reported with
 // exactly the listed rules, and unmarked lines must not be reported.
 __global__ void bad(float* out, const float* in, int n) {
-  __shared__ float partial[32];  // expect: warp-literal
+  __shared__ float partial[32];  // expect: warp-literal, raw-shared
   const int lane = threadIdx.x % 32;  // expect: warp-literal, lane-arithmetic
   const int warp = threadIdx.x >> 5;  // expect: lane-arithmetic
   const int w2 = threadIdx.x / warpSize;  // expect: warpsize

@@ -4,6 +4,7 @@
 // warp that stopped at the same call site is one collective), then the barrier. This keeps the
 // model of independent thread scheduling: lanes that diverged meet a collective separately.
 #include <algorithm>
+#include <cstdio>
 #include <bit>
 #include <atomic>
 #include <cstdlib>
@@ -17,6 +18,11 @@
 #include <boost/context/stack_context.hpp>
 
 #include "lw_simt/emulator.h"
+#include "lw_simt/shared.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 namespace lw::simt {
 namespace {
@@ -42,6 +48,8 @@ struct Thread {
   bc::fiber scheduler;  // held by the thread while it runs
   Collective op{};
   uint64_t result = 0;
+  uint32_t warp_sync = 0;   // its warp's collective count at its last collective
+  uint64_t last_lanes = 0;  // the lanes of its last collective
   std::source_location barrier_where;
 };
 
@@ -119,6 +127,7 @@ std::string hex(uint64_t v) {
 }
 
 std::atomic<int> g_sanitize{-1};
+std::atomic<uint64_t> g_block_runs{0};
 
 class Block {
  public:
@@ -139,6 +148,8 @@ class Block {
   void barrier(std::source_location where);
   [[noreturn]] void fault_here(Fault f, const std::string& detail, std::source_location where);
   void* dynamic_shared() { return dyn_smem_.get(); }
+  SharedRegion& dynamic_region() { return dyn_region_; }
+  AccessPoint access_point() const;
 
  private:
   static size_t round_up(size_t n) { return (n + 63) / 64 * 64; }
@@ -165,15 +176,26 @@ class Block {
   uint3 idx_{};
   std::vector<Thread> threads_;
   std::unique_ptr<std::byte, decltype(&std::free)> dyn_smem_{nullptr, &std::free};
+  SharedRegion dyn_region_{"dynamic shared memory"};
+  uint32_t epoch_ = 0;                  // barriers passed by this block
+  std::vector<uint32_t> warp_counter_;  // collectives resolved per warp
+  uint64_t run_id_ = 0;
   std::vector<Report> reports_;
 };
 
 thread_local Block* tl_block = nullptr;
 thread_local Thread* tl_thread = nullptr;
 
+AccessPoint Block::access_point() const {
+  return AccessPoint{static_cast<int>(tl_thread->linear), epoch_, tl_thread->warp_sync, run_id_};
+}
+
 std::vector<Report> Block::run(uint3 idx) {
   idx_ = idx;
   aborted_ = false;
+  epoch_ = 0;
+  warp_counter_.assign(nwarps_, 0);
+  run_id_ = g_block_runs.fetch_add(1);
   reports_.clear();
   const dim3 bd = params_.block;
   for (int i = 0; i < nthreads_; ++i) {
@@ -189,9 +211,11 @@ std::vector<Report> Block::run(uint3 idx) {
     t.state = State::Ready;
     t.started = false;
     t.abort = false;
+    t.warp_sync = 0;
+    t.last_lanes = 0;
   }
-  // Poison dynamic shared memory: all-ones bytes read as NaN (floats) or -1 (integers).
-  if (dyn_smem_) std::memset(dyn_smem_.get(), 0xff, round_up(params_.dynamic_shared_bytes));
+  // Poison dynamic shared memory (all-ones bytes: NaN floats, -1 integers) and reset its shadow.
+  if (dyn_smem_) dyn_region_.bind(dyn_smem_.get(), params_.dynamic_shared_bytes, run_id_);
 
   tl_block = this;
   for (;;) {
@@ -269,6 +293,12 @@ void Block::abort_all() {
 void Block::fault_here(Fault f, const std::string& detail, std::source_location where) {
   Thread& t = *tl_thread;
   report(f, t, where_str(where), detail);
+#if defined(__SANITIZE_ADDRESS__)
+  if (where_str(where).empty()) {
+    std::fprintf(stderr, "lw-simt: %s; stack of the faulting device thread:\n", fault_name(f));
+    __sanitizer_print_stack_trace();
+  }
+#endif
   abort_all();
   throw Abort{};
 }
@@ -423,7 +453,12 @@ void Block::execute(std::vector<Thread*>& group) {
       for (Thread* t : group) t->result = 0;
       break;
   }
-  for (Thread* t : group) t->state = State::Ready;
+  const uint32_t sync = ++warp_counter_[warp];
+  for (Thread* t : group) {
+    t->warp_sync = sync;
+    t->last_lanes = present;
+    t->state = State::Ready;
+  }
 }
 
 bool Block::resolve_barrier() {
@@ -459,6 +494,7 @@ bool Block::resolve_barrier() {
   }
   for (Thread& t : threads_)
     if (t.state == State::AtBarrier) t.state = State::Ready;
+  ++epoch_;
   return true;
 }
 
@@ -500,6 +536,10 @@ const char* fault_name(Fault f) {
     case Fault::CollectiveMismatch: return "collective mismatch";
     case Fault::DivergentBarrier: return "divergent barrier";
     case Fault::Deadlock: return "deadlock";
+    case Fault::UninitSharedRead: return "uninitialised shared read";
+    case Fault::SharedRace: return "shared-memory race";
+    case Fault::SharedOutOfBounds: return "shared out of bounds";
+    case Fault::BallotTruncated: return "ballot truncated";
     case Fault::InvalidLaunch: return "invalid launch";
     case Fault::Trap: return "trap";
     case Fault::Exception: return "exception";
@@ -596,6 +636,23 @@ void* dynamic_shared() {
 uint64_t warp_collective(const Collective& c) {
   current_thread("a warp collective");
   return tl_block->collective(c);
+}
+
+uint64_t last_collective_lanes() { return current_thread("a warp collective").last_lanes; }
+
+AccessPoint access_point() {
+  current_thread("shared memory");
+  return tl_block->access_point();
+}
+
+SharedRegion& dynamic_shared_region() {
+  current_thread("dynamic shared memory");
+  return tl_block->dynamic_region();
+}
+
+void fault(Fault f, const std::string& detail, std::source_location where) {
+  current_thread("a device-side fault");
+  tl_block->fault_here(f, detail, where);
 }
 
 void syncthreads(std::source_location where) {

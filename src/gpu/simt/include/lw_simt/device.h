@@ -14,6 +14,7 @@
 
 #include "lw_simt/emulator.h"
 #include "lw_simt/half.h"
+#include "lw_simt/shared.h"
 #include "lw_simt/types.h"
 
 #define __global__
@@ -89,8 +90,66 @@ LW_SIMT_SHFL(__shfl_xor, ShflXor, int)
 #undef LW_SIMT_SHFL_SYNC
 #undef LW_SIMT_SHFL
 
-inline unsigned long long __ballot_sync(uint64_t mask, int pred, std::source_location w = std::source_location::current()) {
-  return lw::simt::warp_collective({lw::simt::CollectiveKind::Ballot, pred != 0, 0, warpSize, true, mask, w});
+namespace lw::simt {
+
+// A ballot result. It converts to 64-bit integers freely; converting it to a 32-bit integer
+// on a 64-lane warp whose lanes 32..63 voted is the classic wave64 bug (the upper votes are
+// lost), and the sanitizer reports it.
+class BallotMask {
+ public:
+  BallotMask(uint64_t bits, uint64_t lanes, std::source_location where) : bits_(bits), lanes_(lanes), where_(where) {}
+  operator unsigned long long() const { return bits_; }
+  operator unsigned long() const { return bits_; }
+  operator long long() const { return static_cast<long long>(bits_); }
+  operator long() const { return static_cast<long>(bits_); }
+  operator unsigned() const { return static_cast<unsigned>(narrow("unsigned int")); }
+  operator int() const { return static_cast<int>(narrow("int")); }
+  explicit operator bool() const { return bits_ != 0; }
+  uint64_t bits() const { return bits_; }
+
+#define LW_SIMT_BALLOT_OP(OP)                                                                            \
+  template <class I, class = std::enable_if_t<std::is_integral_v<I>>>                                   \
+  friend unsigned long long operator OP(BallotMask a, I b) { return a.bits_ OP static_cast<unsigned long long>(b); } \
+  template <class I, class = std::enable_if_t<std::is_integral_v<I>>>                                   \
+  friend unsigned long long operator OP(I a, BallotMask b) { return static_cast<unsigned long long>(a) OP b.bits_; }
+  LW_SIMT_BALLOT_OP(&)
+  LW_SIMT_BALLOT_OP(|)
+  LW_SIMT_BALLOT_OP(^)
+#undef LW_SIMT_BALLOT_OP
+  template <class I, class = std::enable_if_t<std::is_integral_v<I>>>
+  friend unsigned long long operator>>(BallotMask a, I n) { return a.bits_ >> n; }
+  template <class I, class = std::enable_if_t<std::is_integral_v<I>>>
+  friend unsigned long long operator<<(BallotMask a, I n) { return a.bits_ << n; }
+  friend unsigned long long operator~(BallotMask a) { return ~a.bits_; }
+  template <class I, class = std::enable_if_t<std::is_integral_v<I>>>
+  friend bool operator==(BallotMask a, I b) { return a.bits_ == static_cast<unsigned long long>(b); }
+  template <class I, class = std::enable_if_t<std::is_integral_v<I>>>
+  friend bool operator!=(BallotMask a, I b) { return a.bits_ != static_cast<unsigned long long>(b); }
+
+ private:
+  uint64_t narrow(const char* type) const {
+    if (kWarpSize == 64 && (lanes_ >> 32) != 0 && sanitize()) {
+      fault(Fault::BallotTruncated,
+            std::string("a ballot of a 64-lane warp is stored in 32 bits (") + type +
+                "): the votes of lanes 32..63 are lost; keep it in a 64-bit integer and count it with __popcll",
+            where_);
+    }
+    return bits_;
+  }
+  uint64_t bits_;
+  uint64_t lanes_;
+  std::source_location where_;
+};
+
+inline BallotMask ballot(bool has_mask, uint64_t mask, int pred, std::source_location w) {
+  const uint64_t bits = warp_collective({CollectiveKind::Ballot, pred != 0, 0, kWarpSize, has_mask, mask, w});
+  return BallotMask(bits, last_collective_lanes(), w);
+}
+
+}  // namespace lw::simt
+
+inline lw::simt::BallotMask __ballot_sync(uint64_t mask, int pred, std::source_location w = std::source_location::current()) {
+  return lw::simt::ballot(true, mask, pred, w);
 }
 inline int __any_sync(uint64_t mask, int pred, std::source_location w = std::source_location::current()) {
   return static_cast<int>(lw::simt::warp_collective({lw::simt::CollectiveKind::Any, pred != 0, 0, warpSize, true, mask, w}));
@@ -98,8 +157,8 @@ inline int __any_sync(uint64_t mask, int pred, std::source_location w = std::sou
 inline int __all_sync(uint64_t mask, int pred, std::source_location w = std::source_location::current()) {
   return static_cast<int>(lw::simt::warp_collective({lw::simt::CollectiveKind::All, pred != 0, 0, warpSize, true, mask, w}));
 }
-inline unsigned long long __ballot(int pred, std::source_location w = std::source_location::current()) {
-  return lw::simt::warp_collective({lw::simt::CollectiveKind::Ballot, pred != 0, 0, warpSize, false, 0, w});
+inline lw::simt::BallotMask __ballot(int pred, std::source_location w = std::source_location::current()) {
+  return lw::simt::ballot(false, 0, pred, w);
 }
 inline int __any(int pred, std::source_location w = std::source_location::current()) {
   return static_cast<int>(lw::simt::warp_collective({lw::simt::CollectiveKind::Any, pred != 0, 0, warpSize, false, 0, w}));
@@ -112,8 +171,8 @@ inline void __syncwarp(uint64_t mask = (warpSize == 64 ? ~0ull : 0xffffffffull),
   lw::simt::warp_collective({lw::simt::CollectiveKind::SyncWarp, 0, 0, warpSize, true, mask, w});
 }
 // The lanes that reach this point together with the caller.
-inline unsigned long long __activemask(std::source_location w = std::source_location::current()) {
-  return lw::simt::warp_collective({lw::simt::CollectiveKind::Ballot, 1, 0, warpSize, false, 0, w});
+inline lw::simt::BallotMask __activemask(std::source_location w = std::source_location::current()) {
+  return lw::simt::ballot(false, 0, 1, w);
 }
 inline unsigned __lane_id() { return lw::simt::linear_thread_id() % warpSize; }
 

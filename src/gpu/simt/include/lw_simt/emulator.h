@@ -29,6 +29,10 @@ enum class Fault {
   DivergentBarrier,   // __syncthreads not reached by every live thread, or reached at different places
   BarrierExit,        // a thread exited while others wait at a barrier
   Deadlock,           // no thread can make progress
+  UninitSharedRead,   // a read of shared memory that no thread of this block has written
+  SharedRace,         // two threads touch the same shared bytes (one writes) with no barrier between
+  SharedOutOfBounds,  // an index outside a shared array
+  BallotTruncated,    // a 64-lane ballot stored in 32 bits: the votes of lanes 32..63 are lost
   InvalidLaunch,      // grid/block/shared-memory configuration the hardware would reject
   Trap,               // __trap() or a failed device-side check
   Exception,          // a C++ exception escaped the kernel
@@ -102,7 +106,22 @@ struct Collective {
 
 // Blocks the calling device thread until the collective is resolved; returns the raw result.
 uint64_t warp_collective(const Collective& c);
+// The lanes that took part in the calling thread's last warp collective.
+uint64_t last_collective_lanes();
 void syncthreads(std::source_location where);
 [[noreturn]] void trap(const char* what, std::source_location where);
+// Reports a fault at the calling device thread and unwinds its block.
+[[noreturn]] void fault(Fault f, const std::string& detail, std::source_location where);
+
+// Where the calling device thread stands, for the shared-memory checker: its linear id, the
+// number of __syncthreads its block has passed, the warp-collective count of its last
+// collective, and an id of this execution of the block (unique across launches).
+struct AccessPoint {
+  int thread;
+  uint32_t epoch;
+  uint32_t warp_sync;
+  uint64_t block_run;
+};
+AccessPoint access_point();
 
 }  // namespace lw::simt

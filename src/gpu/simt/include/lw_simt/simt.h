@@ -4,5 +4,6 @@
 #include "lw_simt/half.h"
 #include "lw_simt/runtime.h"
 #include "lw_simt/emulator.h"
+#include "lw_simt/shared.h"
 #include "lw_simt/device.h"
 #include "lw_simt/launch.h"

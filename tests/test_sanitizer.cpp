@@ -1,0 +1,396 @@
+// The planted-bug suite of the wave-portability sanitizer. Each broken kernel is the smallest
+// kernel that shows one bug class, with a fixed twin beside it. A broken kernel must be
+// reported with its class at the warp size where it is wrong (and, where it is right at the
+// other warp size, run clean there); every fixed twin must run clean at both warp sizes and
+// give the right answer. Host target only; the build's warp size is LW_WARP_SIZE.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <optional>
+#include <vector>
+
+#include "gpu/block_reduce.h"
+#include "gpu/launch.h"
+
+namespace {
+
+using lw::simt::Fault;
+using lw::simt::KernelError;
+constexpr int W = lw::simt::kWarpSize;
+
+// Runs a kernel with the sanitizer on; returns the fault reports (empty when it ran clean).
+template <class... KArgs, class... Args>
+std::vector<lw::simt::Report> sanitized(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                                        Args... args) {
+  const bool before = lw::simt::sanitize();
+  lw::simt::set_sanitize(true);
+  std::vector<lw::simt::Report> reports;
+  try {
+    lw::simt::run(name, kernel, grid, block, 0, args...);
+  } catch (const KernelError& e) {
+    reports = e.reports();
+  }
+  lw::simt::set_sanitize(before);
+  return reports;
+}
+
+std::string text(const std::vector<lw::simt::Report>& reports) {
+  std::string s;
+  for (const auto& r : reports) s += r.to_string() + "\n";
+  return s.empty() ? "(no report)" : s;
+}
+
+// The first report has class f and names the kernel, a block and a thread.
+void expect_fault(const std::vector<lw::simt::Report>& reports, Fault f, const char* kernel) {
+  ASSERT_FALSE(reports.empty()) << "no fault reported for " << kernel;
+  EXPECT_EQ(reports.front().fault, f) << text(reports);
+  EXPECT_EQ(reports.front().kernel, kernel);
+  const std::string msg = reports.front().to_string();
+  EXPECT_NE(msg.find(std::string("kernel ") + kernel), std::string::npos) << msg;
+  EXPECT_NE(msg.find("block ("), std::string::npos) << msg;
+  EXPECT_NE(msg.find("thread ("), std::string::npos) << msg;
+}
+
+void expect_clean(const std::vector<lw::simt::Report>& reports) { EXPECT_TRUE(reports.empty()) << text(reports); }
+
+std::vector<float> iota_floats(size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 7) + 1.0f;
+  return v;
+}
+
+// ---- 1. full-warp reduction over a 32-thread block ----
+
+__global__ void full_warp_sum_broken(const float* in, float* out) {
+  float v = in[threadIdx.x];
+  for (int o = warpSize / 2; o > 0; o /= 2) v += __shfl_xor(v, o);  // assumes 32 threads fill the warp
+  if (threadIdx.x == 0) *out = v;
+}
+__global__ void full_warp_sum_fixed(const float* in, float* out) {
+  float v = in[threadIdx.x];
+  v = lw::gpu::warp_reduce_sum<32>(v);  // the reduction is as wide as the data, not the warp
+  if (threadIdx.x == 0) *out = v;
+}
+
+TEST(PlantedBugs, FullWarpReductionOverA32ThreadBlock) {
+  std::vector<float> in = iota_floats(32);
+  const float want = std::accumulate(in.begin(), in.end(), 0.0f);
+  float out = 0;
+  auto broken = sanitized("full_warp_sum_broken", full_warp_sum_broken, dim3(1), dim3(32), in.data(), &out);
+  if (W == 64) {
+    expect_fault(broken, Fault::InactiveLaneRead, "full_warp_sum_broken");
+    EXPECT_NE(broken.front().detail.find("never launched"), std::string::npos) << text(broken);
+  } else {
+    expect_clean(broken);
+    EXPECT_EQ(out, want);
+  }
+  out = 0;
+  expect_clean(sanitized("full_warp_sum_fixed", full_warp_sum_fixed, dim3(1), dim3(32), in.data(), &out));
+  EXPECT_EQ(out, want);
+}
+
+// ---- 2. a dim3(32,32) block that assumes one row per warp ----
+
+__global__ void row_mean_broken(const float* in, float* out) {
+  const int row = threadIdx.y;
+  float v = in[row * 32 + threadIdx.x];
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const float row_total = __shfl_sync(0xffffffffu, v, 0);  // "lane 0 of my row": only on a 32-lane warp
+  out[row * 32 + threadIdx.x] = row_total / 32;
+}
+__global__ void row_mean_fixed(const float* in, float* out) {
+  const int row = threadIdx.y;
+  float v = in[row * 32 + threadIdx.x];
+  v = lw::gpu::warp_reduce_sum<32>(v);
+  const float row_total = lw::gpu::warp_broadcast<32>(v, 0);
+  out[row * 32 + threadIdx.x] = row_total / 32;
+}
+
+TEST(PlantedBugs, RowPerWarpAssumptionOnA32x32Block) {
+  std::vector<float> in(1024), out(1024, NAN);
+  for (int i = 0; i < 1024; ++i) in[i] = static_cast<float>(i / 32);  // row r holds r
+  auto broken = sanitized("row_mean_broken", row_mean_broken, dim3(1), dim3(32, 32), in.data(), out.data());
+  if (W == 64) {
+    expect_fault(broken, Fault::MaskMismatch, "row_mean_broken");
+  } else {
+    expect_clean(broken);
+    for (int i = 0; i < 1024; ++i) ASSERT_EQ(out[i], static_cast<float>(i / 32));
+  }
+  std::fill(out.begin(), out.end(), NAN);
+  expect_clean(sanitized("row_mean_fixed", row_mean_fixed, dim3(1), dim3(32, 32), in.data(), out.data()));
+  for (int i = 0; i < 1024; ++i) ASSERT_EQ(out[i], static_cast<float>(i / 32));
+}
+
+// ---- 3. a 0xffffffff-mask reduction on a 64-lane warp ----
+
+__global__ void masked_sum_broken(const float* in, float* out) {
+  float v = in[threadIdx.x];
+  for (int o = warpSize / 2; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+  if (threadIdx.x % warpSize == 0) out[threadIdx.x / warpSize] = v;
+}
+__global__ void masked_sum_fixed(const float* in, float* out) {
+  float v = lw::gpu::warp_reduce_sum(in[threadIdx.x]);
+  if (lw::gpu::lane_id() == 0) out[lw::gpu::warp_id()] = v;
+}
+
+TEST(PlantedBugs, ThirtyTwoBitMaskOnA64LaneWarp) {
+  std::vector<float> in = iota_floats(128), out(4, NAN);
+  auto broken = sanitized("masked_sum_broken", masked_sum_broken, dim3(1), dim3(128), in.data(), out.data());
+  if (W == 64) {
+    expect_fault(broken, Fault::MaskMismatch, "masked_sum_broken");
+    EXPECT_NE(broken.front().detail.find("32-bit mask used on a 64-lane warp"), std::string::npos) << text(broken);
+  } else {
+    expect_clean(broken);
+  }
+  std::fill(out.begin(), out.end(), NAN);
+  expect_clean(sanitized("masked_sum_fixed", masked_sum_fixed, dim3(1), dim3(128), in.data(), out.data()));
+  for (int w = 0; w < 128 / W; ++w) {
+    EXPECT_EQ(out[w], std::accumulate(in.begin() + w * W, in.begin() + (w + 1) * W, 0.0f));
+  }
+}
+
+// ---- 4. block-reduction scratch for 32 partial sums, indexed from blockDim.x / 32 ----
+
+__global__ void block_sum_broken(const float* in, float* out) {
+  LW_SHARED(float, partial, [32]);
+  const int lane = threadIdx.x % warpSize, warp = threadIdx.x / warpSize;
+  float v = lw::gpu::warp_reduce_sum(in[threadIdx.x]);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < static_cast<int>(blockDim.x / 32) ? static_cast<float>(partial[lane]) : 0.0f;  // 32 lanes per warp
+    v = lw::gpu::warp_reduce_sum(v);
+    if (lane == 0) *out = v;
+  }
+}
+__global__ void block_sum_fixed(const float* in, float* out) {
+  const float v = lw::gpu::block_reduce_sum(in[threadIdx.x]);
+  if (threadIdx.x == 0) *out = v;
+}
+
+TEST(PlantedBugs, ScratchSizedFor32PartialSums) {
+  std::vector<float> in = iota_floats(1024);
+  const float want = std::accumulate(in.begin(), in.end(), 0.0f);
+  float out = 0;
+  auto broken = sanitized("block_sum_broken", block_sum_broken, dim3(1), dim3(1024), in.data(), &out);
+  if (W == 64) {
+    expect_fault(broken, Fault::UninitSharedRead, "block_sum_broken");
+    EXPECT_NE(broken.front().detail.find("partial"), std::string::npos) << text(broken);
+  } else {
+    expect_clean(broken);
+    EXPECT_EQ(out, want);
+  }
+  out = 0;
+  expect_clean(sanitized("block_sum_fixed", block_sum_fixed, dim3(1), dim3(1024), in.data(), &out));
+  EXPECT_EQ(out, want);
+}
+
+// ---- 5. a ballot stored in 32 bits and counted with __popc ----
+
+__global__ void count_positive_broken(const float* in, int* out) {
+  const unsigned mask = __ballot(in[threadIdx.x] > 0);  // 32 bits hold a 32-lane ballot only
+  if (threadIdx.x == 0) *out = __popc(mask);
+}
+__global__ void count_positive_fixed(const float* in, int* out) {
+  const unsigned long long mask = __ballot(in[threadIdx.x] > 0);
+  if (threadIdx.x == 0) *out = __popcll(mask);
+}
+
+TEST(PlantedBugs, BallotStoredIn32Bits) {
+  std::vector<float> in(W);
+  for (int i = 0; i < W; ++i) in[i] = (i % 3 == 0) ? 1.0f : -1.0f;
+  int want = 0;
+  for (float x : in) want += x > 0;
+  int out = -1;
+  auto broken = sanitized("count_positive_broken", count_positive_broken, dim3(1), dim3(W), in.data(), &out);
+  if (W == 64) {
+    expect_fault(broken, Fault::BallotTruncated, "count_positive_broken");
+  } else {
+    expect_clean(broken);
+    EXPECT_EQ(out, want);
+  }
+  out = -1;
+  expect_clean(sanitized("count_positive_fixed", count_positive_fixed, dim3(1), dim3(W), in.data(), &out));
+  EXPECT_EQ(out, want);
+}
+
+// ---- 6. a barrier inside if (threadIdx.x < n) ----
+
+__global__ void prefix_broken(const float* in, float* out, int n) {
+  LW_SHARED(float, s, [256]);
+  if (static_cast<int>(threadIdx.x) < n) {
+    s[threadIdx.x] = in[threadIdx.x];
+    __syncthreads();  // threads >= n never arrive
+    out[threadIdx.x] = s[n - 1 - threadIdx.x];
+  }
+}
+__global__ void prefix_fixed(const float* in, float* out, int n) {
+  LW_SHARED(float, s, [256]);
+  const bool active = static_cast<int>(threadIdx.x) < n;
+  if (active) s[threadIdx.x] = in[threadIdx.x];
+  __syncthreads();
+  if (active) out[threadIdx.x] = s[n - 1 - threadIdx.x];
+}
+
+TEST(PlantedBugs, BarrierInsideABranch) {
+  std::vector<float> in = iota_floats(256), out(256, NAN);
+  const int n = 100;
+  expect_fault(sanitized("prefix_broken", prefix_broken, dim3(1), dim3(256), in.data(), out.data(), n),
+               Fault::DivergentBarrier, "prefix_broken");
+  expect_clean(sanitized("prefix_fixed", prefix_fixed, dim3(1), dim3(256), in.data(), out.data(), n));
+  for (int i = 0; i < n; ++i) EXPECT_EQ(out[i], in[n - 1 - i]);
+}
+
+// ---- 7. a shared-memory read before any write ----
+
+__global__ void shift_broken(const float* in, float* out) {
+  LW_SHARED(float, s, [128]);
+  s[threadIdx.x] = in[threadIdx.x];
+  out[threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];  // the neighbour may not have written yet
+  __syncthreads();
+}
+__global__ void shift_fixed(const float* in, float* out) {
+  LW_SHARED(float, s, [128]);
+  s[threadIdx.x] = in[threadIdx.x];
+  __syncthreads();
+  out[threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];
+}
+
+TEST(PlantedBugs, SharedReadBeforeWrite) {
+  std::vector<float> in = iota_floats(128), out(128, NAN);
+  expect_fault(sanitized("shift_broken", shift_broken, dim3(2), dim3(128), in.data(), out.data()),
+               Fault::UninitSharedRead, "shift_broken");
+  expect_clean(sanitized("shift_fixed", shift_fixed, dim3(2), dim3(128), in.data(), out.data()));
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(out[i], in[(i + 1) % 128]);
+}
+
+// ---- 8. a shared-memory race: a write and a read of one address with no barrier between ----
+
+__global__ void smooth_broken(const float* in, float* out) {
+  LW_SHARED(float, s, [128]);
+  const unsigned t = threadIdx.x, n = blockDim.x;
+  s[t] = in[t];
+  __syncthreads();
+  s[t] = s[t] * 2;                // updates its own element...
+  out[t] = s[(t + 1) % n];        // ...while the neighbour reads it: old or new value, by timing
+}
+__global__ void smooth_fixed(const float* in, float* out) {
+  LW_SHARED(float, s, [128]);
+  const unsigned t = threadIdx.x, n = blockDim.x;
+  s[t] = in[t];
+  __syncthreads();
+  s[t] = s[t] * 2;
+  __syncthreads();
+  out[t] = s[(t + 1) % n];
+}
+
+TEST(PlantedBugs, SharedMemoryRace) {
+  std::vector<float> in = iota_floats(128), out(128, NAN);
+  expect_fault(sanitized("smooth_broken", smooth_broken, dim3(1), dim3(128), in.data(), out.data()),
+               Fault::SharedRace, "smooth_broken");
+  expect_clean(sanitized("smooth_fixed", smooth_fixed, dim3(1), dim3(128), in.data(), out.data()));
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(out[i], 2 * in[(i + 1) % 128]);
+}
+
+// ---- 9. reading a lane on the other side of a divergent branch ----
+
+__global__ void half_warp_broken(const float* in, float* out) {
+  const int lane = lw::gpu::lane_id();
+  float v = in[threadIdx.x];
+  if (lane < 16) v += __shfl_xor(v, 16);  // lanes 16.. took the other path
+  __syncthreads();
+  out[threadIdx.x] = v;
+}
+__global__ void half_warp_fixed(const float* in, float* out) {
+  const int lane = lw::gpu::lane_id();
+  float v = in[threadIdx.x];
+  const float other = __shfl_xor(v, 16);  // every lane takes part, then some use the value
+  if (lane < 16) v += other;
+  __syncthreads();
+  out[threadIdx.x] = v;
+}
+
+TEST(PlantedBugs, ShuffleAcrossADivergentBranch) {
+  std::vector<float> in = iota_floats(64), out(64, NAN);
+  auto broken = sanitized("half_warp_broken", half_warp_broken, dim3(1), dim3(64), in.data(), out.data());
+  expect_fault(broken, Fault::InactiveLaneRead, "half_warp_broken");
+  EXPECT_NE(broken.front().detail.find("diverged"), std::string::npos) << text(broken);
+  expect_clean(sanitized("half_warp_fixed", half_warp_fixed, dim3(1), dim3(64), in.data(), out.data()));
+}
+
+// ---- 10. a shuffle width that is not a power of two or exceeds the warp ----
+
+__global__ void width_broken(const float* in, float* out, int width) {
+  out[threadIdx.x] = __shfl_down(in[threadIdx.x], 1u, width);
+}
+
+TEST(PlantedBugs, ShuffleWidths) {
+  std::vector<float> in = iota_floats(W), out(W, NAN);
+  expect_fault(sanitized("width_broken", width_broken, dim3(1), dim3(W), in.data(), out.data(), 24),
+               Fault::BadWidth, "width_broken");
+  auto wide = sanitized("width_broken", width_broken, dim3(1), dim3(W), in.data(), out.data(), 64);
+  if (W == 32) {
+    expect_fault(wide, Fault::BadWidth, "width_broken");
+  } else {
+    expect_clean(wide);
+  }
+  expect_clean(sanitized("width_broken", width_broken, dim3(1), dim3(W), in.data(), out.data(), 16));
+}
+
+// ---- 11. a mask naming lanes that never arrive, and lanes that disagree on the mask ----
+
+__global__ void mask_missing_lane(float* out) {
+  float v = 1.0f;
+  if (threadIdx.x < 8) v = __shfl_sync(0xffu | (1u << 9), v, 0);  // lane 9 is not in the branch
+  out[threadIdx.x] = v;
+}
+__global__ void mask_disagree(float* out) {
+  const unsigned mask = threadIdx.x == 3 ? 0xfu : 0xffu;
+  float v = 1.0f;
+  if (threadIdx.x < 8) v = __shfl_sync(mask, v, 0);
+  out[threadIdx.x] = v;
+}
+
+TEST(PlantedBugs, MaskNamesAbsentLanesOrDisagrees) {
+  std::vector<float> out(W, NAN);
+  auto missing = sanitized("mask_missing_lane", mask_missing_lane, dim3(1), dim3(W), out.data());
+  expect_fault(missing, Fault::MaskMismatch, "mask_missing_lane");
+  EXPECT_NE(missing.front().detail.find("names lane 9"), std::string::npos) << text(missing);
+  expect_fault(sanitized("mask_disagree", mask_disagree, dim3(1), dim3(W), out.data()), Fault::CollectiveMismatch,
+               "mask_disagree");
+}
+
+// ---- 12. shared index out of bounds ----
+
+__global__ void shared_oob(float* out) {
+  LW_SHARED(float, s, [64]);
+  s[threadIdx.x] = 1.0f;  // a 65-thread block overruns it
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x];
+}
+
+TEST(PlantedBugs, SharedIndexOutOfBounds) {
+  std::vector<float> out(65, NAN);
+  expect_fault(sanitized("shared_oob", shared_oob, dim3(1), dim3(65), out.data()), Fault::SharedOutOfBounds,
+               "shared_oob");
+  expect_clean(sanitized("shared_oob", shared_oob, dim3(1), dim3(64), out.data()));
+}
+
+// ---- intra-warp communication ordered by a warp collective is not a race ----
+
+__global__ void warp_handoff(const float* in, float* out) {
+  LW_SHARED(float, s, [128]);
+  const unsigned t = threadIdx.x;
+  s[t] = in[t];
+  __syncwarp();  // orders the lanes of this warp
+  const unsigned partner = (t & ~static_cast<unsigned>(warpSize - 1)) + ((t + 1) % warpSize);
+  out[t] = s[partner];
+}
+
+TEST(PlantedBugs, WarpSynchronisedHandoffIsClean) {
+  std::vector<float> in = iota_floats(128), out(128, NAN);
+  expect_clean(sanitized("warp_handoff", warp_handoff, dim3(1), dim3(128), in.data(), out.data()));
+}
+
+}  // namespace
