@@ -2,6 +2,7 @@
 # Runs lightwave's test suite on this machine:
 #   host32, host64  build the host target (SIMT emulator) at warp 32 and 64 and run ctest,
 #                   with the wave-portability sanitizer on;
+#   asan32, asan64  the same under AddressSanitizer (out-of-bounds device memory in kernels);
 #   cuda            build the CUDA target for sm_90 (nvcc); run its ctest only when a GPU is
 #                   visible (otherwise compile and link only);
 #   hip             build the HIP target for gfx90a, gfx942 and gfx1100 inside the ROCm 7
@@ -12,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-steps=(host32 host64 cuda hip)
+steps=(host32 host64 asan32 asan64 cuda hip)
 if [[ ${1:-} == --only ]]; then IFS=, read -ra steps <<< "${2:?--only needs a list of steps}"; fi
 jobs=$(nproc)
 rocm_root=${LW_ROCM_ROOT:-/var/cache/lightwave/rocm-root}
@@ -31,10 +32,12 @@ run_step() {  # run_step NAME COMMAND...
   seconds[$name]=$((SECONDS - t0))
 }
 
-host_step() {  # host_step WARP
-  cmake -S . -B build/host$1 -G Ninja -DLW_GPU=host -DLW_WARP_SIZE="$1" &&
-    cmake --build build/host$1 -j"$jobs" &&
-    ctest --test-dir build/host$1 -j"$jobs" --output-on-failure
+host_step() {  # host_step NAME WARP [CMAKE_ARG...]
+  local dir=build/$1 warp=$2
+  shift 2
+  cmake -S . -B "$dir" -G Ninja -DLW_GPU=host -DLW_WARP_SIZE="$warp" "$@" &&
+    cmake --build "$dir" -j"$jobs" &&
+    ctest --test-dir "$dir" -j"$jobs" --output-on-failure
 }
 
 cuda_step() {
@@ -63,13 +66,15 @@ hip_step() {
 
 for s in "${steps[@]}"; do
   case $s in
-    host32) run_step host32 host_step 32 ;;
-    host64) run_step host64 host_step 64 ;;
+    host32) run_step host32 host_step host32 32 ;;
+    host64) run_step host64 host_step host64 64 ;;
+    asan32) run_step asan32 host_step asan32 32 -DLW_SANITIZE_ADDRESS=ON ;;
+    asan64) run_step asan64 host_step asan64 64 -DLW_SANITIZE_ADDRESS=ON ;;
     cuda) run_step cuda cuda_step ;;
     hip) run_step hip hip_step ;;
-    *) echo "unknown step '$s' (host32, host64, cuda, hip)"; exit 2 ;;
+    *) echo "unknown step '$s' (host32, host64, asan32, asan64, cuda, hip)"; exit 2 ;;
   esac
-  if [[ $s == host* || $s == cuda ]]; then
+  if [[ $s == host* || $s == asan* || $s == cuda ]]; then
     line=$(grep -E "tests passed|tests failed|compiled and linked, not run" "build/logs/$s.log" | tail -1)
     summaries+=("$s: ${line:-no test summary (see build/logs/$s.log)}")
   elif [[ $s == hip ]]; then

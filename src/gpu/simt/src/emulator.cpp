@@ -21,6 +21,7 @@
 #include "lw_simt/shared.h"
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -149,6 +150,8 @@ class Block {
   [[noreturn]] void fault_here(Fault f, const std::string& detail, std::source_location where);
   void* dynamic_shared() { return dyn_smem_.get(); }
   SharedRegion& dynamic_region() { return dyn_region_; }
+  const char* kernel() const { return params_.kernel; }
+  uint3 index() const { return idx_; }
   AccessPoint access_point() const;
 
  private:
@@ -240,6 +243,17 @@ std::vector<Report> Block::run(uint3 idx) {
   tl_thread = nullptr;
   return std::move(reports_);
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+// AddressSanitizer's report names the host stack; add the device thread that made the access.
+void asan_report(const char*) {
+  if (!tl_block || !tl_thread) return;
+  const Report r{Fault::MemoryError, tl_block->kernel(), tl_block->index(), tl_thread->view.thread_idx, tl_thread->warp,
+                 tl_thread->lane, "", "the memory access reported above"};
+  std::fprintf(stderr, "%s\n", r.to_string().c_str());
+}
+[[maybe_unused]] const bool g_asan_hook = (__asan_set_error_report_callback(asan_report), true);
+#endif
 
 void Block::resume(Thread& t) {
   if (!t.started) {
@@ -540,6 +554,7 @@ const char* fault_name(Fault f) {
     case Fault::SharedRace: return "shared-memory race";
     case Fault::SharedOutOfBounds: return "shared out of bounds";
     case Fault::BallotTruncated: return "ballot truncated";
+    case Fault::MemoryError: return "device memory error";
     case Fault::InvalidLaunch: return "invalid launch";
     case Fault::Trap: return "trap";
     case Fault::Exception: return "exception";

@@ -37,9 +37,11 @@ struct Allocations {
   std::unordered_map<void*, size_t> pinned;
   size_t device_bytes = 0;
 };
+// Never destroyed: device memory may be freed by static destructors that run after this
+// function's statics would have been.
 Allocations& allocations() {
-  static Allocations a;
-  return a;
+  static Allocations* a = new Allocations;
+  return *a;
 }
 
 size_t physical_memory() {
@@ -52,8 +54,9 @@ cudaError_t alloc(std::unordered_map<void*, size_t>& table, void** ptr, size_t b
   *ptr = nullptr;
   if (bytes == 0) return cudaSuccess;
   if (bytes > physical_memory()) return set_error(cudaErrorMemoryAllocation);
-  void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  if (!p) return set_error(cudaErrorMemoryAllocation);
+  // The exact size, so that AddressSanitizer sees the first byte past the end.
+  void* p = nullptr;
+  if (posix_memalign(&p, 256, bytes) != 0) return set_error(cudaErrorMemoryAllocation);
   Allocations& a = allocations();
   std::lock_guard lock(a.mu);
   table.emplace(p, bytes);

@@ -33,6 +33,7 @@ enum class Fault {
   SharedRace,         // two threads touch the same shared bytes (one writes) with no barrier between
   SharedOutOfBounds,  // an index outside a shared array
   BallotTruncated,    // a 64-lane ballot stored in 32 bits: the votes of lanes 32..63 are lost
+  MemoryError,        // AddressSanitizer: device memory accessed out of bounds or after free
   InvalidLaunch,      // grid/block/shared-memory configuration the hardware would reject
   Trap,               // __trap() or a failed device-side check
   Exception,          // a C++ exception escaped the kernel
