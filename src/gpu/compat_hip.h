@@ -18,6 +18,10 @@ using __nv_bfloat162 = __hip_bfloat162;
 #define __float2bfloat16_rn __float2bfloat16
 #endif
 
+#ifndef __grid_constant__
+#define __grid_constant__
+#endif
+
 // ---- runtime API ----
 #define cudaError_t hipError_t
 #define cudaError hipError_t
