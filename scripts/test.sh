@@ -61,7 +61,7 @@ hip_step() {
       -DCMAKE_CXX_COMPILER="$hipcxx" -DCMAKE_HIP_ARCHITECTURES="gfx90a;gfx942;gfx1100"
     cmake --build /src/build/hip -j'"$jobs"'
     echo "HIP target compiled and linked for gfx90a, gfx942 and gfx1100:"
-    ls -l /src/build/hip/src/app/lightwave /src/build/hip/tests/test_ops'
+    ls -l /src/build/hip/src/app/lightwave /src/build/hip/tests/test_norm'
 }
 
 for s in "${steps[@]}"; do

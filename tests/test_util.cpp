@@ -103,4 +103,23 @@ double epsilon(DType dtype) {
   }
 }
 
+::testing::AssertionResult all_close(const Tensor& got, const std::vector<double>& ref, double rel, double abs) {
+  if (got.numel() != static_cast<int64_t>(ref.size())) {
+    return ::testing::AssertionFailure() << "size " << got.numel() << " != reference size " << ref.size();
+  }
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double g = element(got, i), r = ref[static_cast<size_t>(i)];
+    if (std::isnan(g) && !std::isnan(r)) return ::testing::AssertionFailure() << "element " << i << " is NaN (ref " << r << ")";
+    if (std::isinf(r) || std::isinf(g)) {
+      if (g != r) return ::testing::AssertionFailure() << "element " << i << ": " << g << " vs ref " << r;
+      continue;
+    }
+    if (std::abs(g - r) > rel * std::abs(r) + abs) {
+      return ::testing::AssertionFailure() << "element " << i << ": " << g << " vs ref " << r << " (error "
+                                           << std::abs(g - r) << " > bound " << rel * std::abs(r) + abs << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace lw::test

@@ -42,4 +42,8 @@ bool bitwise_equal(const Tensor& a, const Tensor& b);
 // Unit round-off of a float dtype.
 double epsilon(DType dtype);
 
+// Every element of `got` (host, float dtype) is finite where ref is, and within
+// rel * |ref| + abs of ref; reports the first element that is not, with its index.
+::testing::AssertionResult all_close(const Tensor& got, const std::vector<double>& ref, double rel, double abs);
+
 }  // namespace lw::test

@@ -1,4 +1,5 @@
-// Elementwise kernels. Raw-pointer entry points; shape and dtype checks live in ops/.
+// Elementwise kernels. Raw-pointer entry points over contiguous data; shape and dtype checks
+// live in ops/. Every kernel computes in float. Outputs may alias inputs element for element.
 #pragma once
 #include <cstdint>
 
@@ -6,8 +7,17 @@
 
 namespace lw::kernels {
 
-// out[i] = a[i] + b[i] for i < n, computed in float. T: float, half, bfloat16.
+enum class MapOp : uint8_t { add, mul, scale, copy, silu, gelu_tanh, gelu_erf };
+enum class Activation : uint8_t { silu, gelu_tanh, gelu_erf };
+
+// out[i] = op(a[i], b[i]) for binary ops (add, mul), op(a[i]) for the others; scale
+// multiplies by `scalar`; copy converts TIn to TOut (the cast). b is unused by unary ops.
+template <class TOut, class TIn>
+void map(MapOp op, TOut* out, const TIn* a, const TIn* b, float scalar, int64_t n, int warp_size,
+         cudaStream_t stream);
+
+// Gated activation over rows of [tokens, 2 * inter]: out[t, i] = act(in[t, i]) * in[t, inter + i].
 template <class T>
-void add(const T* a, const T* b, T* out, int64_t n, int warp_size, cudaStream_t stream);
+void act_mul(Activation act, T* out, const T* in, int64_t tokens, int64_t inter, int warp_size, cudaStream_t stream);
 
 }  // namespace lw::kernels

@@ -11,4 +11,20 @@ void check_float(const char* op, const char* name, const Tensor& t) {
   LW_CHECK(is_float(t.dtype()), op << ": " << name << " " << t.describe() << " must be f32, f16 or bf16");
 }
 
+void check_float_input(const char* op, const char* name, const Tensor& t) {
+  check_on_device(op, name, t);
+  check_float(op, name, t);
+  LW_CHECK(t.is_contiguous(), op << ": " << name << " " << t.describe() << " must be contiguous");
+}
+
+void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b, const Tensor& b) {
+  LW_CHECK(a.shape() == b.shape(),
+           op << ": shapes differ: " << name_a << " " << a.describe() << ", " << name_b << " " << b.describe());
+}
+
+void check_same_dtype(const char* op, const char* name_a, const Tensor& a, const char* name_b, const Tensor& b) {
+  LW_CHECK(a.dtype() == b.dtype(),
+           op << ": dtypes differ: " << name_a << " " << a.describe() << ", " << name_b << " " << b.describe());
+}
+
 }  // namespace lw::ops

@@ -1,30 +1,82 @@
 #include "ops/elementwise.h"
 
-#include "kernels/elementwise.h"
+#include <cmath>
+
 #include "ops/check.h"
 
 namespace lw::ops {
 
-void add(Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
-  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"a", &a}, {"b", &b}, {"out", &out}}) {
-    check_on_device("add", name, *t);
-    check_float("add", name, *t);
-    LW_CHECK(t->is_contiguous(), "add: " << name << " " << t->describe() << " must be contiguous");
-  }
-  LW_CHECK(a.shape() == b.shape() && a.shape() == out.shape(),
-           "add: shapes differ: a " << a.describe() << ", b " << b.describe() << ", out " << out.describe());
-  LW_CHECK(a.dtype() == b.dtype() && a.dtype() == out.dtype(),
-           "add: dtypes differ: a " << a.describe() << ", b " << b.describe() << ", out " << out.describe());
-  const int64_t n = a.numel();
-  cudaStream_t s = ctx.stream().get();
-  switch (a.dtype()) {
-    case DType::f32: kernels::add(a.data<float>(), b.data<float>(), out.data<float>(), n, ctx.warp_size(), s); break;
-    case DType::f16: kernels::add(a.data<half>(), b.data<half>(), out.data<half>(), n, ctx.warp_size(), s); break;
-    case DType::bf16:
-      kernels::add(a.data<bfloat16>(), b.data<bfloat16>(), out.data<bfloat16>(), n, ctx.warp_size(), s);
-      break;
-    default: LW_FAIL("add: unsupported dtype " << dtype_name(a.dtype()));
-  }
+namespace {
+
+void binary(Context& ctx, const char* name, kernels::MapOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_float_input(name, "a", a);
+  check_float_input(name, "b", b);
+  check_float_input(name, "out", out);
+  check_same_shape(name, "a", a, "b", b);
+  check_same_shape(name, "a", a, "out", out);
+  check_same_dtype(name, "a", a, "b", b);
+  check_same_dtype(name, "a", a, "out", out);
+  dispatch_float(a.dtype(), name, [&]<class T>() {
+    kernels::map<T, T>(op, out.data<T>(), a.data<T>(), b.data<T>(), 0.0f, a.numel(), ctx.warp_size(),
+                       ctx.stream().get());
+  });
+}
+
+// Unary map from x's dtype to out's dtype.
+void unary(Context& ctx, const char* name, kernels::MapOp op, const Tensor& x, float s, const Tensor& out) {
+  check_float_input(name, "x", x);
+  check_float_input(name, "out", out);
+  check_same_shape(name, "x", x, "out", out);
+  dispatch_float(x.dtype(), name, [&]<class TIn>() {
+    dispatch_float(out.dtype(), name, [&]<class TOut>() {
+      kernels::map<TOut, TIn>(op, out.data<TOut>(), x.data<TIn>(), nullptr, s, x.numel(), ctx.warp_size(),
+                              ctx.stream().get());
+    });
+  });
+}
+
+}  // namespace
+
+void add(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) { binary(ctx, "add", kernels::MapOp::add, a, b, out); }
+void mul(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) { binary(ctx, "mul", kernels::MapOp::mul, a, b, out); }
+void residual_add(Context& ctx, const Tensor& residual, const Tensor& x) {
+  binary(ctx, "residual_add", kernels::MapOp::add, residual, x, residual);
+}
+
+void scale(Context& ctx, const Tensor& x, float s, const Tensor& out) {
+  LW_CHECK(std::isfinite(s), "scale: factor " << s << " is not finite");
+  check_same_dtype("scale", "x", x, "out", out);
+  unary(ctx, "scale", kernels::MapOp::scale, x, s, out);
+}
+
+void cast(Context& ctx, const Tensor& x, const Tensor& out) {
+  LW_CHECK(x.dtype() == out.dtype() || !x.defined() || !out.defined() || x.data_ptr() != out.data_ptr(),
+           "cast: out " << out.describe() << " must not share memory with x " << x.describe());
+  unary(ctx, "cast", kernels::MapOp::copy, x, 0.0f, out);
+}
+
+void activation(Context& ctx, Activation act, const Tensor& x, const Tensor& out) {
+  check_same_dtype("activation", "x", x, "out", out);
+  const kernels::MapOp op = act == Activation::silu        ? kernels::MapOp::silu
+                            : act == Activation::gelu_tanh ? kernels::MapOp::gelu_tanh
+                                                           : kernels::MapOp::gelu_erf;
+  unary(ctx, "activation", op, x, 0.0f, out);
+}
+
+void act_mul(Context& ctx, Activation act, const Tensor& in, const Tensor& out) {
+  check_float_input("act_mul", "in", in);
+  check_float_input("act_mul", "out", out);
+  check_same_dtype("act_mul", "in", in, "out", out);
+  LW_CHECK(in.dim() >= 1 && in.size(-1) % 2 == 0,
+           "act_mul: in " << in.describe() << " must have an even last dimension (gate and up halves)");
+  std::vector<int64_t> want = in.shape();
+  want.back() /= 2;
+  LW_CHECK(out.shape() == want, "act_mul: out " << out.describe() << " must have shape " << shape_str(want));
+  const int64_t inter = want.back();
+  const int64_t tokens = inter == 0 ? 0 : out.numel() / inter;
+  dispatch_float(in.dtype(), "act_mul", [&]<class T>() {
+    kernels::act_mul<T>(act, out.data<T>(), in.data<T>(), tokens, inter, ctx.warp_size(), ctx.stream().get());
+  });
 }
 
 }  // namespace lw::ops

@@ -5,7 +5,7 @@
 
 namespace lw::ops {
 
-void row_sum(Context& ctx, const Tensor& x, Tensor& out) {
+void row_sum(Context& ctx, const Tensor& x, const Tensor& out) {
   check_on_device("row_sum", "x", x);
   check_on_device("row_sum", "out", out);
   check_float("row_sum", "x", x);

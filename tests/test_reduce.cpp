@@ -1,5 +1,4 @@
-// The first kernels, through their ops entry points, against float64 references.
-#include "ops/elementwise.h"
+// Reductions against float64 references.
 #include "ops/reduce.h"
 #include "test_util.h"
 
@@ -7,45 +6,6 @@ namespace lw::test {
 namespace {
 
 const DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
-
-TEST(Add, MatchesFloat64ReferenceAndIsDeterministic) {
-  for (DType dt : kFloatTypes) {
-    for (int64_t n : {1, 7, 31, 32, 33, 63, 64, 65, 1000, 4097, 100003}) {
-      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", n " << n);
-      Tensor ah = random_host({n}, dt), bh = random_host({n}, dt);
-      Tensor a = ctx().to_device(ah), b = ctx().to_device(bh), out = ctx().empty({n}, dt);
-      poison(out);
-      ops::add(ctx(), a, b, out);
-      Tensor first = ctx().to_host(out);
-      const std::vector<double> x = to_doubles(ah), y = to_doubles(bh), got = to_doubles(first);
-      for (int64_t i = 0; i < n; ++i) {
-        const double ref = x[i] + y[i];
-        // One rounding of the exact sum to the dtype.
-        // (plus half the smallest f16 subnormal, for results that underflow)
-        ASSERT_LE(std::abs(got[i] - ref), epsilon(dt) * std::abs(ref) + 3e-8) << "element " << i;
-      }
-      poison(out);
-      ops::add(ctx(), a, b, out);
-      EXPECT_TRUE(bitwise_equal(first, ctx().to_host(out))) << "two runs differ";
-    }
-  }
-}
-
-TEST(Add, RejectsBadArguments) {
-  Tensor a = ctx().empty({4}, DType::f32), b = ctx().empty({5}, DType::f32), c = ctx().empty({4}, DType::f16);
-  Tensor out = ctx().empty({4}, DType::f32);
-  EXPECT_THROW(ops::add(ctx(), a, b, out), Error);
-  EXPECT_THROW(ops::add(ctx(), a, c, out), Error);
-  Tensor host = Tensor::empty_host({4}, DType::f32);
-  EXPECT_THROW(ops::add(ctx(), a, host, out), Error);
-  Tensor ints = ctx().empty({4}, DType::i32);
-  EXPECT_THROW(ops::add(ctx(), ints, ints, ints), Error);
-  try {
-    ops::add(ctx(), a, b, out);
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("shapes differ"), std::string::npos) << e.what();
-  }
-}
 
 TEST(RowSum, MatchesFloat64Reference) {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1},  {3, 1},   {5, 31},   {7, 33},   {4, 63},

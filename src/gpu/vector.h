@@ -1,0 +1,35 @@
+// 16-byte vector loads and stores: the widest access one thread makes in one instruction on
+// every target, and what memory-bound kernels need to approach the copy bandwidth.
+#pragma once
+#include <cstdint>
+
+#include "gpu/compat.h"
+
+namespace lw::gpu {
+
+inline constexpr int kVectorBytes = 16;
+// Elements of T in one 16-byte vector (4 floats, 8 halves).
+template <class T>
+inline constexpr int kVecWidth = kVectorBytes / static_cast<int>(sizeof(T));
+
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+template <int N, class T>
+LW_DEVICE_INLINE Vec<T, N> load_vec(const T* p) {
+  return *reinterpret_cast<const Vec<T, N>*>(p);
+}
+template <int N, class T>
+LW_DEVICE_INLINE void store_vec(T* p, const Vec<T, N>& v) {
+  *reinterpret_cast<Vec<T, N>*>(p) = v;
+}
+
+// True when every pointer is aligned to `bytes`.
+template <class... P>
+inline bool aligned_to(int64_t bytes, const P*... p) {
+  return ((reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0) && ...);
+}
+
+}  // namespace lw::gpu
