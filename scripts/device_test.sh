@@ -2,11 +2,20 @@
 # Builds the CUDA target on a GPU machine with all its cores and runs the test suite on the
 # GPU; prints a short table at the end. Logs go to $OUT (the device tool's output folder) or
 # build/device-logs. Run from the repository root:
-#     scripts/device_test.sh [CUDA_ARCH]        (default 90, the H100/H200)
+#     scripts/device_test.sh [CUDA_ARCH] [--bench]   (default 90, the H100/H200)
+# --bench also runs bench/bench_ops and, where torch is installed, bench/torch_reference.py
+# on the same shapes, printing both tables.
 # When the machine has no GoogleTest/spdlog packages, carry the folder made by
 # scripts/gather_deps.sh as .deps/ and it is used.
 set -euo pipefail
-arch=${1:-90}
+arch=90
+bench=0
+for a in "$@"; do
+  case $a in
+    --bench) bench=1 ;;
+    *) arch=$a ;;
+  esac
+done
 out=${OUT:-build/device-logs}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -27,4 +36,10 @@ status=0
 ctest --test-dir build/device -j4 --output-on-failure --output-junit "$out/junit.xml" > "$out/ctest.log" 2>&1 || status=$?
 tail -5 "$out/ctest.log"
 python3 tools/test_table.py "$out/junit.xml" || status=1
+if (( bench )); then
+  build/device/bench/bench_ops --json "$out/bench_ops.json" 2>&1 | tee "$out/bench_ops.txt"
+  if python3 -c "import torch" 2> /dev/null; then
+    python3 bench/torch_reference.py 2>&1 | tee "$out/torch_reference.txt"
+  fi
+fi
 exit $status
