@@ -63,35 +63,39 @@ void by_width(int width, int warp_size, Args&&... args) {
 
 template <int W>
 struct ReduceLaunch {
-  static void run(const float* in, float* out, ReduceOp op, unsigned blocks, dim3 block) {
-    gpu::launch("warp_reduce_test", warp_reduce_kernel<W>, {dim3(blocks), block}, in, out, op);
+  static void run(const float* in, float* out, ReduceOp op, unsigned blocks, dim3 block, cudaStream_t stream) {
+    gpu::launch("warp_reduce_test", warp_reduce_kernel<W>, {dim3(blocks), block, 0, stream}, in, out, op);
   }
 };
 template <int W>
 struct BroadcastLaunch {
-  static void run(const float* in, float* out, int src, unsigned blocks, dim3 block) {
-    gpu::launch("warp_broadcast_test", warp_broadcast_kernel<W>, {dim3(blocks), block}, in, out, src);
+  static void run(const float* in, float* out, int src, unsigned blocks, dim3 block, cudaStream_t stream) {
+    gpu::launch("warp_broadcast_test", warp_broadcast_kernel<W>, {dim3(blocks), block, 0, stream}, in, out, src);
   }
 };
 
 }  // namespace
 
-void run_warp_reduce(const float* in, float* out, int width, ReduceOp op, unsigned blocks, dim3 block, int warp_size) {
-  by_width<ReduceLaunch>(width, warp_size, in, out, op, blocks, block);
+void run_warp_reduce(const float* in, float* out, int width, ReduceOp op, unsigned blocks, dim3 block, int warp_size,
+                     cudaStream_t stream) {
+  by_width<ReduceLaunch>(width, warp_size, in, out, op, blocks, block, stream);
 }
 
-void run_warp_broadcast(const float* in, float* out, int width, int src, unsigned blocks, dim3 block, int warp_size) {
-  by_width<BroadcastLaunch>(width, warp_size, in, out, src, blocks, block);
+void run_warp_broadcast(const float* in, float* out, int width, int src, unsigned blocks, dim3 block, int warp_size,
+                        cudaStream_t stream) {
+  by_width<BroadcastLaunch>(width, warp_size, in, out, src, blocks, block, stream);
 }
 
-void run_block_reduce(const float* in, float* out, ReduceOp op, unsigned blocks, dim3 block) {
-  gpu::launch("block_reduce_test", block_reduce_kernel, {dim3(blocks), block}, in, out, op);
+void run_block_reduce(const float* in, float* out, ReduceOp op, unsigned blocks, dim3 block, cudaStream_t stream) {
+  gpu::launch("block_reduce_test", block_reduce_kernel, {dim3(blocks), block, 0, stream}, in, out, op);
 }
 
-void run_device_warp_size(int* out) { gpu::launch("device_warp_size", device_warp_size_kernel, {dim3(1), dim3(1)}, out); }
+void run_device_warp_size(int* out, cudaStream_t stream) {
+  gpu::launch("device_warp_size", device_warp_size_kernel, {dim3(1), dim3(1), 0, stream}, out);
+}
 
-void run_lane_ids(int* lane, int* warp, dim3 block) {
-  gpu::launch("lane_ids", lane_ids_kernel, {dim3(1), block}, lane, warp);
+void run_lane_ids(int* lane, int* warp, dim3 block, cudaStream_t stream) {
+  gpu::launch("lane_ids", lane_ids_kernel, {dim3(1), block, 0, stream}, lane, warp);
 }
 
 }  // namespace lw::test

@@ -1,4 +1,5 @@
-// Test kernels over the warp and block primitives of gpu/. Pointers are device pointers.
+// Test kernels over the warp and block primitives of gpu/. Pointers are device pointers; each
+// launch is ordered on `stream` (the test context's), like the copies around it.
 #pragma once
 #include "gpu/compat.h"
 
@@ -8,18 +9,20 @@ enum class ReduceOp { sum, max, min };
 
 // Every thread of every block writes warp_reduce<width>(in[i]) to out[i], i = its global index.
 // Throws lw::Error when width exceeds the device's warp size.
-void run_warp_reduce(const float* in, float* out, int width, ReduceOp op, unsigned blocks, dim3 block, int warp_size);
+void run_warp_reduce(const float* in, float* out, int width, ReduceOp op, unsigned blocks, dim3 block, int warp_size,
+                     cudaStream_t stream);
 
 // Every thread writes warp_broadcast<width>(in[i], src) to out[i].
-void run_warp_broadcast(const float* in, float* out, int width, int src, unsigned blocks, dim3 block, int warp_size);
+void run_warp_broadcast(const float* in, float* out, int width, int src, unsigned blocks, dim3 block, int warp_size,
+                        cudaStream_t stream);
 
 // Every thread writes block_reduce(in[i]) to out[i] (so each thread's copy of the result is checked).
-void run_block_reduce(const float* in, float* out, ReduceOp op, unsigned blocks, dim3 block);
+void run_block_reduce(const float* in, float* out, ReduceOp op, unsigned blocks, dim3 block, cudaStream_t stream);
 
 // Writes the compile-time physical warp size seen by device code to *out.
-void run_device_warp_size(int* out);
+void run_device_warp_size(int* out, cudaStream_t stream);
 
 // Writes the lane and warp of each thread (lane_id, warp_id) for a block of shape `block`.
-void run_lane_ids(int* lane, int* warp, dim3 block);
+void run_lane_ids(int* lane, int* warp, dim3 block, cudaStream_t stream);
 
 }  // namespace lw::test

@@ -15,12 +15,14 @@ double reduce_ref(const std::vector<double>& v, size_t begin, size_t end, Reduce
   return r;
 }
 
+cudaStream_t stream() { return ctx().stream().get(); }
+
 const char* op_name(ReduceOp op) { return op == ReduceOp::sum ? "sum" : op == ReduceOp::max ? "max" : "min"; }
 
 TEST(Primitives, DeviceCodeAgreesWithRuntimeWarpSize) {
   Tensor out = ctx().empty({1}, DType::i32);
   poison(out);
-  run_device_warp_size(out.data<int32_t>());
+  run_device_warp_size(out.data<int32_t>(), stream());
   Tensor host = ctx().to_host(out);
   EXPECT_EQ(host.data<int32_t>()[0], ctx().warp_size());
 }
@@ -32,7 +34,7 @@ TEST(Primitives, WarpsTakeThreadsInLinearOrder) {
     Tensor lane = ctx().empty({n}, DType::i32), warp = ctx().empty({n}, DType::i32);
     poison(lane);
     poison(warp);
-    run_lane_ids(lane.data<int32_t>(), warp.data<int32_t>(), block);
+    run_lane_ids(lane.data<int32_t>(), warp.data<int32_t>(), block, stream());
     Tensor hl = ctx().to_host(lane), hw = ctx().to_host(warp);
     for (int t = 0; t < n; ++t) {
       ASSERT_EQ(hl.data<int32_t>()[t], t % ws) << "thread " << t;
@@ -55,7 +57,7 @@ TEST(Primitives, WarpReduceEveryWidthAndOp) {
         Tensor in_h = random_host({n}, DType::f32);
         Tensor in = ctx().to_device(in_h), out = ctx().empty({n}, DType::f32);
         poison(out);
-        run_warp_reduce(in.data<float>(), out.data<float>(), width, op, blocks, block, ws);
+        run_warp_reduce(in.data<float>(), out.data<float>(), width, op, blocks, block, ws, stream());
         const std::vector<double> x = to_doubles(in_h), y = to_doubles(ctx().to_host(out));
         for (int i = 0; i < n; ++i) {
           const size_t seg = static_cast<size_t>(i / width * width);
@@ -71,7 +73,7 @@ TEST(Primitives, WarpReduceRejectsWidthBeyondTheWarp) {
   const int ws = ctx().warp_size();
   if (ws == 64) GTEST_SKIP() << "every width up to 64 fits this warp";
   Tensor buf = ctx().empty({64}, DType::f32);
-  EXPECT_THROW(run_warp_reduce(buf.data<float>(), buf.data<float>(), 64, ReduceOp::sum, 1, dim3(64), ws), Error);
+  EXPECT_THROW(run_warp_reduce(buf.data<float>(), buf.data<float>(), 64, ReduceOp::sum, 1, dim3(64), ws, stream()), Error);
 }
 
 TEST(Primitives, WarpBroadcast) {
@@ -82,7 +84,7 @@ TEST(Primitives, WarpBroadcast) {
     Tensor in_h = random_host({n}, DType::f32);
     Tensor in = ctx().to_device(in_h), out = ctx().empty({n}, DType::f32);
     poison(out);
-    run_warp_broadcast(in.data<float>(), out.data<float>(), width, src, 2, dim3(128), ws);
+    run_warp_broadcast(in.data<float>(), out.data<float>(), width, src, 2, dim3(128), ws, stream());
     const std::vector<double> x = to_doubles(in_h), y = to_doubles(ctx().to_host(out));
     for (int i = 0; i < n; ++i) ASSERT_EQ(y[i], x[i / width * width + src]) << "width " << width << ", element " << i;
   }
@@ -100,7 +102,7 @@ TEST(Primitives, BlockReduceAnyBlockShape) {
       Tensor in_h = random_host({n}, DType::f32);
       Tensor in = ctx().to_device(in_h), out = ctx().empty({n}, DType::f32);
       poison(out);
-      run_block_reduce(in.data<float>(), out.data<float>(), op, blocks, block);
+      run_block_reduce(in.data<float>(), out.data<float>(), op, blocks, block, stream());
       const std::vector<double> x = to_doubles(in_h), y = to_doubles(ctx().to_host(out));
       for (int i = 0; i < n; ++i) {
         const size_t b = static_cast<size_t>(i / per_block * per_block);

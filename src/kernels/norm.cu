@@ -9,7 +9,9 @@ namespace lw::kernels {
 
 namespace {
 
-constexpr int kCache = 4;  // vectors a thread keeps in registers between the passes
+// Vectors a thread keeps in registers between the passes. Launches give each thread up to
+// this many, so the row is read from memory once and many bytes are in flight per SM.
+constexpr int kCache = 8;
 
 // Loads the row (adding and storing the residual in the fused form) into registers when it
 // fits (Cached), then reduces and normalises. The uncached form re-reads the row instead.
@@ -125,8 +127,7 @@ void launch_norm(T* out, const T* x, const T* w, const T* b, T* residual, float 
   const bool vec = hidden % V == 0 && gpu::aligned_to(gpu::kVectorBytes, out, x, w) &&
                    (!b || gpu::aligned_to(gpu::kVectorBytes, b)) && (!residual || gpu::aligned_to(gpu::kVectorBytes, residual));
   const int64_t nvec = vec ? hidden / V : hidden;
-  // About two vectors per thread keeps many rows in flight; at most 1024 threads.
-  const int64_t want = (nvec + 1) / 2;
+  const int64_t want = (nvec + kCache - 1) / kCache;
   const int threads = gpu::round_block_size(static_cast<int>(want < 1024 ? want : 1024), warp_size);
   const bool cached = nvec <= static_cast<int64_t>(threads) * kCache;
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream};

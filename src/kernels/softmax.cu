@@ -11,7 +11,9 @@ namespace lw::kernels {
 
 namespace {
 
-constexpr int kCache = 4;  // vectors a thread keeps in registers between the passes
+// Vectors a thread keeps in registers between the passes. Launches give each thread up to
+// this many, so the row is read from memory once and many bytes are in flight per SM.
+constexpr int kCache = 8;
 
 template <class TOut, class TIn, int VEC, bool Cached>
 __global__ void softmax_kernel(TOut* out, const TIn* x, float inv_temp, bool log_out, int64_t cols) {
@@ -63,7 +65,7 @@ __global__ void softmax_kernel(TOut* out, const TIn* x, float inv_temp, bool log
     float v[VEC];
     values(i, k, v);
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) sum += expf(v[j] - shift);
+    for (int j = 0; j < VEC; ++j) sum += __expf(v[j] - shift);
   });
   sum = gpu::block_reduce_sum(sum);
   const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
@@ -75,7 +77,7 @@ __global__ void softmax_kernel(TOut* out, const TIn* x, float inv_temp, bool log
     gpu::Vec<TOut, VEC> yv;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      const float y = log_out ? (sum > 0.0f ? v[j] - shift - log_sum : -INFINITY) : expf(v[j] - shift) * inv_sum;
+      const float y = log_out ? (sum > 0.0f ? v[j] - shift - log_sum : -INFINITY) : __expf(v[j] - shift) * inv_sum;
       yv.v[j] = gpu::from_float<TOut>(y);
     }
     gpu::store_vec<VEC>(yr + static_cast<int64_t>(i) * VEC, yv);
@@ -92,7 +94,7 @@ void softmax(TOut* out, const TIn* x, float temperature, bool log, int64_t rows,
   constexpr int V = gpu::kVecWidth<TIn> < gpu::kVecWidth<TOut> ? gpu::kVecWidth<TIn> : gpu::kVecWidth<TOut>;
   const bool vec = cols % V == 0 && gpu::aligned_to(gpu::kVectorBytes, out, x);
   const int64_t nvec = vec ? cols / V : cols;
-  const int64_t want = (nvec + 1) / 2;
+  const int64_t want = (nvec + kCache - 1) / kCache;
   const int threads = gpu::round_block_size(static_cast<int>(want < 1024 ? want : 1024), warp_size);
   const bool cached = nvec <= static_cast<int64_t>(threads) * kCache;
   const float inv_temp = 1.0f / temperature;
