@@ -4,6 +4,7 @@
 #include "gpu/launch.h"
 #include "gpu/numeric.h"
 #include "gpu/vector.h"
+#include "kernels/row_plan.h"
 
 namespace lw::kernels {
 
@@ -11,7 +12,7 @@ namespace {
 
 // Vectors a thread keeps in registers between the passes. Launches give each thread up to
 // this many, so the row is read from memory once and many bytes are in flight per SM.
-constexpr int kCache = 8;
+constexpr int kCache = kRowCacheVectors;
 
 // Loads the row (adding and storing the residual in the fused form) into registers when it
 // fits (Cached), then reduces and normalises. The uncached form re-reads the row instead.
@@ -127,9 +128,9 @@ void launch_norm(T* out, const T* x, const T* w, const T* b, T* residual, float 
   const bool vec = hidden % V == 0 && gpu::aligned_to(gpu::kVectorBytes, out, x, w) &&
                    (!b || gpu::aligned_to(gpu::kVectorBytes, b)) && (!residual || gpu::aligned_to(gpu::kVectorBytes, residual));
   const int64_t nvec = vec ? hidden / V : hidden;
-  const int64_t want = (nvec + kCache - 1) / kCache;
-  const int threads = gpu::round_block_size(static_cast<int>(want < 1024 ? want : 1024), warp_size);
-  const bool cached = nvec <= static_cast<int64_t>(threads) * kCache;
+  const RowPlan plan = row_plan(nvec, warp_size);
+  const int threads = plan.threads;
+  const bool cached = plan.cached;
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream};
   const char* name = Layer ? "layer_norm" : "rms_norm";
   if (vec && cached) gpu::launch(name, norm_kernel<T, V, true, Layer>, cfg, out, x, w, b, residual, eps, hidden);

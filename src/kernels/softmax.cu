@@ -6,6 +6,7 @@
 #include "gpu/launch.h"
 #include "gpu/numeric.h"
 #include "gpu/vector.h"
+#include "kernels/row_plan.h"
 
 namespace lw::kernels {
 
@@ -13,7 +14,7 @@ namespace {
 
 // Vectors a thread keeps in registers between the passes. Launches give each thread up to
 // this many, so the row is read from memory once and many bytes are in flight per SM.
-constexpr int kCache = 8;
+constexpr int kCache = kRowCacheVectors;
 
 template <class TOut, class TIn, int VEC, bool Cached>
 __global__ void softmax_kernel(TOut* out, const TIn* x, float inv_temp, bool log_out, int64_t cols) {
@@ -94,9 +95,9 @@ void softmax(TOut* out, const TIn* x, float temperature, bool log, int64_t rows,
   constexpr int V = gpu::kVecWidth<TIn> < gpu::kVecWidth<TOut> ? gpu::kVecWidth<TIn> : gpu::kVecWidth<TOut>;
   const bool vec = cols % V == 0 && gpu::aligned_to(gpu::kVectorBytes, out, x);
   const int64_t nvec = vec ? cols / V : cols;
-  const int64_t want = (nvec + kCache - 1) / kCache;
-  const int threads = gpu::round_block_size(static_cast<int>(want < 1024 ? want : 1024), warp_size);
-  const bool cached = nvec <= static_cast<int64_t>(threads) * kCache;
+  const RowPlan plan = row_plan(nvec, warp_size);
+  const int threads = plan.threads;
+  const bool cached = plan.cached;
   const float inv_temp = 1.0f / temperature;
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream};
   if (vec && cached) gpu::launch("softmax", softmax_kernel<TOut, TIn, V, true>, cfg, out, x, inv_temp, log, cols);
