@@ -10,13 +10,11 @@ namespace lw::kernels {
 
 namespace {
 
-// Vectors a thread keeps in registers between the passes. Launches give each thread up to
-// this many, so the row is read from memory once and many bytes are in flight per SM.
-constexpr int kCache = kRowCacheVectors;
-
-// Loads the row (adding and storing the residual in the fused form) into registers when it
-// fits (Cached), then reduces and normalises. The uncached form re-reads the row instead.
-template <class T, int VEC, bool Cached, bool Layer>
+// Pass 1 reads the row (adding and storing the residual in the fused form) and reduces;
+// the later passes re-read it, from the L1/L2 cache where the first pass left it. Keeping
+// the row in registers instead was measured slower on the H200 (docs/PERFORMANCE.md): the
+// registers it takes cut the rows in flight per multiprocessor.
+template <class T, int VEC, bool Layer>
 __global__ void norm_kernel(T* out, const T* x, const T* w, const T* b, T* residual, float eps, int64_t hidden) {
   const int64_t base = static_cast<int64_t>(blockIdx.x) * hidden;
   const T* xr = x + base;
@@ -26,23 +24,8 @@ __global__ void norm_kernel(T* out, const T* x, const T* w, const T* b, T* resid
   const int step = static_cast<int>(blockDim.x);
   const int first = static_cast<int>(threadIdx.x);
 
-  // Visits this thread's vectors; in the cached form the loop is unrolled so that the
-  // register cache is indexed by constants (a run-time index would put it in local memory).
-  auto each = [&](auto&& f) {
-    if constexpr (Cached) {
-#pragma unroll
-      for (int k = 0; k < kCache; ++k) {
-        const int i = first + k * step;
-        if (i < nvec) f(i, k);
-      }
-    } else {
-      for (int i = first; i < nvec; i += step) f(i, 0);
-    }
-  };
-
-  float cache[Cached ? kCache : 1][VEC];
   float sum = 0.0f;
-  each([&](int i, int k) {
+  for (int i = first; i < nvec; i += step) {
     const int64_t off = static_cast<int64_t>(i) * VEC;
     const gpu::Vec<T, VEC> xv = gpu::load_vec<VEC>(xr + off);
     float v[VEC];
@@ -59,45 +42,31 @@ __global__ void norm_kernel(T* out, const T* x, const T* w, const T* b, T* resid
       gpu::store_vec<VEC>(rr + off, nv);
     }
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      sum += Layer ? v[j] : v[j] * v[j];
-      if constexpr (Cached) cache[k][j] = v[j];
-    }
-  });
+    for (int j = 0; j < VEC; ++j) sum += Layer ? v[j] : v[j] * v[j];
+  }
   const float inv_n = 1.0f / static_cast<float>(hidden);
-  const T* src = rr ? rr : xr;  // what the uncached passes re-read
-
-  // The row's values, from registers or re-read.
-  auto values = [&](int i, int k, float (&v)[VEC]) {
-    if constexpr (Cached) {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) v[j] = cache[k][j];
-    } else {
-      const gpu::Vec<T, VEC> sv = gpu::load_vec<VEC>(src + static_cast<int64_t>(i) * VEC);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) v[j] = gpu::to_float(sv.v[j]);
-    }
-  };
+  const T* src = rr ? rr : xr;  // what the later passes re-read
 
   float mean = 0.0f, rstd;
   if constexpr (Layer) {
     mean = gpu::block_reduce_sum(sum) * inv_n;
     float sq = 0.0f;
-    each([&](int i, int k) {
-      float v[VEC];
-      values(i, k, v);
+    for (int i = first; i < nvec; i += step) {
+      const gpu::Vec<T, VEC> sv = gpu::load_vec<VEC>(src + static_cast<int64_t>(i) * VEC);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) sq += (v[j] - mean) * (v[j] - mean);
-    });
+      for (int j = 0; j < VEC; ++j) {
+        const float d = gpu::to_float(sv.v[j]) - mean;
+        sq += d * d;
+      }
+    }
     rstd = rsqrtf(gpu::block_reduce_sum(sq) * inv_n + eps);
   } else {
     rstd = rsqrtf(gpu::block_reduce_sum(sum) * inv_n + eps);
   }
 
-  each([&](int i, int k) {
+  for (int i = first; i < nvec; i += step) {
     const int64_t off = static_cast<int64_t>(i) * VEC;
-    float v[VEC];
-    values(i, k, v);
+    const gpu::Vec<T, VEC> sv = gpu::load_vec<VEC>(src + off);
     const gpu::Vec<T, VEC> wv = gpu::load_vec<VEC>(w + off);
     gpu::Vec<T, VEC> bv;
     if constexpr (Layer) {
@@ -106,17 +75,18 @@ __global__ void norm_kernel(T* out, const T* x, const T* w, const T* b, T* resid
     gpu::Vec<T, VEC> yv;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
+      const float v = gpu::to_float(sv.v[j]);
       if constexpr (Layer) {
-        float y = (v[j] - mean) * rstd * gpu::to_float(wv.v[j]);
+        float y = (v - mean) * rstd * gpu::to_float(wv.v[j]);
         if (b) y += gpu::to_float(bv.v[j]);
         yv.v[j] = gpu::from_float<T>(y);
       } else {
-        const float normed = gpu::to_float(gpu::from_float<T>(v[j] * rstd));
+        const float normed = gpu::to_float(gpu::from_float<T>(v * rstd));
         yv.v[j] = gpu::from_float<T>(normed * gpu::to_float(wv.v[j]));
       }
     }
     gpu::store_vec<VEC>(yr + off, yv);
-  });
+  }
 }
 
 template <class T, bool Layer>
@@ -128,15 +98,10 @@ void launch_norm(T* out, const T* x, const T* w, const T* b, T* residual, float 
   const bool vec = hidden % V == 0 && gpu::aligned_to(gpu::kVectorBytes, out, x, w) &&
                    (!b || gpu::aligned_to(gpu::kVectorBytes, b)) && (!residual || gpu::aligned_to(gpu::kVectorBytes, residual));
   const int64_t nvec = vec ? hidden / V : hidden;
-  const RowPlan plan = row_plan(nvec, warp_size);
-  const int threads = plan.threads;
-  const bool cached = plan.cached;
-  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream};
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows)), dim3(row_threads(nvec, warp_size)), 0, stream};
   const char* name = Layer ? "layer_norm" : "rms_norm";
-  if (vec && cached) gpu::launch(name, norm_kernel<T, V, true, Layer>, cfg, out, x, w, b, residual, eps, hidden);
-  else if (vec) gpu::launch(name, norm_kernel<T, V, false, Layer>, cfg, out, x, w, b, residual, eps, hidden);
-  else if (cached) gpu::launch(name, norm_kernel<T, 1, true, Layer>, cfg, out, x, w, b, residual, eps, hidden);
-  else gpu::launch(name, norm_kernel<T, 1, false, Layer>, cfg, out, x, w, b, residual, eps, hidden);
+  if (vec) gpu::launch(name, norm_kernel<T, V, Layer>, cfg, out, x, w, b, residual, eps, hidden);
+  else gpu::launch(name, norm_kernel<T, 1, Layer>, cfg, out, x, w, b, residual, eps, hidden);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// How a row-wise kernel (one block per row) spreads a row of `nvec` vectors over its threads,
-// and whether the row fits in the threads' registers. Tuning knobs for benchmarks (read once):
-//   LW_ROW_VECS_PER_THREAD  vectors per thread (1..8, default 8)
-//   LW_ROW_CACHE            0: re-read the row from cache instead of keeping it in registers
+// Threads per block of the row-wise kernels (one block per row): about two 16-byte vectors
+// per thread, rounded to the warp, at most 1024. Measured on the H200 (docs/PERFORMANCE.md):
+// light blocks that re-read the row from cache beat heavy blocks that keep it in registers.
+// LW_ROW_VECS_PER_THREAD (1..16, read once) overrides the two, for tuning on other GPUs.
 #pragma once
 #include <cstdint>
 #include <cstdlib>
@@ -10,26 +10,14 @@
 
 namespace lw::kernels {
 
-inline constexpr int kRowCacheVectors = 8;  // the register cache of the row kernels
-
-struct RowPlan {
-  int threads;
-  bool cached;
-};
-
-inline RowPlan row_plan(int64_t nvec, int warp_size) {
+inline int row_threads(int64_t nvec, int warp_size) {
   static const int per_thread = [] {
     const char* env = std::getenv("LW_ROW_VECS_PER_THREAD");
-    const int v = env ? std::atoi(env) : kRowCacheVectors;
-    return v < 1 ? 1 : v > kRowCacheVectors ? kRowCacheVectors : v;
-  }();
-  static const bool allow_cache = [] {
-    const char* env = std::getenv("LW_ROW_CACHE");
-    return !(env && env[0] == '0');
+    const int v = env ? std::atoi(env) : 2;
+    return v < 1 ? 1 : v > 16 ? 16 : v;
   }();
   const int64_t want = (nvec + per_thread - 1) / per_thread;
-  const int threads = gpu::round_block_size(static_cast<int>(want < 1024 ? want : 1024), warp_size);
-  return {threads, allow_cache && nvec <= static_cast<int64_t>(threads) * kRowCacheVectors};
+  return gpu::round_block_size(static_cast<int>(want < 1024 ? want : 1024), warp_size);
 }
 
 }  // namespace lw::kernels
