@@ -12,42 +12,44 @@ namespace lw::kernels {
 
 namespace {
 
-// Pass 1 keeps a running maximum and a sum of exponentials rescaled to it (online softmax);
-// one combination across the block gives both. Pass 2 re-reads the row (from cache) and
-// writes. A fully masked row (every value -inf) gives zeros, or -inf for the logarithm.
+// Three passes over the row: the maximum, the sum of exponentials, the output; the second and
+// third re-read the row from the L1/L2 cache. (An online single-pass maximum and sum was
+// measured slower on the H200: its per-element rescaling costs more than the re-read.)
+// A fully masked row (every value -inf) gives zeros, or -inf for the logarithm, never NaN.
 template <class TOut, class TIn, int VEC>
 __global__ void softmax_kernel(TOut* out, const TIn* x, float inv_temp, bool log_out, int64_t cols) {
   const TIn* xr = x + static_cast<int64_t>(blockIdx.x) * cols;
   TOut* yr = out + static_cast<int64_t>(blockIdx.x) * cols;
   const int nvec = static_cast<int>(cols / VEC);
   const int step = static_cast<int>(blockDim.x);
+  const int first = static_cast<int>(threadIdx.x);
 
-  float mx = -INFINITY, sum = 0.0f;
-  for (int i = static_cast<int>(threadIdx.x); i < nvec; i += step) {
+  float mx = -INFINITY;
+  for (int i = first; i < nvec; i += step) {
     const gpu::Vec<TIn, VEC> xv = gpu::load_vec<VEC>(xr + static_cast<int64_t>(i) * VEC);
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      const float v = gpu::to_float(xv.v[j]) * inv_temp;
-      if (v > mx) {
-        sum = sum * __expf(mx - v) + 1.0f;  // exp(-inf) = 0 for the first finite value
-        mx = v;
-      } else if (v != -INFINITY) {
-        sum += __expf(v - mx);
-      }
-    }
+    for (int j = 0; j < VEC; ++j) mx = fmaxf(mx, gpu::to_float(xv.v[j]) * inv_temp);
   }
-  const float row_max = gpu::block_reduce_max(mx);
-  const float row_sum = gpu::block_reduce_sum(mx == -INFINITY ? 0.0f : sum * __expf(mx - row_max));
-  const bool masked = row_max == -INFINITY;
-  const float inv_sum = masked ? 0.0f : 1.0f / row_sum;
-  const float log_sum = masked ? 0.0f : logf(row_sum);
+  mx = gpu::block_reduce_max(mx);
+  const bool masked = mx == -INFINITY;
+  const float shift = masked ? 0.0f : mx;  // exp(-inf - 0) = 0: no NaN from -inf - -inf
 
-  for (int i = static_cast<int>(threadIdx.x); i < nvec; i += step) {
+  float sum = 0.0f;
+  for (int i = first; i < nvec; i += step) {
+    const gpu::Vec<TIn, VEC> xv = gpu::load_vec<VEC>(xr + static_cast<int64_t>(i) * VEC);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) sum += __expf(gpu::to_float(xv.v[j]) * inv_temp - shift);
+  }
+  sum = gpu::block_reduce_sum(sum);
+  const float inv_sum = masked ? 0.0f : 1.0f / sum;
+  const float log_sum = masked ? 0.0f : logf(sum);
+
+  for (int i = first; i < nvec; i += step) {
     const gpu::Vec<TIn, VEC> xv = gpu::load_vec<VEC>(xr + static_cast<int64_t>(i) * VEC);
     gpu::Vec<TOut, VEC> yv;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      const float z = gpu::to_float(xv.v[j]) * inv_temp - row_max;
+      const float z = gpu::to_float(xv.v[j]) * inv_temp - shift;
       const float y = masked ? (log_out ? -INFINITY : 0.0f) : log_out ? z - log_sum : __expf(z) * inv_sum;
       yv.v[j] = gpu::from_float<TOut>(y);
     }
