@@ -15,6 +15,7 @@
 #include "core/context.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
+#include "ops/rope.h"
 #include "ops/softmax.h"
 
 namespace {
@@ -106,6 +107,24 @@ int main(int argc, char** argv) {
                        3 * n * elem});
     results.push_back({"add", median_ms(ctx, repeats, sets, [&](int i) { lw::ops::add(ctx, x[i], r[i], y[i]); }),
                        3 * n * elem});
+
+    // RoPE on q and k of a Llama-3-8B-shaped fused QKV output: 32 query and 8 key/value heads
+    // of 128; q and k are read and written once (v untouched).
+    const int64_t qh = 32, kh = 8, hd = 128, width = (qh + 2 * kh) * hd;
+    lw::ops::RopeConfig rc;
+    rc.rotary_dim = 128;
+    rc.theta = 500000;
+    lw::ops::Rope rope(ctx, rc);
+    Tensor pos_h = Tensor::empty_host({rows}, DType::i64);
+    for (int64_t t = 0; t < rows; ++t) pos_h.data<int64_t>()[t] = t % 8192;
+    Tensor positions = ctx.to_device(pos_h);
+    std::vector<Tensor> qkv;
+    for (int i = 0; i < sets; ++i) qkv.push_back(random({rows, width}));
+    results.push_back({"rope (q and k, 32+8 heads)", median_ms(ctx, repeats, sets, [&](int i) {
+                         rope.apply(ctx, qkv[i].slice(1, 0, qh * hd).unflatten(1, {qh, hd}),
+                                    qkv[i].slice(1, qh * hd, (qh + kh) * hd).unflatten(1, {kh, hd}), positions);
+                       }),
+                       2.0 * static_cast<double>(rows) * static_cast<double>((qh + kh) * hd) * elem});
 
     const double copy_gbs = results[0].bytes / (results[0].ms * 1e6);
     std::printf("device %s, %s [%lld, %lld], median of %d runs over %d input sets\n", ctx.device_name().c_str(),

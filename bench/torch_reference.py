@@ -40,6 +40,23 @@ def main():
         r[i].add_(x[i])
         return F.rms_norm(r[i], (a.cols,), w, 1e-6)
 
+    qh, kh, hd = 32, 8, 128
+    qkv = [torch.rand(a.rows, (qh + 2 * kh) * hd, device="cuda", dtype=dt) for _ in range(sets)]
+    pos = torch.arange(a.rows, device="cuda") % 8192
+    inv_freq = 1.0 / (500000.0 ** (torch.arange(0, hd, 2, device="cuda").float() / hd))
+    freqs = pos.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(dt)[:, None, :], emb.sin().to(dt)[:, None, :]
+
+    def rotate_half(t):
+        return torch.cat((-t[..., hd // 2 :], t[..., : hd // 2]), dim=-1)
+
+    def rope(i):  # Hugging Face's apply_rotary_pos_emb, written back in place
+        q = qkv[i][:, : qh * hd].view(a.rows, qh, hd)
+        k = qkv[i][:, qh * hd : (qh + kh) * hd].view(a.rows, kh, hd)
+        q.copy_(q * cos + rotate_half(q) * sin)
+        k.copy_(k * cos + rotate_half(k) * sin)
+
     cases = [
         ("copy (reference)", lambda i: y[i].copy_(x[i]), 2),
         ("rms_norm", lambda i: F.rms_norm(x[i], (a.cols,), w, 1e-6), 2),
@@ -50,6 +67,7 @@ def main():
         ("add", lambda i: torch.add(x[i], r[i], out=y[i]), 3),
     ]
     results = [(name, median_ms(fn, a.repeats, sets), passes * n * 2) for name, fn, passes in cases]
+    results.append(("rope (q and k, 32+8 heads)", median_ms(rope, a.repeats, sets), 2 * a.rows * (qh + kh) * hd * 2))
     copy_gbs = results[0][2] / (results[0][1] * 1e6)
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, bf16 [{a.rows}, {a.cols}], median of {a.repeats}")
     print(f"{'op':<24} {'ms':>10} {'GB/s':>10} {'% copy':>10}")

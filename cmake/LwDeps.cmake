@@ -1,7 +1,7 @@
 # Third-party libraries. Normally the Debian packages (scripts/setup.sh installs them). A
 # machine without them (the GPU machine of the device tool, which has no package access) can
 # point LW_DEPS_DIR at a folder made by scripts/gather_deps.sh: GoogleTest's source and the
-# header-only forms of spdlog, fmt and CLI11.
+# header-only forms of spdlog, fmt, CLI11 and nlohmann-json.
 set(LW_DEPS_DIR "" CACHE PATH "Folder made by scripts/gather_deps.sh (empty: use system packages)")
 
 if(LW_DEPS_DIR)
@@ -15,6 +15,9 @@ if(LW_DEPS_DIR)
   add_library(lw_cli11 INTERFACE)
   target_include_directories(lw_cli11 SYSTEM INTERFACE ${LW_DEPS_DIR}/include)
   add_library(CLI11::CLI11 ALIAS lw_cli11)
+  add_library(lw_json INTERFACE)
+  target_include_directories(lw_json SYSTEM INTERFACE ${LW_DEPS_DIR}/include)
+  add_library(nlohmann_json::nlohmann_json ALIAS lw_json)
   if(LW_BUILD_TESTS)
     set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
     set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
@@ -30,6 +33,7 @@ else()
     set(LW_SPDLOG spdlog::spdlog)
   endif()
   find_package(CLI11 REQUIRED)
+  find_package(nlohmann_json 3.10 REQUIRED)
   if(LW_BUILD_TESTS)
     find_package(GTest REQUIRED)
   endif()

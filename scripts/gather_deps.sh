@@ -4,11 +4,11 @@
 # install packages: configure there with -DLW_DEPS_DIR=<folder>.
 set -euo pipefail
 dest=${1:-.deps}
-for f in /usr/src/googletest/CMakeLists.txt /usr/include/spdlog/spdlog.h /usr/include/fmt/format.h /usr/include/CLI/CLI.hpp; do
+for f in /usr/src/googletest/CMakeLists.txt /usr/include/spdlog/spdlog.h /usr/include/fmt/format.h /usr/include/CLI/CLI.hpp /usr/include/nlohmann/json.hpp; do
   [[ -e $f ]] || { echo "gather_deps: $f missing; run scripts/setup.sh first" >&2; exit 1; }
 done
 rm -rf "$dest"
 mkdir -p "$dest/include"
 cp -r /usr/src/googletest "$dest/googletest"
-cp -r /usr/include/spdlog /usr/include/fmt /usr/include/CLI "$dest/include/"
+cp -r /usr/include/spdlog /usr/include/fmt /usr/include/CLI /usr/include/nlohmann "$dest/include/"
 echo "gather_deps: wrote $(du -sh "$dest" | cut -f1) to $dest"

@@ -47,6 +47,13 @@ TEST(Tensor, ShapesStridesAndViews) {
   EXPECT_EQ(tt.shape(), (std::vector<int64_t>{4, 3, 2}));
   EXPECT_EQ(tt.stride(0), 1);
   EXPECT_EQ(t.describe(), "f32[2, 3, 4] host");
+
+  Tensor u = t.slice(2, 0, 4).unflatten(2, {2, 2});  // [2, 3, 2, 2]
+  EXPECT_EQ(u.strides(), (std::vector<int64_t>{12, 4, 2, 1}));
+  Tensor cols = t.view({2, 12}).slice(1, 4, 12).unflatten(1, {2, 4});  // a strided [2, 2, 4]
+  EXPECT_EQ(cols.strides(), (std::vector<int64_t>{12, 4, 1}));
+  EXPECT_EQ(cols.data<float>()[0], 4.0f);
+  EXPECT_THROW(t.unflatten(1, {2, 2}), Error);
 }
 
 TEST(Tensor, RejectsBadViewsAndAccess) {

@@ -168,6 +168,29 @@ Tensor Tensor::transpose(int d0, int d1) const {
   return t;
 }
 
+Tensor Tensor::unflatten(int d, const std::vector<int64_t>& sizes) const {
+  const int dd = wrap_dim(d);
+  int64_t product = 1;
+  for (int64_t s : sizes) {
+    LW_CHECK(s >= 0, "unflatten" << shape_str(sizes) << ": negative size");
+    product *= s;
+  }
+  LW_CHECK(product == shape_[dd], "unflatten of dimension " << d << " of " << describe() << " into " << shape_str(sizes)
+                                                           << ": sizes must multiply to " << shape_[dd]);
+  Tensor t = *this;
+  std::vector<int64_t> strides(sizes.size());
+  int64_t s = strides_[dd];
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= sizes[i];
+  }
+  t.shape_.erase(t.shape_.begin() + dd);
+  t.strides_.erase(t.strides_.begin() + dd);
+  t.shape_.insert(t.shape_.begin() + dd, sizes.begin(), sizes.end());
+  t.strides_.insert(t.strides_.begin() + dd, strides.begin(), strides.end());
+  return t;
+}
+
 void Tensor::copy_from(const Tensor& src, cudaStream_t stream) {
   LW_CHECK(defined() && src.defined(), "copy between undefined tensors");
   LW_CHECK(shape_ == src.shape_ && dtype_ == src.dtype_,

@@ -68,6 +68,8 @@ class Tensor {
   Tensor slice(int d, int64_t start, int64_t end) const;
   Tensor select(int d, int64_t index) const;
   Tensor transpose(int d0, int d1) const;
+  // Splits dimension d into `sizes` (their product must be size(d)); works on any strides.
+  Tensor unflatten(int d, const std::vector<int64_t>& sizes) const;
 
   // Copies `src` (same shape and dtype, both contiguous) into this tensor, ordered on `stream`.
   // A copy that touches host memory has completed when this returns.

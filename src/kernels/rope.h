@@ -1,0 +1,26 @@
+// Rotary position embedding, applied in place to the query and key heads of each token.
+#pragma once
+#include <cstdint>
+
+#include "gpu/compat.h"
+
+namespace lw::kernels {
+
+struct RopeArgs {
+  int64_t tokens;
+  int q_heads;
+  int k_heads;           // 0: no key tensor
+  int head_dim;
+  int rotary_dim;        // even, <= head_dim: the first rotary_dim dims rotate
+  int64_t q_token_stride;  // elements between tokens of q (>= q_heads * head_dim)
+  int64_t k_token_stride;
+  bool neox;             // true: pairs (i, i + rotary_dim/2); false (GPT-J): pairs (2i, 2i+1)
+  float mscale;          // multiplies cos and sin (YaRN attention factor; 1 otherwise)
+};
+
+// q, k: T; positions: int32 or int64 [tokens]; inv_freq: float [rotary_dim / 2], device.
+template <class T, class Pos>
+void rope(const RopeArgs& a, T* q, T* k, const Pos* positions, const float* inv_freq, int warp_size,
+          cudaStream_t stream);
+
+}  // namespace lw::kernels

@@ -1,0 +1,46 @@
+// Rotary position embedding (RoPE) for Llama/Qwen/Mistral-style attention, applied in place.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/context.h"
+#include "core/tensor.h"
+
+namespace lw::ops {
+
+enum class RopeScaling { none, linear, llama3, yarn };
+
+struct RopeConfig {
+  int rotary_dim = 0;      // even; the first rotary_dim dims of each head rotate (partial rotary)
+  double theta = 10000.0;  // rope_theta
+  bool neox = true;        // half-split pairs (Llama, Qwen); false: interleaved pairs (GPT-J)
+  RopeScaling scaling = RopeScaling::none;
+  double factor = 1.0;     // linear, llama3, yarn
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  int64_t original_max_position = 8192;                  // llama3, yarn
+  double beta_fast = 32.0, beta_slow = 1.0;              // yarn
+  double attention_factor = 0.0;                         // yarn; 0: 0.1 * ln(factor) + 1
+};
+
+// The frequency table of a configuration, on the device; apply() rotates q and k.
+class Rope {
+ public:
+  Rope(Context& ctx, const RopeConfig& config);
+
+  // q: [tokens, q_heads, head_dim], k: [tokens, k_heads, head_dim] (or undefined), each with
+  // contiguous heads and any token stride (views into a fused QKV output work); same float
+  // dtype; positions: i32 or i64 [tokens]; all on the device. head_dim >= rotary_dim.
+  void apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& positions) const;
+
+  const std::vector<float>& inv_freq() const { return inv_freq_; }
+  float mscale() const { return mscale_; }
+  const RopeConfig& config() const { return config_; }
+
+ private:
+  RopeConfig config_;
+  std::vector<float> inv_freq_;
+  float mscale_ = 1.0f;
+  Tensor table_;
+};
+
+}  // namespace lw::ops

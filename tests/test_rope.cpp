@@ -1,0 +1,169 @@
+// Rotary embedding against a float64 reference (angles formed in float, as Hugging Face
+// forms them), on q/k views into a fused QKV buffer, for both pair layouts, partial rotary
+// dimensions and every scaling type; the frequency tables against Hugging Face's own.
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ops/rope.h"
+#include "test_util.h"
+
+namespace lw::test {
+namespace {
+
+const DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+
+struct Shape {
+  int64_t tokens;
+  int q_heads, k_heads, head_dim;
+};
+
+void run_case(const ops::RopeConfig& cfg, DType dt, const Shape& s, DType pos_dt) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", rot " << cfg.rotary_dim << "/" << s.head_dim
+                                    << (cfg.neox ? " neox" : " gptj") << ", scaling " << static_cast<int>(cfg.scaling)
+                                    << ", " << s.tokens << " tokens, heads " << s.q_heads << "/" << s.k_heads);
+  ops::Rope rope(ctx(), cfg);
+  const int64_t width = static_cast<int64_t>(s.q_heads + 2 * s.k_heads) * s.head_dim;  // q | k | v
+  Tensor qkv_h = random_host({s.tokens, width}, dt, -2, 2);
+  Tensor pos_h = Tensor::empty_host({s.tokens}, pos_dt);
+  std::vector<int64_t> pos(static_cast<size_t>(s.tokens));
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    pos[t] = static_cast<int64_t>(rng()() % 40000);
+    if (pos_dt == DType::i32) pos_h.data<int32_t>()[t] = static_cast<int32_t>(pos[t]);
+    else pos_h.data<int64_t>()[t] = pos[t];
+  }
+  Tensor qkv = ctx().to_device(qkv_h), positions = ctx().to_device(pos_h);
+  const int64_t qw = static_cast<int64_t>(s.q_heads) * s.head_dim, kw = static_cast<int64_t>(s.k_heads) * s.head_dim;
+  Tensor q = qkv.slice(1, 0, qw).unflatten(1, {s.q_heads, s.head_dim});
+  Tensor k = qkv.slice(1, qw, qw + kw).unflatten(1, {s.k_heads, s.head_dim});
+  rope.apply(ctx(), q, k, positions);
+  Tensor got = ctx().to_host(qkv);
+
+  const std::vector<double> x = to_doubles(qkv_h);
+  std::vector<double> want = x;
+  const int half = cfg.rotary_dim / 2;
+  double max_angle = 0;
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    for (int h = 0; h < s.q_heads + s.k_heads; ++h) {
+      const int64_t base = t * width + static_cast<int64_t>(h) * s.head_dim;
+      for (int i = 0; i < half; ++i) {
+        const double angle = static_cast<float>(static_cast<float>(pos[t]) * rope.inv_freq()[i]);
+        max_angle = std::max(max_angle, angle);
+        const double c = std::cos(angle) * rope.mscale(), sn = std::sin(angle) * rope.mscale();
+        const int64_t i0 = base + (cfg.neox ? i : 2 * i), i1 = base + (cfg.neox ? i + half : 2 * i + 1);
+        want[i0] = x[i0] * c - x[i1] * sn;
+        want[i1] = x[i1] * c + x[i0] * sn;
+      }
+    }
+  }
+  // One rounding to the dtype, plus float sincos of angles up to ~4e4 (range reduction is
+  // exact, so a few ulps of the angle's float rounding are all that remains).
+  const double abs = 4 * std::ldexp(max_angle, -24) * 2 * rope.mscale() + 1e-6;
+  EXPECT_TRUE(all_close(got, want, epsilon(dt) * 2, abs));
+}
+
+TEST(Rope, NeoxAndGptjFullAndPartialRotary) {
+  for (DType dt : kFloatTypes) {
+    for (bool neox : {true, false}) {
+      ops::RopeConfig cfg;
+      cfg.neox = neox;
+      cfg.rotary_dim = 64;
+      run_case(cfg, dt, {5, 4, 2, 64}, DType::i64);
+      cfg.rotary_dim = 32;  // partial: the second half of each head stays as it is
+      run_case(cfg, dt, {3, 3, 1, 80}, DType::i32);
+      cfg.rotary_dim = 128;
+      cfg.theta = 500000;
+      run_case(cfg, dt, {2, 8, 8, 128}, DType::i64);
+    }
+  }
+}
+
+TEST(Rope, ScalingTypes) {
+  ops::RopeConfig linear;
+  linear.rotary_dim = 64;
+  linear.scaling = ops::RopeScaling::linear;
+  linear.factor = 4;
+  ops::RopeConfig llama3;
+  llama3.rotary_dim = 128;
+  llama3.theta = 500000;
+  llama3.scaling = ops::RopeScaling::llama3;
+  llama3.factor = 8;
+  ops::RopeConfig yarn;
+  yarn.rotary_dim = 64;
+  yarn.theta = 10000;
+  yarn.scaling = ops::RopeScaling::yarn;
+  yarn.factor = 4;
+  yarn.original_max_position = 4096;
+  for (const auto& cfg : {linear, llama3, yarn}) run_case(cfg, DType::bf16, {4, 4, 2, cfg.rotary_dim}, DType::i64);
+  EXPECT_NEAR(ops::Rope(ctx(), yarn).mscale(), 0.1 * std::log(4.0) + 1, 1e-6);
+}
+
+TEST(Rope, QueriesOnlyAndOneToken) {
+  ops::RopeConfig cfg;
+  cfg.rotary_dim = 16;
+  ops::Rope rope(ctx(), cfg);
+  Tensor qh = random_host({1, 3, 16}, DType::f32);
+  Tensor q = ctx().to_device(qh);
+  Tensor pos_h = Tensor::empty_host({1}, DType::i32);
+  pos_h.data<int32_t>()[0] = 0;  // position 0: the identity rotation
+  rope.apply(ctx(), q, Tensor(), ctx().to_device(pos_h));
+  EXPECT_TRUE(bitwise_equal(ctx().to_host(q), qh));
+}
+
+// Frequency tables against Hugging Face transformers' ROPE_INIT_FUNCTIONS, recorded by
+// tools/rope_reference.py (run where transformers is installed) into tests/data.
+TEST(Rope, FrequencyTablesMatchHuggingFace) {
+  std::ifstream f(LW_TEST_DATA_DIR "/rope_hf_reference.json");
+  ASSERT_TRUE(f.good()) << "missing " LW_TEST_DATA_DIR "/rope_hf_reference.json";
+  const nlohmann::json cases = nlohmann::json::parse(f);
+  ASSERT_FALSE(cases.empty());
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    ops::RopeConfig cfg;
+    cfg.rotary_dim = c["rotary_dim"];
+    cfg.theta = c["theta"];
+    const std::string type = c["rope_type"];
+    cfg.scaling = type == "linear" ? ops::RopeScaling::linear
+                  : type == "llama3" ? ops::RopeScaling::llama3
+                  : type == "yarn"   ? ops::RopeScaling::yarn
+                                     : ops::RopeScaling::none;
+    cfg.factor = c.value("factor", 1.0);
+    cfg.low_freq_factor = c.value("low_freq_factor", 1.0);
+    cfg.high_freq_factor = c.value("high_freq_factor", 4.0);
+    cfg.original_max_position = c.value("original_max_position_embeddings", int64_t{8192});
+    cfg.beta_fast = c.value("beta_fast", 32.0);
+    cfg.beta_slow = c.value("beta_slow", 1.0);
+    ops::Rope rope(ctx(), cfg);
+    const std::vector<double> hf = c["inv_freq"];
+    ASSERT_EQ(rope.inv_freq().size(), hf.size());
+    for (size_t i = 0; i < hf.size(); ++i) EXPECT_NEAR(rope.inv_freq()[i], hf[i], 2e-6 * hf[i]) << "pair " << i;
+    EXPECT_NEAR(rope.mscale(), c["attention_factor"].get<double>(), 1e-6);
+  }
+}
+
+TEST(Rope, RejectsMisuse) {
+  ops::RopeConfig bad;
+  bad.rotary_dim = 7;
+  EXPECT_THROW(ops::Rope(ctx(), bad), Error);
+  bad.rotary_dim = 64;
+  bad.scaling = ops::RopeScaling::llama3;
+  bad.factor = 8;
+  bad.low_freq_factor = 4;
+  bad.high_freq_factor = 1;
+  EXPECT_THROW(ops::Rope(ctx(), bad), Error);
+  ops::RopeConfig cfg;
+  cfg.rotary_dim = 64;
+  ops::Rope rope(ctx(), cfg);
+  Tensor q = ctx().empty({2, 4, 32}, DType::bf16);  // head_dim < rotary_dim
+  Tensor pos = ctx().empty({2}, DType::i64);
+  EXPECT_THROW(rope.apply(ctx(), q, Tensor(), pos), Error);
+  Tensor q64 = ctx().empty({2, 4, 64}, DType::bf16), pos_f = ctx().empty({2}, DType::f32), pos3 = ctx().empty({3}, DType::i64);
+  EXPECT_THROW(rope.apply(ctx(), q64, Tensor(), pos_f), Error);
+  EXPECT_THROW(rope.apply(ctx(), q64, Tensor(), pos3), Error);
+  Tensor k_f16 = ctx().empty({2, 1, 64}, DType::f16);
+  EXPECT_THROW(rope.apply(ctx(), q64, k_f16, pos), Error);
+}
+
+}  // namespace
+}  // namespace lw::test
