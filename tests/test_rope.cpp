@@ -75,6 +75,8 @@ TEST(Rope, NeoxAndGptjFullAndPartialRotary) {
       cfg.rotary_dim = 128;
       cfg.theta = 500000;
       run_case(cfg, dt, {2, 8, 8, 128}, DType::i64);
+      cfg.rotary_dim = 6;  // three pairs: no vector path
+      run_case(cfg, dt, {3, 2, 1, 10}, DType::i32);
     }
   }
 }

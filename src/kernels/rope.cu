@@ -2,6 +2,7 @@
 
 #include "gpu/launch.h"
 #include "gpu/numeric.h"
+#include "gpu/vector.h"
 
 namespace lw::kernels {
 
@@ -9,16 +10,19 @@ namespace {
 
 constexpr int kMaxHalf = 256;  // rotary_dim <= 512
 
-// One block per token: the token's cos/sin go to shared memory once, then every (head, pair)
-// of q and k is rotated in place. The angle is position * inv_freq in float, as Hugging Face
-// computes it.
-template <class T, class Pos>
+// One block per token: the token's cos/sin go to shared memory once, then every head of q
+// and k is rotated in place, C pairs per thread (threadIdx.x: pair chunk, threadIdx.y: head),
+// with vector accesses: NeoX reads C elements from each half, GPT-J 2C interleaved ones.
+// The angle is position * inv_freq in float, as Hugging Face computes it.
+template <class T, class Pos, int C>
 __global__ void rope_kernel(RopeArgs a, T* q, T* k, const Pos* positions, const float* inv_freq) {
   LW_SHARED(float, cs, [2][kMaxHalf]);
   const int64_t t = blockIdx.x;
   const int half = a.rotary_dim / 2;
   const float pos = static_cast<float>(positions[t]);
-  for (int i = static_cast<int>(threadIdx.x); i < half; i += static_cast<int>(blockDim.x)) {
+  const int tid = static_cast<int>(threadIdx.x + threadIdx.y * blockDim.x);
+  const int nthreads = static_cast<int>(blockDim.x * blockDim.y);
+  for (int i = tid; i < half; i += nthreads) {
     float s, c;
     sincosf(pos * inv_freq[i], &s, &c);
     cs[0][i] = c * a.mscale;
@@ -26,17 +30,48 @@ __global__ void rope_kernel(RopeArgs a, T* q, T* k, const Pos* positions, const 
   }
   __syncthreads();
   const int heads = a.q_heads + a.k_heads;
-  const int work = heads * half;
-  for (int j = static_cast<int>(threadIdx.x); j < work; j += static_cast<int>(blockDim.x)) {
-    const int h = j / half, i = j - h * half;
+  const int chunks = half / C;
+  for (int h = static_cast<int>(threadIdx.y); h < heads; h += static_cast<int>(blockDim.y)) {
     T* x = h < a.q_heads ? q + t * a.q_token_stride + static_cast<int64_t>(h) * a.head_dim
                          : k + t * a.k_token_stride + static_cast<int64_t>(h - a.q_heads) * a.head_dim;
-    const int i0 = a.neox ? i : 2 * i;
-    const int i1 = a.neox ? i + half : 2 * i + 1;
-    const float x0 = gpu::to_float(x[i0]), x1 = gpu::to_float(x[i1]);
-    const float c = cs[0][i], s = cs[1][i];
-    x[i0] = gpu::from_float<T>(x0 * c - x1 * s);
-    x[i1] = gpu::from_float<T>(x1 * c + x0 * s);
+    for (int ch = static_cast<int>(threadIdx.x); ch < chunks; ch += static_cast<int>(blockDim.x)) {
+      const int i = ch * C;  // first pair of the chunk
+      float x0[C], x1[C];
+      if (a.neox) {
+        const gpu::Vec<T, C> lo = gpu::load_vec<C>(x + i), hi = gpu::load_vec<C>(x + half + i);
+#pragma unroll
+        for (int j = 0; j < C; ++j) {
+          x0[j] = gpu::to_float(lo.v[j]);
+          x1[j] = gpu::to_float(hi.v[j]);
+        }
+      } else {
+        const gpu::Vec<T, 2 * C> v = gpu::load_vec<2 * C>(x + 2 * i);
+#pragma unroll
+        for (int j = 0; j < C; ++j) {
+          x0[j] = gpu::to_float(v.v[2 * j]);
+          x1[j] = gpu::to_float(v.v[2 * j + 1]);
+        }
+      }
+      gpu::Vec<T, C> r0, r1;
+#pragma unroll
+      for (int j = 0; j < C; ++j) {
+        const float c = cs[0][i + j], s = cs[1][i + j];
+        r0.v[j] = gpu::from_float<T>(x0[j] * c - x1[j] * s);
+        r1.v[j] = gpu::from_float<T>(x1[j] * c + x0[j] * s);
+      }
+      if (a.neox) {
+        gpu::store_vec<C>(x + i, r0);
+        gpu::store_vec<C>(x + half + i, r1);
+      } else {
+        gpu::Vec<T, 2 * C> v;
+#pragma unroll
+        for (int j = 0; j < C; ++j) {
+          v.v[2 * j] = r0.v[j];
+          v.v[2 * j + 1] = r1.v[j];
+        }
+        gpu::store_vec<2 * C>(x + 2 * i, v);
+      }
+    }
   }
 }
 
@@ -48,10 +83,26 @@ void rope(const RopeArgs& a, T* q, T* k, const Pos* positions, const float* inv_
   if (a.tokens == 0 || a.rotary_dim == 0) return;
   LW_CHECK(a.rotary_dim / 2 <= kMaxHalf, "rope: rotary_dim " << a.rotary_dim << " exceeds " << 2 * kMaxHalf);
   LW_CHECK(a.tokens <= 0x7fffffff, "rope: " << a.tokens << " tokens exceed the grid limit");
-  const int work = (a.q_heads + a.k_heads) * a.rotary_dim / 2;
-  const int threads = gpu::round_block_size(work < 256 ? work : 256, warp_size);
-  gpu::launch("rope", rope_kernel<T, Pos>, {dim3(static_cast<unsigned>(a.tokens)), dim3(threads), 0, stream}, a, q, k,
-              positions, inv_freq);
+  // Four pairs per thread when the heads allow 4-element (NeoX) or 8-element (GPT-J) vectors.
+  constexpr int C = 4;
+  const int half = a.rotary_dim / 2;
+  const int64_t align = static_cast<int64_t>(sizeof(T)) * (a.neox ? C : 2 * C);
+  const bool vec = half % C == 0 && a.head_dim % (a.neox ? C : 2 * C) == 0 && a.q_token_stride % (a.neox ? C : 2 * C) == 0 &&
+                   (!k || a.k_token_stride % (a.neox ? C : 2 * C) == 0) && gpu::aligned_to(align, q) &&
+                   (!k || gpu::aligned_to(align, k));
+  const int c = vec ? C : 1;
+  const int chunks = half / c;
+  const int heads = a.q_heads + a.k_heads;
+  // x covers the chunks of a head (rounded to the warp when that is all the block holds),
+  // y covers heads, for about 256 threads.
+  const int bx = chunks < 256 ? chunks : 256;
+  int by = 256 / bx;
+  by = by < heads ? by : heads;
+  const int threads = gpu::round_block_size(bx * by, warp_size);
+  const dim3 block(static_cast<unsigned>(bx), static_cast<unsigned>(threads / bx));
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(a.tokens)), block, 0, stream};
+  if (vec) gpu::launch("rope", rope_kernel<T, Pos, C>, cfg, a, q, k, positions, inv_freq);
+  else gpu::launch("rope", rope_kernel<T, Pos, 1>, cfg, a, q, k, positions, inv_freq);
 }
 
 #define LW_ROPE(T, P) template void rope<T, P>(const RopeArgs&, T*, T*, const P*, const float*, int, cudaStream_t);
