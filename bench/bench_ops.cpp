@@ -15,6 +15,7 @@
 #include "core/context.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
+#include "ops/quant.h"
 #include "ops/rope.h"
 #include "ops/softmax.h"
 
@@ -107,6 +108,15 @@ int main(int argc, char** argv) {
                        3 * n * elem});
     results.push_back({"add", median_ms(ctx, repeats, sets, [&](int i) { lw::ops::add(ctx, x[i], r[i], y[i]); }),
                        3 * n * elem});
+
+    Tensor q8 = ctx.empty({rows, cols}, DType::i8), qs = ctx.empty({rows}, DType::f32);
+    Tensor gs = ctx.empty({rows, cols / 128}, DType::f32);
+    results.push_back({"quantize_per_token (int8)",
+                       median_ms(ctx, repeats, sets, [&](int i) { lw::ops::quantize_per_token(ctx, x[i], q8, qs); }),
+                       n * elem + n + 4.0 * static_cast<double>(rows)});
+    results.push_back({"quantize_per_group 128",
+                       median_ms(ctx, repeats, sets, [&](int i) { lw::ops::quantize_per_group(ctx, x[i], 128, q8, gs); }),
+                       n * elem + n + 4.0 * n / 128});
 
     // RoPE on q and k of a Llama-3-8B-shaped fused QKV output: 32 query and 8 key/value heads
     // of 128; q and k are read and written once (v untouched).

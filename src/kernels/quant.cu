@@ -1,0 +1,196 @@
+#include "kernels/quant.h"
+
+#include <cmath>
+
+#include "gpu/block_reduce.h"
+#include "gpu/launch.h"
+#include "gpu/numeric.h"
+#include "gpu/vector.h"
+#include "kernels/row_plan.h"
+
+namespace lw::kernels {
+
+namespace {
+
+LW_DEVICE_INLINE int8_t to_int8(float v, float inv_scale) {
+  const float r = rintf(v * inv_scale);  // round half to even
+  return static_cast<int8_t>(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+}
+
+// One block per token: the row's absmax, then the row quantised (re-read from cache).
+template <class T, int VEC>
+__global__ void quantize_token_kernel(const T* x, int8_t* q, float* scales, int64_t cols) {
+  const T* xr = x + static_cast<int64_t>(blockIdx.x) * cols;
+  int8_t* qr = q + static_cast<int64_t>(blockIdx.x) * cols;
+  const int nvec = static_cast<int>(cols / VEC);
+  float amax = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < nvec; i += static_cast<int>(blockDim.x)) {
+    const gpu::Vec<T, VEC> v = gpu::load_vec<VEC>(xr + static_cast<int64_t>(i) * VEC);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) amax = fmaxf(amax, fabsf(gpu::to_float(v.v[j])));
+  }
+  amax = gpu::block_reduce_max(amax);
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  if (threadIdx.x == 0) scales[blockIdx.x] = amax / 127.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < nvec; i += static_cast<int>(blockDim.x)) {
+    const gpu::Vec<T, VEC> v = gpu::load_vec<VEC>(xr + static_cast<int64_t>(i) * VEC);
+    gpu::Vec<int8_t, VEC> o;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) o.v[j] = to_int8(gpu::to_float(v.v[j]), inv);
+    gpu::store_vec<VEC>(qr + static_cast<int64_t>(i) * VEC, o);
+  }
+}
+
+// Groups of `group` elements; Lanes lanes share a group (VEC elements each) and reduce its
+// absmax with a Lanes-wide warp reduction. The loop bound is uniform, so every lane reaches
+// every shuffle; lanes past the end work on zeros.
+template <class T, int VEC, int Lanes, int PerLane>
+__global__ void quantize_group_kernel(const T* x, int8_t* q, float* scales, int64_t total_groups, int group) {
+  const int per_block = static_cast<int>(blockDim.x) / Lanes;
+  const int lane_in_group = static_cast<int>(threadIdx.x) % Lanes;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * per_block; base < total_groups;
+       base += static_cast<int64_t>(gridDim.x) * per_block) {
+    const int64_t g = base + static_cast<int64_t>(threadIdx.x) / Lanes;
+    const bool valid = g < total_groups;
+    const int64_t off = g * group;
+    float v[VEC * PerLane];  // the lane's PerLane vectors of the group
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < PerLane; ++k) {
+      if (valid) {
+        const gpu::Vec<T, VEC> xv = gpu::load_vec<VEC>(x + off + (k * Lanes + lane_in_group) * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v[k * VEC + j] = gpu::to_float(xv.v[j]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v[k * VEC + j] = 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) amax = fmaxf(amax, fabsf(v[k * VEC + j]));
+    }
+    amax = gpu::warp_reduce_max<Lanes>(amax);
+    if (!valid) continue;
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    if (lane_in_group == 0) scales[g] = amax / 127.0f;
+#pragma unroll
+    for (int k = 0; k < PerLane; ++k) {
+      gpu::Vec<int8_t, VEC> o;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) o.v[j] = to_int8(v[k * VEC + j], inv);
+      gpu::store_vec<VEC>(q + off + (k * Lanes + lane_in_group) * VEC, o);
+    }
+  }
+}
+
+// Scalar form for unaligned data: one thread per group.
+template <class T>
+__global__ void quantize_group_scalar_kernel(const T* x, int8_t* q, float* scales, int64_t total_groups, int group) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < total_groups; g += stride) {
+    const int64_t off = g * group;
+    float amax = 0.0f;
+    for (int i = 0; i < group; ++i) amax = fmaxf(amax, fabsf(gpu::to_float(x[off + i])));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    scales[g] = amax / 127.0f;
+    for (int i = 0; i < group; ++i) q[off + i] = to_int8(gpu::to_float(x[off + i]), inv);
+  }
+}
+
+// out[i] = q[i] * scales[i / span]: span is cols (per token) or the group size.
+template <class T, int VEC>
+__global__ void dequantize_kernel(const int8_t* q, const float* scales, T* out, int64_t n, int64_t span) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n / VEC; i += stride) {
+    const gpu::Vec<int8_t, VEC> v = gpu::load_vec<VEC>(q + i * VEC);
+    const float s = scales[i * VEC / span];  // VEC divides span, so one scale per vector
+    gpu::Vec<T, VEC> o;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) o.v[j] = gpu::from_float<T>(static_cast<float>(v.v[j]) * s);
+    gpu::store_vec<VEC>(out + i * VEC, o);
+  }
+}
+
+unsigned grid_for(int64_t work, int threads) {
+  const int64_t blocks = (work + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : blocks > 65536 ? 65536 : blocks);
+}
+
+template <class T>
+void dequantize(const int8_t* q, const float* scales, T* out, int64_t n, int64_t span, int warp_size,
+                cudaStream_t stream) {
+  if (n == 0) return;
+  constexpr int V = gpu::kVecWidth<T>;
+  const int threads = gpu::round_block_size(256, warp_size);
+  if (span % V == 0 && gpu::aligned_to(gpu::kVectorBytes, out) && gpu::aligned_to(V, q)) {
+    gpu::launch("dequantize", dequantize_kernel<T, V>, {dim3(grid_for(n / V, threads)), dim3(threads), 0, stream}, q,
+                scales, out, n, span);
+  } else {
+    gpu::launch("dequantize", dequantize_kernel<T, 1>, {dim3(grid_for(n, threads)), dim3(threads), 0, stream}, q,
+                scales, out, n, span);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void quantize_per_token(const T* x, int8_t* q, float* scales, int64_t rows, int64_t cols, int warp_size,
+                        cudaStream_t stream) {
+  if (rows == 0) return;
+  LW_CHECK(rows <= 0x7fffffff, "quantize: " << rows << " rows exceed the grid limit");
+  constexpr int V = gpu::kVecWidth<T>;
+  const bool vec = cols % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x) && gpu::aligned_to(V, q);
+  const int64_t nvec = vec ? cols / V : cols;
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows)), dim3(row_threads(nvec, warp_size)), 0, stream};
+  if (vec) gpu::launch("quantize_per_token", quantize_token_kernel<T, V>, cfg, x, q, scales, cols);
+  else gpu::launch("quantize_per_token", quantize_token_kernel<T, 1>, cfg, x, q, scales, cols);
+}
+
+template <class T>
+void dequantize_per_token(const int8_t* q, const float* scales, T* out, int64_t rows, int64_t cols, int warp_size,
+                          cudaStream_t stream) {
+  dequantize<T>(q, scales, out, rows * cols, cols, warp_size, stream);
+}
+
+template <class T>
+void quantize_per_group(const T* x, int8_t* q, float* scales, int64_t rows, int64_t cols, int group, int warp_size,
+                        cudaStream_t stream) {
+  const int64_t groups = rows * (cols / group);
+  if (groups == 0) return;
+  constexpr int V = gpu::kVecWidth<T>;
+  const int threads = gpu::round_block_size(256, warp_size);
+  const bool vec = gpu::aligned_to(gpu::kVectorBytes, x) && gpu::aligned_to(V, q) && group % V == 0;
+  // A group is group / V vectors: 8 lanes hold 1, 2 or 4 each; a 4-vector group takes 4 lanes.
+  const int vectors = group / V;
+  const gpu::LaunchConfig cfg8{dim3(grid_for(groups, threads / 8)), dim3(threads), 0, stream};
+  const gpu::LaunchConfig cfg4{dim3(grid_for(groups, threads / 4)), dim3(threads), 0, stream};
+  if (vec && vectors == 8) {
+    gpu::launch("quantize_per_group", quantize_group_kernel<T, V, 8, 1>, cfg8, x, q, scales, groups, group);
+  } else if (vec && vectors == 16) {
+    gpu::launch("quantize_per_group", quantize_group_kernel<T, V, 8, 2>, cfg8, x, q, scales, groups, group);
+  } else if (vec && vectors == 32) {  // lint: not-a-warp (vectors in a group)
+    gpu::launch("quantize_per_group", quantize_group_kernel<T, V, 8, 4>, cfg8, x, q, scales, groups, group);
+  } else if (vec && vectors == 4) {
+    gpu::launch("quantize_per_group", quantize_group_kernel<T, V, 4, 1>, cfg4, x, q, scales, groups, group);
+  } else {
+    gpu::launch("quantize_per_group", quantize_group_scalar_kernel<T>,
+                {dim3(grid_for(groups, threads)), dim3(threads), 0, stream}, x, q, scales, groups, group);
+  }
+}
+
+template <class T>
+void dequantize_per_group(const int8_t* q, const float* scales, T* out, int64_t rows, int64_t cols, int group,
+                          int warp_size, cudaStream_t stream) {
+  dequantize<T>(q, scales, out, rows * cols, group, warp_size, stream);
+}
+
+#define LW_QUANT(T)                                                                                              \
+  template void quantize_per_token<T>(const T*, int8_t*, float*, int64_t, int64_t, int, cudaStream_t);         \
+  template void dequantize_per_token<T>(const int8_t*, const float*, T*, int64_t, int64_t, int, cudaStream_t);  \
+  template void quantize_per_group<T>(const T*, int8_t*, float*, int64_t, int64_t, int, int, cudaStream_t);     \
+  template void dequantize_per_group<T>(const int8_t*, const float*, T*, int64_t, int64_t, int, int, cudaStream_t);
+LW_QUANT(float)
+LW_QUANT(half)
+LW_QUANT(bfloat16)
+#undef LW_QUANT
+
+}  // namespace lw::kernels

@@ -1,0 +1,148 @@
+// int8 quantisation per token and per group, and the row / whole-tensor reductions, against
+// references: exact agreement with the float formula, and |x - q*s| <= s/2 in float64.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ops/quant.h"
+#include "ops/reduce.h"
+#include "test_util.h"
+
+namespace lw::test {
+namespace {
+
+const DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+
+// x with one all-zero row (row 1 when there are two or more), as a device tensor; a
+// misaligned view (one element past a fresh allocation) when `misalign`.
+Tensor make_input(const Tensor& host, bool misalign) {
+  if (!misalign) return ctx().to_device(host);
+  Tensor flat = ctx().empty({host.numel() + 1}, host.dtype());
+  Tensor view = flat.slice(0, 1, host.numel() + 1).view(host.shape());
+  view.copy_from(host, ctx().stream().get());
+  return view;
+}
+
+Tensor random_rows(int64_t rows, int64_t cols, DType dt) {
+  Tensor h = random_host({rows, cols}, dt, -3, 3);
+  if (rows > 1) {
+    Tensor zero = random_host({1, cols}, dt, 0, 0);
+    std::memcpy(static_cast<char*>(h.data_ptr()) + cols * dtype_size(dt), zero.data_ptr(), cols * dtype_size(dt));
+  }
+  return h;
+}
+
+// Checks q and scales for spans of `span` consecutive elements (a row or a group).
+void check_quantized(const Tensor& xh, const Tensor& q, const Tensor& scales, int64_t span) {
+  const std::vector<double> x = to_doubles(xh);
+  const int8_t* qv = q.data<int8_t>();
+  const float* sv = scales.data<float>();
+  for (int64_t g = 0; g < static_cast<int64_t>(x.size()) / span; ++g) {
+    float amax = 0;
+    for (int64_t i = g * span; i < (g + 1) * span; ++i) amax = std::max(amax, static_cast<float>(std::abs(x[i])));
+    ASSERT_EQ(sv[g], amax / 127.0f) << "scale of span " << g;
+    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    for (int64_t i = g * span; i < (g + 1) * span; ++i) {
+      const float r = std::rint(static_cast<float>(x[i]) * inv);
+      ASSERT_EQ(qv[i], static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f))) << "element " << i;
+      ASSERT_LE(std::abs(x[i] - qv[i] * static_cast<double>(sv[g])), sv[g] * 0.5 * (1 + 1e-5)) << "element " << i;
+    }
+  }
+}
+
+TEST(Quant, PerTokenQuantiseAndDequantise) {
+  for (DType dt : kFloatTypes) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {4, 64}, {5, 1000}, {2, 4096}, {3, 5003}}) {
+      for (bool misalign : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", " << rows << "x" << cols << (misalign ? ", misaligned" : ""));
+        Tensor xh = random_rows(rows, cols, dt);
+        Tensor q = ctx().empty({rows, cols}, DType::i8), s = ctx().empty({rows}, DType::f32);
+        poison(q);
+        poison(s);
+        ops::quantize_per_token(ctx(), make_input(xh, misalign), q, s);
+        Tensor qh = ctx().to_host(q), sh = ctx().to_host(s);
+        check_quantized(xh, qh, sh, cols);
+        Tensor back = ctx().empty({rows, cols}, dt);
+        poison(back);
+        ops::dequantize_per_token(ctx(), q, s, back);
+        std::vector<double> want;
+        for (int64_t i = 0; i < rows * cols; ++i) want.push_back(qh.data<int8_t>()[i] * static_cast<double>(sh.data<float>()[i / cols]));
+        EXPECT_TRUE(all_close(ctx().to_host(back), want, epsilon(dt), 0));
+      }
+    }
+  }
+}
+
+TEST(Quant, PerGroupQuantiseAndDequantise) {
+  for (DType dt : kFloatTypes) {
+    for (int group : {32, 64, 128}) {
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 128}, {3, 384}, {7, 1024}}) {
+        for (bool misalign : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", group " << group << ", " << rows << "x" << cols
+                                            << (misalign ? ", misaligned" : ""));
+          Tensor xh = random_rows(rows, cols, dt);
+          Tensor q = ctx().empty({rows, cols}, DType::i8), s = ctx().empty({rows, cols / group}, DType::f32);
+          poison(q);
+          poison(s);
+          ops::quantize_per_group(ctx(), make_input(xh, misalign), group, q, s);
+          Tensor qh = ctx().to_host(q), sh = ctx().to_host(s);
+          check_quantized(xh, qh, sh, group);
+          Tensor back = ctx().empty({rows, cols}, dt);
+          ops::dequantize_per_group(ctx(), q, s, group, back);
+          std::vector<double> want;
+          for (int64_t i = 0; i < rows * cols; ++i) want.push_back(qh.data<int8_t>()[i] * static_cast<double>(sh.data<float>()[i / group]));
+          EXPECT_TRUE(all_close(ctx().to_host(back), want, epsilon(dt), 0));
+        }
+      }
+    }
+  }
+}
+
+TEST(Quant, RejectsMisuse) {
+  Tensor x = ctx().empty({4, 96}, DType::bf16), q = ctx().empty({4, 96}, DType::i8);
+  Tensor s_tok = ctx().empty({4}, DType::f32), s_grp = ctx().empty({4, 3}, DType::f32);
+  EXPECT_THROW(ops::quantize_per_token(ctx(), x, ctx().empty({4, 96}, DType::i32), s_tok), Error);
+  EXPECT_THROW(ops::quantize_per_token(ctx(), x, q, ctx().empty({5}, DType::f32)), Error);
+  EXPECT_THROW(ops::quantize_per_group(ctx(), x, 48, q, s_grp), Error);   // unsupported group
+  EXPECT_THROW(ops::quantize_per_group(ctx(), x, 64, q, s_grp), Error);   // 64 does not divide 96
+  EXPECT_NO_THROW(ops::quantize_per_group(ctx(), x, 32, q, s_grp));
+}
+
+TEST(Reduce, RowAndTensorReductionsEveryOp) {
+  const std::pair<ops::Reduce, const char*> reductions[] = {
+      {ops::Reduce::sum, "sum"}, {ops::Reduce::max, "max"}, {ops::Reduce::min, "min"}, {ops::Reduce::absmax, "absmax"}};
+  for (DType dt : kFloatTypes) {
+    for (auto [op, name] : reductions) {
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 33}, {5, 1000}, {2, 70001}}) {
+        SCOPED_TRACE(::testing::Message() << name << ", " << dtype_name(dt) << ", " << rows << "x" << cols);
+        Tensor xh = random_host({rows, cols}, dt, -5, 4);
+        Tensor x = ctx().to_device(xh), out = ctx().empty({rows}, DType::f32), all = ctx().empty({1}, DType::f32);
+        poison(out);
+        poison(all);
+        ops::row_reduce(ctx(), op, x, out);
+        ops::tensor_reduce(ctx(), op, x, all);
+        const std::vector<double> v = to_doubles(xh);
+        auto fold = [&](int64_t begin, int64_t end) {
+          double acc = op == ops::Reduce::sum || op == ops::Reduce::absmax ? 0 : op == ops::Reduce::max ? -INFINITY : INFINITY;
+          for (int64_t i = begin; i < end; ++i) {
+            const double e = op == ops::Reduce::absmax ? std::abs(v[i]) : v[i];
+            acc = op == ops::Reduce::sum ? acc + e : op == ops::Reduce::min ? std::min(acc, e) : std::max(acc, e);
+          }
+          return acc;
+        };
+        std::vector<double> want_rows;
+        for (int64_t r = 0; r < rows; ++r) want_rows.push_back(fold(r * cols, (r + 1) * cols));
+        // Sums accumulate float rounding over up to 7e4 terms of magnitude <= 5.
+        const double abs = op == ops::Reduce::sum ? 1e-6 * static_cast<double>(cols) : 0;
+        EXPECT_TRUE(all_close(ctx().to_host(out), want_rows, 0, abs));
+        EXPECT_TRUE(all_close(ctx().to_host(all), {fold(0, rows * cols)}, 0, abs * static_cast<double>(rows)));
+        Tensor first = ctx().to_host(all);
+        ops::tensor_reduce(ctx(), op, x, all);
+        EXPECT_TRUE(bitwise_equal(first, ctx().to_host(all)));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lw::test
