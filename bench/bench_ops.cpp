@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "ops/quant.h"
@@ -135,6 +136,25 @@ int main(int argc, char** argv) {
                                     qkv[i].slice(1, qh * hd, (qh + kh) * hd).unflatten(1, {kh, hd}), positions);
                        }),
                        2.0 * static_cast<double>(rows) * static_cast<double>((qh + kh) * hd) * elem});
+
+    // Decode attention, Llama-3-8B heads (32 query, 8 key/value, 128 dims): 16 sequences of
+    // 4096 tokens in 16-token blocks spread over the cache; bytes: the K and V read.
+    {
+      const int seqs = 16, context = 4096, bs = 16, blocks_per_seq = context / bs;
+      const int64_t num_blocks = static_cast<int64_t>(seqs) * blocks_per_seq;
+      Tensor kc = random({num_blocks, bs, kh, hd}), vc = random({num_blocks, bs, kh, hd});
+      Tensor tables_h = Tensor::empty_host({seqs, blocks_per_seq}, DType::i32), lens_h = Tensor::empty_host({seqs}, DType::i32);
+      for (int s = 0; s < seqs; ++s) {
+        lens_h.data<int32_t>()[s] = context;
+        for (int b = 0; b < blocks_per_seq; ++b) tables_h.data<int32_t>()[s * blocks_per_seq + b] = b * seqs + s;  // interleaved
+      }
+      Tensor tables = ctx.to_device(tables_h), lens = ctx.to_device(lens_h);
+      Tensor qd = random({seqs, qh, hd}), od = ctx.empty({seqs, qh, hd}, dt);
+      results.push_back({"decode_attention 16x4096", median_ms(ctx, repeats, 1, [&](int) {
+                           lw::ops::decode_attention(ctx, qd, kc, vc, tables, lens, context, 0.0883883f, od);
+                         }),
+                         2.0 * num_blocks * bs * kh * hd * elem});
+    }
 
     const double copy_gbs = results[0].bytes / (results[0].ms * 1e6);
     std::printf("device %s, %s [%lld, %lld], median of %d runs over %d input sets\n", ctx.device_name().c_str(),

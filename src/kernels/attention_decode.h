@@ -1,0 +1,33 @@
+// Decode attention over the paged KV cache (kernels/kv_cache.h): one query token per sequence,
+// grouped-query heads, the context split into partitions processed in parallel and merged
+// with the numerically stable log-sum-exp rule. The portable SIMT path.
+#pragma once
+#include <cstdint>
+
+#include "gpu/compat.h"
+
+namespace lw::kernels {
+
+struct DecodeAttentionArgs {
+  int seqs;
+  int q_heads;
+  int kv_heads;            // divides q_heads
+  int head_dim;            // <= 256
+  int block_size;          // tokens per cache block
+  int max_blocks_per_seq;  // columns of block_tables
+  int max_context;         // >= every context length
+  float scale;             // usually 1 / sqrt(head_dim)
+};
+
+// Floats of scratch the launch needs (partial outputs, maxima and sums of the partitions).
+int64_t decode_attention_workspace(const DecodeAttentionArgs& a);
+
+// q [seqs, q_heads, head_dim] -> out [seqs, q_heads, head_dim]; block_tables int32
+// [seqs, max_blocks_per_seq]; context_lens int32 [seqs] (a length of 0 gives zeros);
+// workspace: decode_attention_workspace(a) floats.
+template <class T>
+void decode_attention(const DecodeAttentionArgs& a, const T* q, const T* k_cache, const T* v_cache,
+                      const int32_t* block_tables, const int32_t* context_lens, float* workspace, T* out,
+                      int warp_size, cudaStream_t stream);
+
+}  // namespace lw::kernels

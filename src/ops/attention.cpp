@@ -1,0 +1,103 @@
+#include "ops/attention.h"
+
+#include <cmath>
+
+#include "kernels/attention_decode.h"
+#include "kernels/kv_cache.h"
+#include "ops/check.h"
+
+namespace lw::ops {
+
+namespace {
+
+void check_cache(const char* op, const char* name, const Tensor& cache) {
+  check_float_input(op, name, cache);
+  LW_CHECK(cache.dim() == 4, op << ": " << name << " " << cache.describe()
+                                << " must be [num_blocks, block_size, kv_heads, head_dim]");
+}
+
+}  // namespace
+
+void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot_mapping, const Tensor& k_cache,
+              const Tensor& v_cache) {
+  check_cache("kv_write", "k_cache", k_cache);
+  check_cache("kv_write", "v_cache", v_cache);
+  check_same_shape("kv_write", "k_cache", k_cache, "v_cache", v_cache);
+  check_same_dtype("kv_write", "k_cache", k_cache, "v_cache", v_cache);
+  const int64_t kv_heads = k_cache.size(2), head_dim = k_cache.size(3);
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"k", &k}, {"v", &v}}) {
+    check_on_device("kv_write", name, *t);
+    check_same_dtype("kv_write", name, *t, "k_cache", k_cache);
+    LW_CHECK(t->dim() == 3 && t->size(1) == kv_heads && t->size(2) == head_dim && t->stride(2) == 1 &&
+                 t->stride(1) == head_dim,
+             "kv_write: " << name << " " << t->describe() << " must be [tokens, " << kv_heads << ", " << head_dim
+                          << "] with contiguous heads");
+  }
+  const int64_t tokens = k.size(0);
+  LW_CHECK(v.size(0) == tokens, "kv_write: k and v have different token counts");
+  check_on_device("kv_write", "slot_mapping", slot_mapping);
+  LW_CHECK(slot_mapping.dtype() == DType::i64 && slot_mapping.dim() == 1 && slot_mapping.size(0) == tokens &&
+               slot_mapping.is_contiguous(),
+           "kv_write: slot_mapping " << slot_mapping.describe() << " must be a contiguous i64[" << tokens << "]");
+  const kernels::KvWriteArgs a{tokens, static_cast<int>(kv_heads), static_cast<int>(head_dim), k.stride(0), v.stride(0),
+                               k_cache.size(0) * k_cache.size(1)};
+  Tensor flag = ctx.empty({1}, DType::i64);
+  LW_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0, sizeof(int64_t), ctx.stream().get()));
+  dispatch_float(k.dtype(), "kv_write", [&]<class T>() {
+    kernels::kv_write<T>(a, k.data<T>(), v.data<T>(), slot_mapping.data<int64_t>(), k_cache.data<T>(), v_cache.data<T>(),
+                         flag.data<int64_t>(), ctx.warp_size(), ctx.stream().get());
+  });
+  const int64_t bad = ctx.to_host(flag).data<int64_t>()[0];
+  if (bad != 0) {
+    const int64_t slot = ctx.to_host(slot_mapping.slice(0, bad - 1, bad)).data<int64_t>()[0];
+    LW_FAIL("kv_write: slot " << slot << " of token " << bad - 1 << " is outside the cache's " << a.num_slots
+                              << " slots (token not written)");
+  }
+}
+
+void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                      const Tensor& block_tables, const Tensor& context_lens, int max_context, float scale,
+                      const Tensor& out) {
+  const char* op = "decode_attention";
+  check_float_input(op, "q", q);
+  check_float_input(op, "out", out);
+  check_cache(op, "k_cache", k_cache);
+  check_cache(op, "v_cache", v_cache);
+  check_same_shape(op, "k_cache", k_cache, "v_cache", v_cache);
+  check_same_shape(op, "q", q, "out", out);
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"out", &out}, {"k_cache", &k_cache}, {"v_cache", &v_cache}}) {
+    check_same_dtype(op, "q", q, name, *t);
+  }
+  LW_CHECK(q.dim() == 3, op << ": q " << q.describe() << " must be [seqs, q_heads, head_dim]");
+  const int64_t seqs = q.size(0), q_heads = q.size(1), head_dim = q.size(2);
+  const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2);
+  LW_CHECK(k_cache.size(3) == head_dim, op << ": cache head_dim " << k_cache.size(3) << " differs from q's " << head_dim);
+  LW_CHECK(kv_heads > 0 && q_heads % kv_heads == 0 && q_heads / kv_heads <= 16,
+           op << ": " << q_heads << " query heads over " << kv_heads
+              << " key/value heads: it must divide, with at most 16 query heads per key/value head");
+  check_on_device(op, "block_tables", block_tables);
+  check_on_device(op, "context_lens", context_lens);
+  LW_CHECK(block_tables.dtype() == DType::i32 && block_tables.dim() == 2 && block_tables.size(0) == seqs &&
+               block_tables.is_contiguous(),
+           op << ": block_tables " << block_tables.describe() << " must be a contiguous i32[" << seqs << ", max_blocks]");
+  LW_CHECK(context_lens.dtype() == DType::i32 && context_lens.dim() == 1 && context_lens.size(0) == seqs &&
+               context_lens.is_contiguous(),
+           op << ": context_lens " << context_lens.describe() << " must be a contiguous i32[" << seqs << "]");
+  LW_CHECK(max_context >= 0 && max_context <= block_tables.size(1) * block_size,
+           op << ": max_context " << max_context << " exceeds what " << block_tables.size(1) << " blocks of "
+              << block_size << " tokens hold");
+  LW_CHECK(std::isfinite(scale), op << ": scale " << scale << " is not finite");
+  const kernels::DecodeAttentionArgs a{static_cast<int>(seqs),       static_cast<int>(q_heads),
+                                       static_cast<int>(kv_heads),   static_cast<int>(head_dim),
+                                       static_cast<int>(block_size), static_cast<int>(block_tables.size(1)),
+                                       max_context,                  scale};
+  const int64_t ws = kernels::decode_attention_workspace(a);
+  Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
+  dispatch_float(q.dtype(), op, [&]<class T>() {
+    kernels::decode_attention<T>(a, q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), block_tables.data<int32_t>(),
+                                 context_lens.data<int32_t>(), ws > 0 ? workspace.data<float>() : nullptr,
+                                 out.data<T>(), ctx.warp_size(), ctx.stream().get());
+  });
+}
+
+}  // namespace lw::ops

@@ -1,0 +1,26 @@
+// The paged KV cache and decode attention (the portable SIMT path).
+#pragma once
+#include "core/context.h"
+#include "core/tensor.h"
+
+namespace lw::ops {
+
+// Writes new K and V rows into a layer's caches. k, v: [tokens, kv_heads, head_dim] with
+// contiguous heads and any token stride (views into a fused QKV output work);
+// slot_mapping: i64 [tokens], slot = block * block_size + offset, -1 skips the token;
+// k_cache, v_cache: [num_blocks, block_size, kv_heads, head_dim], contiguous. One float
+// dtype throughout. A slot outside the cache throws lw::Error naming it (this waits for
+// the stream).
+void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot_mapping, const Tensor& k_cache,
+              const Tensor& v_cache);
+
+// One query token per sequence against its cached context. q: [seqs, q_heads, head_dim]
+// contiguous; caches as for kv_write (kv_heads divides q_heads, at most 16 query heads per
+// key/value head; head_dim <= 256 and a multiple of 16 bytes); block_tables: i32
+// [seqs, max_blocks]; context_lens: i32 [seqs], each <= max_context (the caller's bound,
+// which sizes the launch); out: like q. scale multiplies q.k (usually 1/sqrt(head_dim)).
+void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                      const Tensor& block_tables, const Tensor& context_lens, int max_context, float scale,
+                      const Tensor& out);
+
+}  // namespace lw::ops

@@ -1,0 +1,147 @@
+// The paged KV cache write and decode attention against a float64 reference: random caches,
+// scattered block tables, odd block sizes, GQA groups 1..16, head dims 64..256, contexts of
+// one token, block edges and several partitions (the split-K merge), and an empty context.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "ops/attention.h"
+#include "test_util.h"
+
+namespace lw::test {
+namespace {
+
+struct Case {
+  int q_heads, kv_heads, head_dim, block_size;
+  std::vector<int> contexts;
+};
+
+void run_case(DType dt, const Case& c) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", heads " << c.q_heads << "/" << c.kv_heads << ", dim "
+                                    << c.head_dim << ", block " << c.block_size);
+  const int seqs = static_cast<int>(c.contexts.size());
+  const int max_ctx = *std::max_element(c.contexts.begin(), c.contexts.end());
+  const int max_blocks = std::max(1, (max_ctx + c.block_size - 1) / c.block_size);
+  const int num_blocks = seqs * max_blocks + 3;
+  const int64_t hd = c.head_dim;
+  Tensor kh = random_host({num_blocks, c.block_size, c.kv_heads, hd}, dt);
+  Tensor vh = random_host({num_blocks, c.block_size, c.kv_heads, hd}, dt);
+  Tensor qh = random_host({seqs, c.q_heads, hd}, dt);
+  // Each sequence gets distinct blocks in a shuffled order.
+  std::vector<int32_t> perm(num_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng());
+  Tensor tables_h = Tensor::empty_host({seqs, max_blocks}, DType::i32), lens_h = Tensor::empty_host({seqs}, DType::i32);
+  for (int s = 0; s < seqs; ++s) {
+    lens_h.data<int32_t>()[s] = c.contexts[s];
+    for (int b = 0; b < max_blocks; ++b) tables_h.data<int32_t>()[s * max_blocks + b] = perm[s * max_blocks + b];
+  }
+  Tensor out = ctx().empty({seqs, c.q_heads, hd}, dt);
+  poison(out);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ops::decode_attention(ctx(), ctx().to_device(qh), ctx().to_device(kh), ctx().to_device(vh), ctx().to_device(tables_h),
+                        ctx().to_device(lens_h), max_ctx, scale, out);
+
+  const std::vector<double> k = to_doubles(kh), v = to_doubles(vh), q = to_doubles(qh);
+  const int group = c.q_heads / c.kv_heads;
+  std::vector<double> want;
+  for (int s = 0; s < seqs; ++s) {
+    for (int h = 0; h < c.q_heads; ++h) {
+      const int kvh = h / group;
+      std::vector<double> score(c.contexts[s]);
+      for (int t = 0; t < c.contexts[s]; ++t) {
+        const int64_t slot = static_cast<int64_t>(perm[s * max_blocks + t / c.block_size]) * c.block_size + t % c.block_size;
+        double d = 0;
+        for (int64_t i = 0; i < hd; ++i) d += q[(s * c.q_heads + h) * hd + i] * k[(slot * c.kv_heads + kvh) * hd + i];
+        score[t] = d * scale;
+      }
+      const double m = score.empty() ? 0 : *std::max_element(score.begin(), score.end());
+      double sum = 0;
+      for (double& e : score) sum += (e = std::exp(e - m));
+      for (int64_t i = 0; i < hd; ++i) {
+        double acc = 0;
+        for (int t = 0; t < c.contexts[s]; ++t) {
+          const int64_t slot = static_cast<int64_t>(perm[s * max_blocks + t / c.block_size]) * c.block_size + t % c.block_size;
+          acc += score[t] * v[(slot * c.kv_heads + kvh) * hd + i];
+        }
+        want.push_back(sum > 0 ? acc / sum : 0.0);
+      }
+    }
+  }
+  // Values are averages of |v| <= 1: one rounding to the dtype plus float accumulation.
+  EXPECT_TRUE(all_close(ctx().to_host(out), want, epsilon(dt), 2 * epsilon(dt) + 2e-6));
+}
+
+TEST(DecodeAttention, HeadDimsAndGroups) {
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    run_case(dt, {8, 2, 64, 16, {1, 17, 40}});
+    run_case(dt, {4, 4, 128, 16, {33, 5}});
+  }
+  run_case(DType::bf16, {7, 1, 80, 7, {20, 13}});
+  run_case(DType::bf16, {6, 2, 96, 16, {31}});
+  run_case(DType::f16, {2, 1, 256, 8, {24, 9}});
+  run_case(DType::bf16, {16, 1, 64, 16, {50, 3}});
+}
+
+TEST(DecodeAttention, LongContextsSplitAndMerge) {
+  run_case(DType::bf16, {8, 2, 128, 16, {1300, 700, 1}});   // partitions of 512
+  run_case(DType::f32, {16, 1, 64, 32, {300, 129}});       // partitions of 128
+}
+
+TEST(DecodeAttention, EmptyContextGivesZeros) { run_case(DType::bf16, {4, 2, 64, 16, {0, 9}}); }
+
+TEST(DecodeAttention, RejectsMisuse) {
+  Tensor q = ctx().empty({2, 6, 64}, DType::bf16), out = ctx().empty({2, 6, 64}, DType::bf16);
+  Tensor kc = ctx().empty({4, 16, 4, 64}, DType::bf16);  // 6 query heads over 4 kv heads
+  Tensor tables = ctx().empty({2, 2}, DType::i32), lens = ctx().empty({2}, DType::i32);
+  EXPECT_THROW(ops::decode_attention(ctx(), q, kc, kc, tables, lens, 16, 0.1f, out), Error);
+  Tensor kc2 = ctx().empty({4, 16, 2, 64}, DType::bf16);
+  EXPECT_THROW(ops::decode_attention(ctx(), q, kc2, kc2, tables, lens, 33, 0.1f, out), Error);  // 33 > 2 * 16
+  EXPECT_THROW(ops::decode_attention(ctx(), q, kc2, kc2, ctx().empty({2, 2}, DType::i64), lens, 16, 0.1f, out), Error);
+  EXPECT_NO_THROW(ops::decode_attention(ctx(), q, kc2, kc2, tables.slice(0, 0, 2), ctx().to_device([] {
+                    Tensor h = Tensor::empty_host({2}, DType::i32);
+                    h.data<int32_t>()[0] = h.data<int32_t>()[1] = 0;
+                    return h;
+                  }()), 16, 0.1f, out));
+}
+
+TEST(KvCache, WritesRowsThroughSlotsAndSkipsPadding) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const int64_t blocks = 5, bs = 4, kvh = 2, hd = 24, tokens = 7;
+    Tensor cache_k = ctx().empty({blocks, bs, kvh, hd}, dt), cache_v = ctx().empty({blocks, bs, kvh, hd}, dt);
+    Tensor init_k = random_host({blocks, bs, kvh, hd}, dt), init_v = random_host({blocks, bs, kvh, hd}, dt);
+    cache_k.copy_from(init_k, ctx().stream().get());
+    cache_v.copy_from(init_v, ctx().stream().get());
+    // k and v as views into one fused [tokens, (q + k + v) heads * hd] buffer.
+    Tensor fused_h = random_host({tokens, 6 * hd}, dt);
+    Tensor fused = ctx().to_device(fused_h);
+    Tensor k = fused.slice(1, 2 * hd, 4 * hd).unflatten(1, {kvh, hd});
+    Tensor v = fused.slice(1, 4 * hd, 6 * hd).unflatten(1, {kvh, hd});
+    const int64_t slots[tokens] = {3, 0, -1, 19, 8, 9, -1};
+    Tensor slots_h = Tensor::empty_host({tokens}, DType::i64);
+    std::copy(slots, slots + tokens, slots_h.data<int64_t>());
+    ops::kv_write(ctx(), k, v, ctx().to_device(slots_h), cache_k, cache_v);
+    std::vector<double> want_k = to_doubles(init_k), want_v = to_doubles(init_v);
+    const std::vector<double> f = to_doubles(fused_h);
+    for (int64_t t = 0; t < tokens; ++t) {
+      if (slots[t] < 0) continue;
+      for (int64_t i = 0; i < kvh * hd; ++i) {
+        want_k[slots[t] * kvh * hd + i] = f[t * 6 * hd + 2 * hd + i];
+        want_v[slots[t] * kvh * hd + i] = f[t * 6 * hd + 4 * hd + i];
+      }
+    }
+    EXPECT_TRUE(all_close(ctx().to_host(cache_k), want_k, 0, 0));
+    EXPECT_TRUE(all_close(ctx().to_host(cache_v), want_v, 0, 0));
+
+    slots_h.data<int64_t>()[4] = blocks * bs;  // one past the end
+    try {
+      ops::kv_write(ctx(), k, v, ctx().to_device(slots_h), cache_k, cache_v);
+      FAIL() << "slot past the cache accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("slot 20 of token 4"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lw::test
