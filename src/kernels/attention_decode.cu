@@ -12,7 +12,7 @@ namespace lw::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxGroup = 16;    // query heads per key/value head
+constexpr int kTokenLanes = 16;  // lanes that share one key row in the QK stage
 
 int partition_size(int group) { return group <= 8 ? 512 : 128; }
 
@@ -33,7 +33,7 @@ LW_HOST_DEVICE inline Layout layout(int group, int head_dim, int part, int vec, 
 }
 
 // Grid (partition, kv head, sequence). Stages: q of the head group to shared memory; scores of
-// the partition's tokens (one thread per key row); per query head, maximum and
+// the partition's tokens (kTokenLanes lanes per key row); per query head, maximum and
 // exponentials (one warp per head); P.V with (head, vector) items over token groups, reduced
 // through shared memory. Writes the output directly when the context has one partition,
 // else the partition's normalised output, maximum and sum for the merge.
@@ -60,29 +60,37 @@ __global__ void decode_kernel(DecodeAttentionArgs a, const T* q, const T* k_cach
   }
   __syncthreads();
 
-  // Scores: one thread per key row, reading the whole row (many independent 16-byte loads in
-  // flight, no shuffles); q comes from shared memory as a broadcast.
-  for (int t0 = tid; t0 < n; t0 += nthreads) {
-    const int t = begin + t0;
-    const int64_t slot = static_cast<int64_t>(table[t / a.block_size]) * a.block_size + t % a.block_size;
-    const T* krow = k_cache + slot * row + static_cast<int64_t>(kvh) * hd;
-    float dots[kMaxGroup];
+  // Scores: each kTokenLanes-lane group takes a key row; the lanes split its vectors.
+  const int token_groups = nthreads / kTokenLanes, lane = tid % kTokenLanes;
+  // The loop bound is the same for every lane of a group, so all reach the shuffles.
+  for (int t0 = tid / kTokenLanes; t0 < ((n + token_groups - 1) / token_groups) * token_groups; t0 += token_groups) {
+    const bool valid = t0 < n;
+    float dots[16];
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) dots[g] = 0.0f;
-#pragma unroll 4
-    for (int dv = 0; dv < dvecs; ++dv) {
-      const gpu::Vec<T, VEC> kv = gpu::load_vec<VEC>(krow + dv * VEC);
+    for (int g = 0; g < 16; ++g) dots[g] = 0.0f;
+    if (valid) {
+      const int t = begin + t0;
+      const int64_t slot = static_cast<int64_t>(table[t / a.block_size]) * a.block_size + t % a.block_size;
+      const T* krow = k_cache + slot * row + static_cast<int64_t>(kvh) * hd;
+      for (int dv = lane; dv < dvecs; dv += kTokenLanes) {
+        const gpu::Vec<T, VEC> kv = gpu::load_vec<VEC>(krow + dv * VEC);
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g < group) {
+        for (int g = 0; g < 16; ++g) {
+          if (g < group) {
+            float acc = 0.0f;
 #pragma unroll
-          for (int j = 0; j < VEC; ++j) dots[g] += static_cast<float>(smem[l.q + g * hd + dv * VEC + j]) * gpu::to_float(kv.v[j]);
+            for (int j = 0; j < VEC; ++j) acc += static_cast<float>(smem[l.q + g * hd + dv * VEC + j]) * gpu::to_float(kv.v[j]);
+            dots[g] += acc;
+          }
         }
       }
     }
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g < group) smem[l.logits + g * part + t0] = dots[g] * a.scale;
+    for (int g = 0; g < 16; ++g) {
+      if (g < group) {
+        const float d = gpu::warp_reduce_sum<kTokenLanes>(dots[g]);
+        if (valid && lane == 0) smem[l.logits + g * part + t0] = d * a.scale;
+      }
     }
   }
   __syncthreads();
@@ -118,7 +126,6 @@ __global__ void decode_kernel(DecodeAttentionArgs a, const T* q, const T* k_cach
       float acc[VEC];
 #pragma unroll
       for (int j = 0; j < VEC; ++j) acc[j] = 0.0f;
-#pragma unroll 4
       for (int t0 = tg; t0 < n; t0 += tgs) {
         const int t = begin + t0;
         const int64_t slot = static_cast<int64_t>(table[t / a.block_size]) * a.block_size + t % a.block_size;
