@@ -1,0 +1,225 @@
+#include "kernels/sampling.h"
+
+#include <cmath>
+
+#include "gpu/launch.h"
+#include "gpu/numeric.h"
+#include "gpu/portable_math.h"
+
+namespace lw::kernels {
+
+namespace {
+
+constexpr int kThreads = kSamplingThreads;
+
+// One block of kThreads per sequence. Thread j owns the contiguous chunk
+// [j * chunk, (j + 1) * chunk) of the vocabulary. Sums add each chunk in index order, then
+// combine the chunks by a fixed pairwise tree: the order, and so every rounding, is the same
+// on every target and warp size. Maxima and counts are exact in any order.
+template <class T>
+__global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, float* workspace, int32_t* tokens,
+                              float* logprobs) {
+  LW_SHARED(float, fs, [kThreads]);
+  LW_SHARED(int, is, [kThreads]);
+  const int64_t s = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x);
+  const T* x = logits + s * vocab;
+  float* w = workspace + s * vocab;
+  const int64_t chunk = (vocab + kThreads - 1) / kThreads;
+  const int64_t lo = tid * chunk, hi = lo + chunk < vocab ? lo + chunk : vocab;
+
+  auto tree_sum = [&](float v) {
+    fs[tid] = v;
+    __syncthreads();
+    for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+      if (tid < stride) fs[tid] = fs[tid] + fs[tid + stride];
+      __syncthreads();
+    }
+    const float r = fs[0];
+    __syncthreads();
+    return r;
+  };
+  auto tree_count = [&](int v) {
+    is[tid] = v;
+    __syncthreads();
+    for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+      if (tid < stride) is[tid] = is[tid] + is[tid + stride];
+      __syncthreads();
+    }
+    const int r = is[0];
+    __syncthreads();
+    return r;
+  };
+  auto tree_max = [&](float v) {
+    fs[tid] = v;
+    __syncthreads();
+    for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+      if (tid < stride) fs[tid] = fmaxf(fs[tid], fs[tid + stride]);
+      __syncthreads();
+    }
+    const float r = fs[0];
+    __syncthreads();
+    return r;
+  };
+
+  // The raw distribution, for the log-probability of the chosen token.
+  float m = -INFINITY;
+  for (int64_t i = lo; i < hi; ++i) m = fmaxf(m, gpu::to_float(x[i]));
+  const float raw_max = tree_max(m);
+  float acc = 0.0f;
+  for (int64_t i = lo; i < hi; ++i) {
+    const float v = gpu::to_float(x[i]);
+    w[i] = v;
+    acc += gpu::exp_portable(v - raw_max);
+  }
+  const float raw_sum = tree_sum(acc);
+
+  // Penalties over the history, once per distinct token: the thread holding a token's first
+  // occurrence counts it and adjusts its logit.
+  const float rep = p.repetition_penalty[s], pres = p.presence_penalty[s], freq = p.frequency_penalty[s];
+  if (p.history_len > 0 && (rep != 1.0f || pres != 0.0f || freq != 0.0f)) {
+    const int32_t* hist = p.history + s * p.history_len;
+    for (int64_t h = tid; h < p.history_len; h += kThreads) {
+      const int32_t id = hist[h];
+      if (id < 0 || id >= vocab) continue;
+      bool first = true;
+      for (int64_t j = 0; j < h && first; ++j) first = hist[j] != id;
+      if (!first) continue;
+      int count = 0;
+      for (int64_t j = 0; j < p.history_len; ++j) count += hist[j] == id;
+      float v = w[id];
+      if (rep != 1.0f) v = v > 0.0f ? v / rep : v * rep;
+      v = fmaf(-freq, static_cast<float>(count), v) - pres;
+      w[id] = v;
+    }
+  }
+  __syncthreads();
+
+  const float temperature = p.temperature[s];
+  int64_t token = -1;
+  if (temperature == 0.0f) {
+    // Greedy: the largest logit, ties to the lowest id.
+    float best = -INFINITY;
+    int64_t arg = lo < hi ? lo : -1;
+    for (int64_t i = lo; i < hi; ++i) {
+      if (w[i] > best) {
+        best = w[i];
+        arg = i;
+      }
+    }
+    const float top = tree_max(best);
+    // The lowest id holding the maximum: each thread offers its own, the tree keeps the least.
+    is[tid] = (best == top && arg >= 0) ? static_cast<int>(arg) : 0x7fffffff;
+    __syncthreads();
+    for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+      if (tid < stride) is[tid] = is[tid] < is[tid + stride] ? is[tid] : is[tid + stride];
+      __syncthreads();
+    }
+    token = is[0];
+    __syncthreads();
+  } else {
+    // Unnormalised probabilities p_i = exp(l_i / T - max), in [0, 1], the largest exactly 1.
+    float mm = -INFINITY;
+    for (int64_t i = lo; i < hi; ++i) {
+      w[i] = w[i] / temperature;
+      mm = fmaxf(mm, w[i]);
+    }
+    const float mx = tree_max(mm);
+    for (int64_t i = lo; i < hi; ++i) w[i] = gpu::exp_portable(w[i] - mx);
+    __syncthreads();
+
+    auto count_ge = [&](float t) {
+      int c = 0;
+      for (int64_t i = lo; i < hi; ++i) c += w[i] >= t;
+      return tree_count(c);
+    };
+    auto mass_ge = [&](float t) {
+      float a = 0.0f;
+      for (int64_t i = lo; i < hi; ++i) a += w[i] >= t ? w[i] : 0.0f;
+      return tree_sum(a);
+    };
+    // Thresholds on p found by bisection over the float bit patterns (monotone for p >= 0).
+    unsigned cut = 0;  // keep p >= __uint_as_float(cut)
+    const int top_k = p.top_k[s];
+    if (top_k > 0 && top_k < vocab) {
+      unsigned a = 0, b = 0x3f800000u;  // the largest cut that still keeps >= k tokens
+      while (a < b) {
+        const unsigned mid = a + (b - a + 1) / 2;
+        if (count_ge(__uint_as_float(mid)) >= top_k) a = mid;
+        else b = mid - 1;
+      }
+      cut = a;
+    }
+    const float top_p = p.top_p[s];
+    if (top_p < 1.0f) {
+      const float target = top_p * mass_ge(__uint_as_float(cut));
+      unsigned a = cut, b = 0x3f800000u;  // the largest cut whose kept mass still reaches target
+      while (a < b) {
+        const unsigned mid = a + (b - a + 1) / 2;
+        if (mass_ge(__uint_as_float(mid)) >= target) a = mid;
+        else b = mid - 1;
+      }
+      cut = a;
+    }
+    const float min_p = p.min_p[s];
+    float threshold = __uint_as_float(cut);
+    if (min_p > threshold) threshold = min_p;  // the most likely token has p = 1
+
+    // Draw: goal = u * kept mass; walk the chunk sums, then the chosen chunk, in index order.
+    const float total = mass_ge(threshold);
+    float part = 0.0f;
+    for (int64_t i = lo; i < hi; ++i) part += w[i] >= threshold ? w[i] : 0.0f;
+    fs[tid] = part;
+    __syncthreads();
+    if (tid == 0) {
+      const float goal = gpu::uniform_portable(p.seed[s], p.step[s]) * total;
+      float cum = 0.0f;
+      int64_t pick = -1;
+      for (int j = 0; j < kThreads && pick < 0; ++j) {
+        const float c = fs[j];
+        if (c > 0.0f && cum + c > goal) {
+          const int64_t jl = j * chunk, jh = jl + chunk < vocab ? jl + chunk : vocab;
+          for (int64_t i = jl; i < jh && pick < 0; ++i) {
+            if (w[i] >= threshold) {
+              cum += w[i];
+              if (cum > goal) pick = i;
+            }
+          }
+        } else {
+          cum += c;
+        }
+      }
+      // Rounding can leave the goal at the very end: take the last kept token.
+      for (int64_t i = vocab - 1; pick < 0 && i >= 0; --i) {
+        if (w[i] >= threshold) pick = i;
+      }
+      is[0] = static_cast<int>(pick);
+    }
+    __syncthreads();
+    token = is[0];
+  }
+  if (tid == 0) {
+    tokens[s] = static_cast<int32_t>(token);
+    logprobs[s] = gpu::to_float(x[token]) - raw_max - logf(raw_sum);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void sample(const T* logits, int64_t seqs, int64_t vocab, const SamplingParams& p, float* workspace, int32_t* tokens,
+            float* logprobs, cudaStream_t stream) {
+  if (seqs == 0) return;
+  LW_CHECK(vocab > 0 && vocab < 0x7fffffff, "sample: vocabulary of " << vocab << " tokens");
+  LW_CHECK(seqs <= 0x7fffffff, "sample: " << seqs << " sequences exceed the grid limit");
+  gpu::launch("sample", sample_kernel<T>, {dim3(static_cast<unsigned>(seqs)), dim3(kThreads), 0, stream}, logits,
+              vocab, p, workspace, tokens, logprobs);
+}
+
+template void sample<float>(const float*, int64_t, int64_t, const SamplingParams&, float*, int32_t*, float*,
+                            cudaStream_t);
+template void sample<half>(const half*, int64_t, int64_t, const SamplingParams&, float*, int32_t*, float*, cudaStream_t);
+template void sample<bfloat16>(const bfloat16*, int64_t, int64_t, const SamplingParams&, float*, int32_t*, float*,
+                               cudaStream_t);
+
+}  // namespace lw::kernels

@@ -1,0 +1,84 @@
+#include "ops/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/sampling.h"
+#include "ops/check.h"
+
+namespace lw::ops {
+
+namespace {
+
+template <class V>
+Tensor column(Context& ctx, const std::vector<SamplingOptions>& options, DType dt, V SamplingOptions::*field) {
+  Tensor h = Tensor::empty_host({static_cast<int64_t>(options.size())}, dt);
+  for (size_t i = 0; i < options.size(); ++i) static_cast<V*>(h.data_ptr())[i] = options[i].*field;
+  return ctx.to_device(h);
+}
+
+}  // namespace
+
+SampleResult sample(Context& ctx, const Tensor& logits, const std::vector<SamplingOptions>& options,
+                    const std::vector<std::vector<int32_t>>& history) {
+  check_float_input("sample", "logits", logits);
+  LW_CHECK(logits.dim() == 2, "sample: logits " << logits.describe() << " must be [seqs, vocab]");
+  const int64_t seqs = logits.size(0), vocab = logits.size(1);
+  LW_CHECK(static_cast<int64_t>(options.size()) == seqs,
+           "sample: " << options.size() << " sampling options for " << seqs << " sequences");
+  LW_CHECK(history.empty() || static_cast<int64_t>(history.size()) == seqs,
+           "sample: " << history.size() << " histories for " << seqs << " sequences");
+  for (size_t i = 0; i < options.size(); ++i) {
+    const SamplingOptions& o = options[i];
+    LW_CHECK(std::isfinite(o.temperature) && o.temperature >= 0,
+             "sample: sequence " << i << ": temperature " << o.temperature << " must be finite and >= 0");
+    LW_CHECK(o.top_k >= 0, "sample: sequence " << i << ": top_k " << o.top_k << " must be >= 0");
+    LW_CHECK(o.top_p > 0 && o.top_p <= 1, "sample: sequence " << i << ": top_p " << o.top_p << " must be in (0, 1]");
+    LW_CHECK(o.min_p >= 0 && o.min_p <= 1, "sample: sequence " << i << ": min_p " << o.min_p << " must be in [0, 1]");
+    LW_CHECK(std::isfinite(o.repetition_penalty) && o.repetition_penalty > 0,
+             "sample: sequence " << i << ": repetition_penalty " << o.repetition_penalty << " must be > 0");
+    LW_CHECK(std::isfinite(o.presence_penalty) && std::isfinite(o.frequency_penalty),
+             "sample: sequence " << i << ": presence and frequency penalties must be finite");
+  }
+  if (seqs == 0) return {};
+  size_t longest = 0;
+  for (const auto& h : history) longest = std::max(longest, h.size());
+  Tensor hist_h = Tensor::empty_host({seqs, static_cast<int64_t>(longest)}, DType::i32);
+  for (int64_t s = 0; s < seqs && longest > 0; ++s) {
+    int32_t* row = hist_h.data<int32_t>() + s * static_cast<int64_t>(longest);
+    std::fill(row, row + longest, -1);
+    std::copy(history[s].begin(), history[s].end(), row);
+  }
+  Tensor hist = longest > 0 ? ctx.to_device(hist_h) : Tensor();
+  Tensor temperature = column(ctx, options, DType::f32, &SamplingOptions::temperature);
+  Tensor top_k = column(ctx, options, DType::i32, &SamplingOptions::top_k);
+  Tensor top_p = column(ctx, options, DType::f32, &SamplingOptions::top_p);
+  Tensor min_p = column(ctx, options, DType::f32, &SamplingOptions::min_p);
+  Tensor rep = column(ctx, options, DType::f32, &SamplingOptions::repetition_penalty);
+  Tensor pres = column(ctx, options, DType::f32, &SamplingOptions::presence_penalty);
+  Tensor freq = column(ctx, options, DType::f32, &SamplingOptions::frequency_penalty);
+  Tensor seed = column(ctx, options, DType::i64, &SamplingOptions::seed);
+  Tensor step = column(ctx, options, DType::i64, &SamplingOptions::step);
+  const kernels::SamplingParams params{temperature.data<float>(),
+                                       top_k.data<int32_t>(),
+                                       top_p.data<float>(),
+                                       min_p.data<float>(),
+                                       rep.data<float>(),
+                                       pres.data<float>(),
+                                       freq.data<float>(),
+                                       static_cast<const uint64_t*>(seed.data_ptr()),
+                                       static_cast<const uint64_t*>(step.data_ptr()),
+                                       longest > 0 ? hist.data<int32_t>() : nullptr,
+                                       static_cast<int64_t>(longest)};
+  Tensor workspace = ctx.empty({seqs, vocab}, DType::f32);
+  Tensor tokens = ctx.empty({seqs}, DType::i32), logprobs = ctx.empty({seqs}, DType::f32);
+  dispatch_float(logits.dtype(), "sample", [&]<class T>() {
+    kernels::sample<T>(logits.data<T>(), seqs, vocab, params, workspace.data<float>(), tokens.data<int32_t>(),
+                       logprobs.data<float>(), ctx.stream().get());
+  });
+  Tensor th = ctx.to_host(tokens), lh = ctx.to_host(logprobs);
+  return {std::vector<int32_t>(th.data<int32_t>(), th.data<int32_t>() + seqs),
+          std::vector<float>(lh.data<float>(), lh.data<float>() + seqs)};
+}
+
+}  // namespace lw::ops

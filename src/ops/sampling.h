@@ -1,0 +1,37 @@
+// Sampling the next token of each sequence from its logits.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/context.h"
+#include "core/tensor.h"
+
+namespace lw::ops {
+
+// Per-sequence sampling parameters (as a request carries them).
+struct SamplingOptions {
+  float temperature = 1.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // (0, 1]; 1: off
+  float min_p = 0.0f;        // [0, 1]; 0: off
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0;
+  uint64_t step = 0;  // position in the seed's random stream: the token index of the request
+};
+
+struct SampleResult {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;  // of each chosen token under the raw logits' softmax
+};
+
+// logits [seqs, vocab] (f32/f16/bf16, on the device, contiguous); options: one per sequence;
+// history: the token ids each sequence's penalties look at (may be empty). Returns the chosen
+// tokens. Penalties apply once per distinct token; top-k, then top-p over what top-k kept,
+// then min-p; ties at a cut are kept. The same seed and step give the same token on every
+// target (CUDA, HIP, the emulator at either warp size).
+SampleResult sample(Context& ctx, const Tensor& logits, const std::vector<SamplingOptions>& options,
+                    const std::vector<std::vector<int32_t>>& history = {});
+
+}  // namespace lw::ops
