@@ -1,0 +1,231 @@
+#include "kernels/moe.h"
+
+#include <cmath>
+
+#include "gpu/launch.h"
+#include "gpu/numeric.h"
+#include "gpu/portable_math.h"
+
+namespace lw::kernels {
+
+namespace {
+
+constexpr int kMaxExperts = 256;
+constexpr int kMaxK = 16;
+
+// One block per token, one thread per expert (threads >= experts). Argmax rounds over shared
+// memory by a fixed tree with (value, index) pairs: exact, ties to the lower index.
+template <class T>
+__global__ void route_kernel(MoeRouteArgs a, const T* logits, const float* bias, float* weights, int32_t* ids) {
+  LW_SHARED(float, score, [kMaxExperts]);    // the weight score (no bias)
+  LW_SHARED(float, select, [kMaxExperts]);   // the selection score (with bias), -inf once taken
+  LW_SHARED(float, tv, [kMaxExperts]);
+  LW_SHARED(int, ti, [kMaxExperts]);
+  LW_SHARED(float, group_score, [kMaxExperts]);
+  LW_SHARED(int, chosen, [kMaxK]);
+  const int64_t t = blockIdx.x;
+  const int e = static_cast<int>(threadIdx.x);
+  const int n = static_cast<int>(blockDim.x);  // a power of two >= experts
+  const T* row = logits + t * a.experts;
+
+  // Scores: sigmoid per expert, or softmax over the experts.
+  float x = e < a.experts ? gpu::to_float(row[e]) : -INFINITY;
+  auto argmax = [&](float v, int idx) {  // every thread gets (best value, lowest index holding it)
+    tv[e] = v;
+    ti[e] = idx;
+    __syncthreads();
+    for (int stride = n / 2; stride > 0; stride /= 2) {
+      if (e < stride) {
+        const float ov = tv[e + stride];
+        const int oi = ti[e + stride];
+        const float mv = tv[e];
+        if (ov > mv || (ov == mv && oi < static_cast<int>(ti[e]))) {
+          tv[e] = ov;
+          ti[e] = oi;
+        }
+      }
+      __syncthreads();
+    }
+    const int best = ti[0];
+    __syncthreads();
+    return best;
+  };
+  float s;
+  if (a.sigmoid) {
+    s = e < a.experts ? 1.0f / (1.0f + gpu::exp_portable(-x)) : 0.0f;
+  } else {
+    const int top = argmax(x, e);
+    const float mx = gpu::to_float(row[top]);
+    const float ex = e < a.experts ? gpu::exp_portable(x - mx) : 0.0f;
+    // Sum in a fixed tree, as everything here, so all targets agree.
+    tv[e] = ex;
+    __syncthreads();
+    for (int stride = n / 2; stride > 0; stride /= 2) {
+      if (e < stride) tv[e] = tv[e] + tv[e + stride];
+      __syncthreads();
+    }
+    const float total = tv[0];
+    __syncthreads();
+    s = ex / total;
+  }
+  if (e < a.experts) {
+    score[e] = s;
+    select[e] = bias ? s + bias[e] : s;
+  }
+  __syncthreads();
+
+  // Groups: keep the topk_groups best groups, mask the experts of the others.
+  if (a.groups > 1) {
+    const int per = a.experts / a.groups;
+    if (e < a.groups) {
+      float best = -INFINITY, second = -INFINITY;
+      for (int j = e * per; j < (e + 1) * per; ++j) {
+        const float v = select[j];
+        if (v > best) {
+          second = best;
+          best = v;
+        } else if (v > second) {
+          second = v;
+        }
+      }
+      group_score[e] = a.sigmoid ? best + second : best;
+    }
+    __syncthreads();
+    bool keep = false;
+    const int my_group = e < a.experts ? e / per : -1;
+    for (int r = 0; r < a.topk_groups; ++r) {
+      const int g = argmax(e < a.groups ? static_cast<float>(group_score[e]) : -INFINITY, e);
+      keep |= my_group == g;
+      if (e == 0) group_score[g] = -INFINITY;
+      __syncthreads();
+    }
+    if (e < a.experts && !keep) select[e] = -INFINITY;
+    __syncthreads();
+  }
+
+  // Top k by selection score.
+  for (int r = 0; r < a.k; ++r) {
+    const int best = argmax(e < a.experts ? static_cast<float>(select[e]) : -INFINITY, e);
+    if (e == 0) {
+      chosen[r] = best;
+      select[best] = -INFINITY;
+    }
+    __syncthreads();
+  }
+  if (e == 0) {
+    float sum = 0.0f;
+    for (int r = 0; r < a.k; ++r) sum += score[chosen[r]];
+    for (int r = 0; r < a.k; ++r) {
+      const float w = a.renormalize && sum > 0.0f ? score[chosen[r]] / sum : score[chosen[r]];
+      weights[t * a.k + r] = w * a.scale;
+      ids[t * a.k + r] = chosen[r];
+    }
+  }
+}
+
+// One thread per expert: counts, offsets by a serial scan, then each expert's rows in order.
+__global__ void permutation_kernel(const int32_t* ids, int64_t n, int experts, int32_t* offsets, int32_t* rows,
+                                   int32_t* inverse, int k) {
+  LW_SHARED(int, counts, [kMaxExperts]);
+  const int e = static_cast<int>(threadIdx.x);
+  if (e < experts) {
+    int c = 0;
+    for (int64_t i = 0; i < n; ++i) c += ids[i] == e;
+    counts[e] = c;
+  }
+  __syncthreads();
+  if (e == 0) {
+    int acc = 0;
+    for (int j = 0; j < experts; ++j) {
+      offsets[j] = acc;
+      acc += counts[j];
+    }
+    offsets[experts] = acc;
+  }
+  __syncthreads();
+  if (e < experts) {
+    int pos = offsets[e];
+    for (int64_t i = 0; i < n; ++i) {
+      if (ids[i] == e) {
+        rows[pos] = static_cast<int32_t>(i / k);
+        inverse[i] = pos;
+        ++pos;
+      }
+    }
+  }
+}
+
+template <class T>
+__global__ void gather_kernel(const T* x, const int32_t* rows, int64_t hidden, T* out) {
+  const int64_t r = blockIdx.x;
+  const T* src = x + static_cast<int64_t>(rows[r]) * hidden;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[r * hidden + i] = src[i];
+}
+
+template <class T>
+__global__ void combine_kernel(const T* expert_out, const float* weights, const int32_t* inverse, int k,
+                               int64_t hidden, T* out) {
+  const int64_t t = blockIdx.x;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      acc = fmaf(weights[t * k + j], gpu::to_float(expert_out[static_cast<int64_t>(inverse[t * k + j]) * hidden + i]), acc);
+    }
+    out[t * hidden + i] = gpu::from_float<T>(acc);
+  }
+}
+
+int pow2_at_least(int v, int warp_size) {
+  int p = warp_size;
+  while (p < v) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+template <class T>
+void moe_route(const MoeRouteArgs& a, const T* logits, const float* bias, float* weights, int32_t* ids, int warp_size,
+               cudaStream_t stream) {
+  if (a.tokens == 0) return;
+  LW_CHECK(a.experts >= 1 && a.experts <= kMaxExperts, "moe_route: " << a.experts << " experts (at most 256)");
+  LW_CHECK(a.k >= 1 && a.k <= kMaxK && a.k <= a.experts, "moe_route: k " << a.k << " must be in [1, min(16, experts)]");
+  LW_CHECK(a.tokens <= 0x7fffffff, "moe_route: " << a.tokens << " tokens exceed the grid limit");
+  const int threads = pow2_at_least(a.experts, warp_size);
+  gpu::launch("moe_route", route_kernel<T>, {dim3(static_cast<unsigned>(a.tokens)), dim3(threads), 0, stream}, a,
+              logits, bias, weights, ids);
+}
+
+void moe_permutation(const int32_t* ids, int64_t tokens, int k, int experts, int32_t* offsets, int32_t* rows,
+                     int32_t* inverse, int warp_size, cudaStream_t stream) {
+  LW_CHECK(experts >= 1 && experts <= kMaxExperts, "moe_permutation: " << experts << " experts (at most 256)");
+  gpu::launch("moe_permutation", permutation_kernel, {dim3(1), dim3(gpu::round_block_size(experts, warp_size)), 0, stream},
+              ids, tokens * k, experts, offsets, rows, inverse, k);
+}
+
+template <class T>
+void moe_gather(const T* x, const int32_t* rows, int64_t n, int64_t hidden, T* out, int warp_size, cudaStream_t stream) {
+  if (n == 0) return;
+  const int threads = gpu::round_block_size(static_cast<int>(hidden < 256 ? hidden : 256), warp_size);
+  gpu::launch("moe_gather", gather_kernel<T>, {dim3(static_cast<unsigned>(n)), dim3(threads), 0, stream}, x, rows,
+              hidden, out);
+}
+
+template <class T>
+void moe_combine(const T* expert_out, const float* weights, const int32_t* inverse, int64_t tokens, int k,
+                 int64_t hidden, T* out, int warp_size, cudaStream_t stream) {
+  if (tokens == 0) return;
+  const int threads = gpu::round_block_size(static_cast<int>(hidden < 256 ? hidden : 256), warp_size);
+  gpu::launch("moe_combine", combine_kernel<T>, {dim3(static_cast<unsigned>(tokens)), dim3(threads), 0, stream},
+              expert_out, weights, inverse, k, hidden, out);
+}
+
+#define LW_MOE(T)                                                                                                    \
+  template void moe_route<T>(const MoeRouteArgs&, const T*, const float*, float*, int32_t*, int, cudaStream_t);     \
+  template void moe_gather<T>(const T*, const int32_t*, int64_t, int64_t, T*, int, cudaStream_t);                  \
+  template void moe_combine<T>(const T*, const float*, const int32_t*, int64_t, int, int64_t, T*, int, cudaStream_t);
+LW_MOE(float)
+LW_MOE(half)
+LW_MOE(bfloat16)
+#undef LW_MOE
+
+}  // namespace lw::kernels
