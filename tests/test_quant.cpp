@@ -113,7 +113,7 @@ TEST(Reduce, RowAndTensorReductionsEveryOp) {
       {ops::Reduce::sum, "sum"}, {ops::Reduce::max, "max"}, {ops::Reduce::min, "min"}, {ops::Reduce::absmax, "absmax"}};
   for (DType dt : kFloatTypes) {
     for (auto [op, name] : reductions) {
-      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 33}, {5, 1000}, {2, 70001}}) {
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 33}, {5, 1000}, {2, 20001}}) {
         SCOPED_TRACE(::testing::Message() << name << ", " << dtype_name(dt) << ", " << rows << "x" << cols);
         Tensor xh = random_host({rows, cols}, dt, -5, 4);
         Tensor x = ctx().to_device(xh), out = ctx().empty({rows}, DType::f32), all = ctx().empty({1}, DType::f32);
