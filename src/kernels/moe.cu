@@ -5,6 +5,7 @@
 #include "gpu/launch.h"
 #include "gpu/numeric.h"
 #include "gpu/portable_math.h"
+#include "gpu/tree_reduce.h"
 
 namespace lw::kernels {
 
@@ -58,15 +59,7 @@ __global__ void route_kernel(MoeRouteArgs a, const T* logits, const float* bias,
     const float mx = gpu::to_float(row[top]);
     const float ex = e < a.experts ? gpu::exp_portable(x - mx) : 0.0f;
     // Sum in a fixed tree, as everything here, so all targets agree.
-    tv[e] = ex;
-    __syncthreads();
-    for (int stride = n / 2; stride > 0; stride /= 2) {
-      if (e < stride) tv[e] = tv[e] + tv[e + stride];
-      __syncthreads();
-    }
-    const float total = tv[0];
-    __syncthreads();
-    s = ex / total;
+    s = ex / gpu::tree_reduce(ex, tv, gpu::SumOp{});
   }
   if (e < a.experts) {
     score[e] = s;

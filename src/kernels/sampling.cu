@@ -5,6 +5,7 @@
 #include "gpu/launch.h"
 #include "gpu/numeric.h"
 #include "gpu/portable_math.h"
+#include "gpu/tree_reduce.h"
 
 namespace lw::kernels {
 
@@ -28,39 +29,9 @@ __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, 
   const int64_t chunk = (vocab + kThreads - 1) / kThreads;
   const int64_t lo = tid * chunk, hi = lo + chunk < vocab ? lo + chunk : vocab;
 
-  auto tree_sum = [&](float v) {
-    fs[tid] = v;
-    __syncthreads();
-    for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-      if (tid < stride) fs[tid] = fs[tid] + fs[tid + stride];
-      __syncthreads();
-    }
-    const float r = fs[0];
-    __syncthreads();
-    return r;
-  };
-  auto tree_count = [&](int v) {
-    is[tid] = v;
-    __syncthreads();
-    for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-      if (tid < stride) is[tid] = is[tid] + is[tid + stride];
-      __syncthreads();
-    }
-    const int r = is[0];
-    __syncthreads();
-    return r;
-  };
-  auto tree_max = [&](float v) {
-    fs[tid] = v;
-    __syncthreads();
-    for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-      if (tid < stride) fs[tid] = fmaxf(fs[tid], fs[tid + stride]);
-      __syncthreads();
-    }
-    const float r = fs[0];
-    __syncthreads();
-    return r;
-  };
+  auto tree_sum = [&](float v) { return gpu::tree_reduce(v, fs, gpu::SumOp{}); };
+  auto tree_count = [&](int v) { return gpu::tree_reduce(v, is, gpu::SumOp{}); };
+  auto tree_max = [&](float v) { return gpu::tree_reduce(v, fs, gpu::MaxOp{}); };
 
   // The raw distribution, for the log-probability of the chosen token.
   float m = -INFINITY;
@@ -109,14 +80,7 @@ __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, 
     }
     const float top = tree_max(best);
     // The lowest id holding the maximum: each thread offers its own, the tree keeps the least.
-    is[tid] = (best == top && arg >= 0) ? static_cast<int>(arg) : 0x7fffffff;
-    __syncthreads();
-    for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-      if (tid < stride) is[tid] = is[tid] < is[tid + stride] ? is[tid] : is[tid + stride];
-      __syncthreads();
-    }
-    token = is[0];
-    __syncthreads();
+    token = gpu::tree_reduce((best == top && arg >= 0) ? static_cast<int>(arg) : 0x7fffffff, is, gpu::MinOp{});
   } else {
     // Unnormalised probabilities p_i = exp(l_i / T - max), in [0, 1], the largest exactly 1.
     float mm = -INFINITY;
