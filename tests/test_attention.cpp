@@ -105,6 +105,62 @@ TEST(DecodeAttention, RejectsMisuse) {
                   }()), 16, 0.1f, out));
 }
 
+// Prefill: new tokens after cached prefixes, each attending causally.
+TEST(PrefillAttention, CausalOverCachedPrefixAndNewTokens) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int q_heads = 4, kv_heads = 2, hd = 64, bs = 8;
+    const std::vector<int32_t> new_lens = {5, 3, 1, 1}, prefix = {0, 7, 30, 0};
+    std::vector<int32_t> ctx_lens;
+    for (size_t i = 0; i < new_lens.size(); ++i) ctx_lens.push_back(prefix[i] + new_lens[i]);
+    const int seqs = static_cast<int>(new_lens.size()), max_blocks = 5, num_blocks = seqs * max_blocks;
+    Tensor kh = random_host({num_blocks, bs, kv_heads, hd}, dt), vh = random_host({num_blocks, bs, kv_heads, hd}, dt);
+    std::vector<int32_t> perm(num_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng());
+    Tensor tables_h = Tensor::empty_host({seqs, max_blocks}, DType::i32);
+    std::copy(perm.begin(), perm.end(), tables_h.data<int32_t>());
+    const int total = std::accumulate(new_lens.begin(), new_lens.end(), 0);
+    Tensor qh = random_host({total, q_heads, hd}, dt);
+    Tensor out = ctx().empty({total, q_heads, hd}, dt);
+    poison(out);
+    const float scale = 0.125f;
+    ops::prefill_attention(ctx(), ctx().to_device(qh), ctx().to_device(kh), ctx().to_device(vh),
+                           ctx().to_device(tables_h), new_lens, ctx_lens, scale, out);
+    const std::vector<double> k = to_doubles(kh), v = to_doubles(vh), q = to_doubles(qh);
+    std::vector<double> want;
+    int row = 0;
+    for (int s = 0; s < seqs; ++s) {
+      for (int j = 0; j < new_lens[s]; ++j, ++row) {
+        const int c = prefix[s] + j + 1;
+        for (int h = 0; h < q_heads; ++h) {
+          const int kvh = h / (q_heads / kv_heads);
+          std::vector<double> p(c);
+          auto slot = [&](int t) { return static_cast<int64_t>(perm[s * max_blocks + t / bs]) * bs + t % bs; };
+          for (int t = 0; t < c; ++t) {
+            double d = 0;
+            for (int i = 0; i < hd; ++i) d += q[(row * q_heads + h) * hd + i] * k[(slot(t) * kv_heads + kvh) * hd + i];
+            p[t] = d * scale;
+          }
+          const double m = *std::max_element(p.begin(), p.end());
+          double sum = 0;
+          for (double& e : p) sum += (e = std::exp(e - m));
+          for (int i = 0; i < hd; ++i) {
+            double acc = 0;
+            for (int t = 0; t < c; ++t) acc += p[t] * v[(slot(t) * kv_heads + kvh) * hd + i];
+            want.push_back(acc / sum);
+          }
+        }
+      }
+    }
+    EXPECT_TRUE(all_close(ctx().to_host(out), want, epsilon(dt), 2 * epsilon(dt) + 2e-6));
+  }
+  Tensor q = ctx().empty({3, 4, 64}, DType::bf16), kc = ctx().empty({4, 8, 2, 64}, DType::bf16);
+  Tensor tables = ctx().empty({2, 2}, DType::i32);
+  EXPECT_THROW(ops::prefill_attention(ctx(), q, kc, kc, tables, {2, 2}, {2, 2}, 0.1f, q), Error);  // 4 rows, q has 3
+  EXPECT_THROW(ops::prefill_attention(ctx(), q, kc, kc, tables, {2, 1}, {1, 1}, 0.1f, q), Error);  // context < new
+}
+
 TEST(KvCache, WritesRowsThroughSlotsAndSkipsPadding) {
   for (DType dt : {DType::f32, DType::bf16}) {
     const int64_t blocks = 5, bs = 4, kvh = 2, hd = 24, tokens = 7;

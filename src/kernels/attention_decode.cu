@@ -39,8 +39,8 @@ LW_HOST_DEVICE inline Layout layout(int group, int head_dim, int part, int vec, 
 // else the partition's normalised output, maximum and sum for the merge.
 template <class T, int VEC>
 __global__ void decode_kernel(DecodeAttentionArgs a, const T* q, const T* k_cache, const T* v_cache,
-                              const int32_t* block_tables, const int32_t* context_lens, float* part_out,
-                              float* part_max, float* part_sum, T* out, int part, int parts) {
+                              const int32_t* block_tables, const int32_t* context_lens, const int32_t* table_rows,
+                              float* part_out, float* part_max, float* part_sum, T* out, int part, int parts) {
   LW_DYNAMIC_SHARED(float, smem);
   const int p = static_cast<int>(blockIdx.x), kvh = static_cast<int>(blockIdx.y), s = static_cast<int>(blockIdx.z);
   const int ctx = context_lens[s];
@@ -52,7 +52,7 @@ __global__ void decode_kernel(DecodeAttentionArgs a, const T* q, const T* k_cach
   const int tid = static_cast<int>(threadIdx.x), nthreads = static_cast<int>(blockDim.x);
   const Layout l = layout(group, hd, part, VEC, nthreads);
   const int64_t row = static_cast<int64_t>(a.kv_heads) * hd;  // elements per cache slot
-  const int32_t* table = block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
+  const int32_t* table = block_tables + static_cast<int64_t>(table_rows ? table_rows[s] : s) * a.max_blocks_per_seq;
 
   for (int i = tid; i < group * hd; i += nthreads) {
     const int g = i / hd, d = i - g * hd;
@@ -191,8 +191,8 @@ int64_t decode_attention_workspace(const DecodeAttentionArgs& a) {
 
 template <class T>
 void decode_attention(const DecodeAttentionArgs& a, const T* q, const T* k_cache, const T* v_cache,
-                      const int32_t* block_tables, const int32_t* context_lens, float* workspace, T* out,
-                      int warp_size, cudaStream_t stream) {
+                      const int32_t* block_tables, const int32_t* context_lens, const int32_t* table_rows,
+                      float* workspace, T* out, int warp_size, cudaStream_t stream) {
   if (a.seqs == 0) return;
   const int group = a.q_heads / a.kv_heads;
   LW_CHECK(group >= 1 && group <= 16, "decode_attention: " << group << " query heads per key/value head (at most 16)");
@@ -211,7 +211,8 @@ void decode_attention(const DecodeAttentionArgs& a, const T* q, const T* k_cache
   gpu::launch("decode_attention", decode_kernel<T, V>,
               {dim3(static_cast<unsigned>(parts), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(a.seqs)),
                dim3(threads), smem, stream},
-              a, q, k_cache, v_cache, block_tables, context_lens, part_out, part_max, part_sum, out, part, parts);
+              a, q, k_cache, v_cache, block_tables, context_lens, table_rows, part_out, part_max, part_sum, out, part,
+              parts);
   if (parts > 1) {
     const int mt = gpu::round_block_size(a.head_dim < 256 ? a.head_dim : 256, warp_size);
     gpu::launch("decode_attention_merge", merge_kernel<T>,
@@ -220,12 +221,12 @@ void decode_attention(const DecodeAttentionArgs& a, const T* q, const T* k_cache
   }
 }
 
-template void decode_attention<float>(const DecodeAttentionArgs&, const float*, const float*, const float*,
-                                      const int32_t*, const int32_t*, float*, float*, int, cudaStream_t);
-template void decode_attention<half>(const DecodeAttentionArgs&, const half*, const half*, const half*, const int32_t*,
-                                     const int32_t*, float*, half*, int, cudaStream_t);
-template void decode_attention<bfloat16>(const DecodeAttentionArgs&, const bfloat16*, const bfloat16*,
-                                         const bfloat16*, const int32_t*, const int32_t*, float*, bfloat16*, int,
-                                         cudaStream_t);
+#define LW_DECODE(T)                                                                                          \
+  template void decode_attention<T>(const DecodeAttentionArgs&, const T*, const T*, const T*, const int32_t*,        \
+                                    const int32_t*, const int32_t*, float*, T*, int, cudaStream_t);
+LW_DECODE(float)
+LW_DECODE(half)
+LW_DECODE(bfloat16)
+#undef LW_DECODE
 
 }  // namespace lw::kernels

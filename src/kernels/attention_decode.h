@@ -23,11 +23,13 @@ struct DecodeAttentionArgs {
 int64_t decode_attention_workspace(const DecodeAttentionArgs& a);
 
 // q [seqs, q_heads, head_dim] -> out [seqs, q_heads, head_dim]; block_tables int32
-// [seqs, max_blocks_per_seq]; context_lens int32 [seqs] (a length of 0 gives zeros);
-// workspace: decode_attention_workspace(a) floats.
+// [table rows, max_blocks_per_seq]; context_lens int32 [seqs] (a length of 0 gives zeros);
+// table_rows int32 [seqs]: the block-table row of each query row, or null for row i -> i
+// (several query rows of one sequence share its table: prefill); workspace:
+// decode_attention_workspace(a) floats.
 template <class T>
 void decode_attention(const DecodeAttentionArgs& a, const T* q, const T* k_cache, const T* v_cache,
-                      const int32_t* block_tables, const int32_t* context_lens, float* workspace, T* out,
-                      int warp_size, cudaStream_t stream);
+                      const int32_t* block_tables, const int32_t* context_lens, const int32_t* table_rows,
+                      float* workspace, T* out, int warp_size, cudaStream_t stream);
 
 }  // namespace lw::kernels

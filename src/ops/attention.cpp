@@ -1,5 +1,6 @@
 #include "ops/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/attention_decode.h"
@@ -55,10 +56,13 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
   }
 }
 
-void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                      const Tensor& block_tables, const Tensor& context_lens, int max_context, float scale,
-                      const Tensor& out) {
-  const char* op = "decode_attention";
+namespace {
+
+// The checks and launch shared by decode and prefill; table_rows maps query rows to
+// block-table rows (undefined: one row each).
+void attention(Context& ctx, const char* op, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+               const Tensor& block_tables, const Tensor& context_lens, const Tensor& table_rows, int max_context,
+               float scale, const Tensor& out) {
   check_float_input(op, "q", q);
   check_float_input(op, "out", out);
   check_cache(op, "k_cache", k_cache);
@@ -68,8 +72,8 @@ void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, cons
   for (auto [name, t] : {std::pair<const char*, const Tensor*>{"out", &out}, {"k_cache", &k_cache}, {"v_cache", &v_cache}}) {
     check_same_dtype(op, "q", q, name, *t);
   }
-  LW_CHECK(q.dim() == 3, op << ": q " << q.describe() << " must be [seqs, q_heads, head_dim]");
-  const int64_t seqs = q.size(0), q_heads = q.size(1), head_dim = q.size(2);
+  LW_CHECK(q.dim() == 3, op << ": q " << q.describe() << " must be [rows, q_heads, head_dim]");
+  const int64_t rows = q.size(0), q_heads = q.size(1), head_dim = q.size(2);
   const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2);
   LW_CHECK(k_cache.size(3) == head_dim, op << ": cache head_dim " << k_cache.size(3) << " differs from q's " << head_dim);
   LW_CHECK(kv_heads > 0 && q_heads % kv_heads == 0 && q_heads / kv_heads <= 16,
@@ -77,17 +81,17 @@ void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, cons
               << " key/value heads: it must divide, with at most 16 query heads per key/value head");
   check_on_device(op, "block_tables", block_tables);
   check_on_device(op, "context_lens", context_lens);
-  LW_CHECK(block_tables.dtype() == DType::i32 && block_tables.dim() == 2 && block_tables.size(0) == seqs &&
-               block_tables.is_contiguous(),
-           op << ": block_tables " << block_tables.describe() << " must be a contiguous i32[" << seqs << ", max_blocks]");
-  LW_CHECK(context_lens.dtype() == DType::i32 && context_lens.dim() == 1 && context_lens.size(0) == seqs &&
+  LW_CHECK(block_tables.dtype() == DType::i32 && block_tables.dim() == 2 && block_tables.is_contiguous() &&
+               (table_rows.defined() || block_tables.size(0) == rows),
+           op << ": block_tables " << block_tables.describe() << " must be a contiguous i32[" << rows << ", max_blocks]");
+  LW_CHECK(context_lens.dtype() == DType::i32 && context_lens.dim() == 1 && context_lens.size(0) == rows &&
                context_lens.is_contiguous(),
-           op << ": context_lens " << context_lens.describe() << " must be a contiguous i32[" << seqs << "]");
+           op << ": context_lens " << context_lens.describe() << " must be a contiguous i32[" << rows << "]");
   LW_CHECK(max_context >= 0 && max_context <= block_tables.size(1) * block_size,
            op << ": max_context " << max_context << " exceeds what " << block_tables.size(1) << " blocks of "
               << block_size << " tokens hold");
   LW_CHECK(std::isfinite(scale), op << ": scale " << scale << " is not finite");
-  const kernels::DecodeAttentionArgs a{static_cast<int>(seqs),       static_cast<int>(q_heads),
+  const kernels::DecodeAttentionArgs a{static_cast<int>(rows),       static_cast<int>(q_heads),
                                        static_cast<int>(kv_heads),   static_cast<int>(head_dim),
                                        static_cast<int>(block_size), static_cast<int>(block_tables.size(1)),
                                        max_context,                  scale};
@@ -95,9 +99,52 @@ void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, cons
   Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
   dispatch_float(q.dtype(), op, [&]<class T>() {
     kernels::decode_attention<T>(a, q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), block_tables.data<int32_t>(),
-                                 context_lens.data<int32_t>(), ws > 0 ? workspace.data<float>() : nullptr,
-                                 out.data<T>(), ctx.warp_size(), ctx.stream().get());
+                                 context_lens.data<int32_t>(), table_rows.defined() ? table_rows.data<int32_t>() : nullptr,
+                                 ws > 0 ? workspace.data<float>() : nullptr, out.data<T>(), ctx.warp_size(),
+                                 ctx.stream().get());
   });
+}
+
+}  // namespace
+
+void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                      const Tensor& block_tables, const Tensor& context_lens, int max_context, float scale,
+                      const Tensor& out) {
+  attention(ctx, "decode_attention", q, k_cache, v_cache, block_tables, context_lens, Tensor(), max_context, scale, out);
+}
+
+void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                       const Tensor& block_tables, const std::vector<int32_t>& query_lens,
+                       const std::vector<int32_t>& context_lens, float scale, const Tensor& out) {
+  LW_CHECK(query_lens.size() == context_lens.size(),
+           "prefill_attention: " << query_lens.size() << " query lengths for " << context_lens.size() << " sequences");
+  LW_CHECK(block_tables.defined() && block_tables.dim() == 2 &&
+               block_tables.size(0) == static_cast<int64_t>(query_lens.size()),
+           "prefill_attention: block_tables " << block_tables.describe() << " needs one row per sequence ("
+                                              << query_lens.size() << ")");
+  // One decode row per new token: its sequence's table row and its causal context length.
+  std::vector<int32_t> rows_h, lens_h;
+  int max_context = 0;
+  for (size_t i = 0; i < query_lens.size(); ++i) {
+    LW_CHECK(query_lens[i] >= 0 && context_lens[i] >= query_lens[i],
+             "prefill_attention: sequence " << i << " has " << query_lens[i] << " new tokens but a context of "
+                                            << context_lens[i]);
+    for (int32_t j = 0; j < query_lens[i]; ++j) {
+      rows_h.push_back(static_cast<int32_t>(i));
+      lens_h.push_back(context_lens[i] - query_lens[i] + j + 1);
+    }
+    max_context = std::max(max_context, context_lens[i]);
+  }
+  LW_CHECK(q.defined() && q.dim() == 3 && q.size(0) == static_cast<int64_t>(rows_h.size()),
+           "prefill_attention: q " << q.describe() << " must have " << rows_h.size() << " rows (the new tokens)");
+  if (rows_h.empty()) return;
+  auto upload = [&](const std::vector<int32_t>& v) {
+    Tensor h = Tensor::empty_host({static_cast<int64_t>(v.size())}, DType::i32);
+    std::copy(v.begin(), v.end(), h.data<int32_t>());
+    return ctx.to_device(h);
+  };
+  attention(ctx, "prefill_attention", q, k_cache, v_cache, block_tables, upload(lens_h), upload(rows_h), max_context,
+            scale, out);
 }
 
 }  // namespace lw::ops

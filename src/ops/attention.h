@@ -1,5 +1,8 @@
 // The paged KV cache and decode attention (the portable SIMT path).
 #pragma once
+#include <cstdint>
+#include <vector>
+
 #include "core/context.h"
 #include "core/tensor.h"
 
@@ -22,5 +25,17 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
 void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                       const Tensor& block_tables, const Tensor& context_lens, int max_context, float scale,
                       const Tensor& out);
+
+// Prefill (causal) attention for a batch of variable-length sequences whose new tokens are
+// already in the caches (kv_write first): sequence i has query_lens[i] new tokens after a
+// cached prefix, context_lens[i] tokens in all (prefix + new); new token j attends to the
+// first context_lens[i] - query_lens[i] + j + 1 tokens. q: [sum of query_lens, q_heads,
+// head_dim], the sequences' tokens one after another; out: like q; caches and block_tables as
+// for decode_attention (one table row per sequence). Every query token runs the decode path
+// over its own causal context: correct everywhere, and the reference a fast path is checked
+// against (it reads the context once per query token).
+void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                       const Tensor& block_tables, const std::vector<int32_t>& query_lens,
+                       const std::vector<int32_t>& context_lens, float scale, const Tensor& out);
 
 }  // namespace lw::ops
