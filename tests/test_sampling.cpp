@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
+#include <numeric>
 
 #include "gpu/portable_math.h"
 #include "kernels/sampling.h"
@@ -177,6 +179,42 @@ TEST(Sampling, GreedyTiesGoToTheLowestIdAndRunsRepeat) {
   EXPECT_EQ(ops::sample(ctx(), l, seeded).tokens, ops::sample(ctx(), l, seeded).tokens);
 }
 
+TEST(Sampling, TopLogprobsOfTheRawLogits) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (int64_t vocab : {5, 300, 4099}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", vocab " << vocab);
+      const int n = 7;
+      Tensor lh = random_host({3, vocab}, dt, -5, 5);
+      if (vocab >= 300) {  // ties: equal logits must come out lower id first
+        Tensor tie = random_host({1, 1}, dt, 9, 9);
+        std::memcpy(static_cast<char*>(lh.data_ptr()) + 17 * dtype_size(dt), tie.data_ptr(), dtype_size(dt));
+        std::memcpy(static_cast<char*>(lh.data_ptr()) + 250 * dtype_size(dt), tie.data_ptr(), dtype_size(dt));
+      }
+      std::vector<ops::SamplingOptions> opts(3);
+      const ops::SampleResult r = ops::sample(ctx(), ctx().to_device(lh), opts, {}, n);
+      const std::vector<double> all = to_doubles(lh);
+      for (int s = 0; s < 3; ++s) {
+        std::vector<int> order(vocab);
+        std::iota(order.begin(), order.end(), 0);
+        const double* x = all.data() + s * vocab;
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return x[a] > x[b]; });
+        const double mx = x[order[0]];
+        double sum = 0;
+        for (int64_t i = 0; i < vocab; ++i) sum += std::exp(x[i] - mx);
+        ASSERT_EQ(r.top_ids[s].size(), static_cast<size_t>(n));
+        for (int j = 0; j < n; ++j) {
+          if (j >= vocab) {
+            EXPECT_EQ(r.top_ids[s][j], -1);
+            continue;
+          }
+          EXPECT_EQ(r.top_ids[s][j], order[j]) << "sequence " << s << ", rank " << j;
+          EXPECT_NEAR(r.top_logprobs[s][j], x[order[j]] - mx - std::log(sum), 2e-4);
+        }
+      }
+    }
+  }
+}
+
 TEST(Sampling, RejectsMisuse) {
   const Tensor l = ctx().empty({2, 10}, DType::f32);
   std::vector<ops::SamplingOptions> two(2);
@@ -194,6 +232,7 @@ TEST(Sampling, RejectsMisuse) {
   bad[0].repetition_penalty = 0;
   EXPECT_THROW(ops::sample(ctx(), l, bad), Error);
   EXPECT_THROW(ops::sample(ctx(), l, two, {{1, 2}}), Error);  // one history for two sequences
+  EXPECT_THROW(ops::sample(ctx(), l, two, {}, 21), Error);
 }
 
 }  // namespace

@@ -329,6 +329,22 @@ TEST(Simt, ExceptionsAndBadLaunchesBecomeReports) {
   }
 }
 
+__global__ void trap_after_barrier_kernel() {
+  if (threadIdx.x == 1) __trap();  // thread 0 is already waiting at the barrier
+  __syncthreads();
+}
+
+TEST(Simt, AFaultWhileOthersWaitIsReportedOnce) {
+  SanitizeScope s(true);
+  try {
+    lw::simt::run("trap_after_barrier", trap_after_barrier_kernel, dim3(1), dim3(64), 0);
+    FAIL();
+  } catch (const KernelError& e) {
+    ASSERT_EQ(e.reports().size(), 1u) << e.what();
+    EXPECT_EQ(e.reports().front().fault, Fault::Trap) << e.what();
+  }
+}
+
 TEST(Simt, LaunchHelperTurnsFaultsIntoLwErrors) {
   SanitizeScope s(true);
   try {

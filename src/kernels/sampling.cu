@@ -17,9 +17,15 @@ constexpr int kThreads = kSamplingThreads;
 // [j * chunk, (j + 1) * chunk) of the vocabulary. Sums add each chunk in index order, then
 // combine the chunks by a fixed pairwise tree: the order, and so every rounding, is the same
 // on every target and warp size. Maxima and counts are exact in any order.
+// Orders floats as unsigned integers (negative below positive), for bisection on raw logits.
+LW_DEVICE_INLINE unsigned order_key(float f) {
+  const unsigned b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : b | 0x80000000u;
+}
+
 template <class T>
 __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, float* workspace, int32_t* tokens,
-                              float* logprobs) {
+                              float* logprobs, int top_n, int32_t* top_ids, float* top_logprobs) {
   LW_SHARED(float, fs, [kThreads]);
   LW_SHARED(int, is, [kThreads]);
   const int64_t s = blockIdx.x;
@@ -161,10 +167,79 @@ __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, 
     }
     __syncthreads();
     token = is[0];
+    __syncthreads();  // every thread has read is[0] before it is reused below
   }
+  const float log_norm = raw_max + logf(raw_sum);
   if (tid == 0) {
     tokens[s] = static_cast<int32_t>(token);
-    logprobs[s] = gpu::to_float(x[token]) - raw_max - logf(raw_sum);
+    logprobs[s] = gpu::to_float(x[token]) - log_norm;
+  }
+
+  // The top_n raw logits: the largest key cut keeping >= top_n tokens, then those above it and
+  // the lowest ids at it, gathered in id order and sorted by thread 0.
+  if (top_n > 0) {
+    const int n = top_n < vocab ? top_n : static_cast<int>(vocab);
+    unsigned a = 0, b = ~0u;  // every key
+    while (a < b) {
+      const unsigned mid = a + (b - a) / 2 + 1;
+      int c = 0;
+      for (int64_t i = lo; i < hi; ++i) c += order_key(gpu::to_float(x[i])) >= mid;
+      if (tree_count(c) >= n) a = mid;
+      else b = mid - 1;
+    }
+    int above = 0, at = 0;
+    for (int64_t i = lo; i < hi; ++i) {
+      const unsigned k = order_key(gpu::to_float(x[i]));
+      above += k > a;
+      at += k == a;
+    }
+    const int total_above = tree_count(above);
+    // Offsets in chunk (= id) order, by thread 0 over the per-thread counts.
+    LW_SHARED(int, at_offset, [kThreads]);
+    LW_SHARED(int, pick, [kMaxTopLogprobs]);
+    is[tid] = above;
+    at_offset[tid] = at;
+    __syncthreads();
+    if (tid == 0) {
+      int acc_above = 0, acc_at = 0;
+      for (int j = 0; j < kThreads; ++j) {
+        const int ab = is[j], eq = at_offset[j];
+        is[j] = acc_above;
+        at_offset[j] = acc_at;
+        acc_above += ab;
+        acc_at += eq;
+      }
+    }
+    __syncthreads();
+    int slot_above = is[tid], slot_at = total_above + at_offset[tid];
+    for (int64_t i = lo; i < hi; ++i) {
+      const unsigned k = order_key(gpu::to_float(x[i]));
+      if (k > a) pick[slot_above++] = static_cast<int>(i);
+      else if (k == a && slot_at < n) pick[slot_at++] = static_cast<int>(i);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      int ids[kMaxTopLogprobs];
+      for (int j = 0; j < n; ++j) ids[j] = pick[j];
+      for (int j = 1; j < n; ++j) {  // insertion sort: larger logit first, then lower id
+        const int id = ids[j];
+        const float v = gpu::to_float(x[id]);
+        int m = j - 1;
+        while (m >= 0 && (gpu::to_float(x[ids[m]]) < v || (gpu::to_float(x[ids[m]]) == v && ids[m] > id))) {
+          ids[m + 1] = ids[m];
+          --m;
+        }
+        ids[m + 1] = id;
+      }
+      for (int j = 0; j < n; ++j) {
+        top_ids[s * top_n + j] = ids[j];
+        top_logprobs[s * top_n + j] = gpu::to_float(x[ids[j]]) - log_norm;
+      }
+      for (int j = n; j < top_n; ++j) {  // a vocabulary smaller than top_n
+        top_ids[s * top_n + j] = -1;
+        top_logprobs[s * top_n + j] = -INFINITY;
+      }
+    }
   }
 }
 
@@ -172,18 +247,21 @@ __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, 
 
 template <class T>
 void sample(const T* logits, int64_t seqs, int64_t vocab, const SamplingParams& p, float* workspace, int32_t* tokens,
-            float* logprobs, cudaStream_t stream) {
+            float* logprobs, int top_n, int32_t* top_ids, float* top_logprobs, cudaStream_t stream) {
   if (seqs == 0) return;
   LW_CHECK(vocab > 0 && vocab < 0x7fffffff, "sample: vocabulary of " << vocab << " tokens");
   LW_CHECK(seqs <= 0x7fffffff, "sample: " << seqs << " sequences exceed the grid limit");
+  LW_CHECK(top_n >= 0 && top_n <= kMaxTopLogprobs, "sample: top_n " << top_n << " must be in [0, " << kMaxTopLogprobs << "]");
   gpu::launch("sample", sample_kernel<T>, {dim3(static_cast<unsigned>(seqs)), dim3(kThreads), 0, stream}, logits,
-              vocab, p, workspace, tokens, logprobs);
+              vocab, p, workspace, tokens, logprobs, top_n, top_ids, top_logprobs);
 }
 
-template void sample<float>(const float*, int64_t, int64_t, const SamplingParams&, float*, int32_t*, float*,
-                            cudaStream_t);
-template void sample<half>(const half*, int64_t, int64_t, const SamplingParams&, float*, int32_t*, float*, cudaStream_t);
-template void sample<bfloat16>(const bfloat16*, int64_t, int64_t, const SamplingParams&, float*, int32_t*, float*,
-                               cudaStream_t);
+#define LW_SAMPLE(T)                                                                                          \
+  template void sample<T>(const T*, int64_t, int64_t, const SamplingParams&, float*, int32_t*, float*, int, int32_t*, \
+                          float*, cudaStream_t);
+LW_SAMPLE(float)
+LW_SAMPLE(half)
+LW_SAMPLE(bfloat16)
+#undef LW_SAMPLE
 
 }  // namespace lw::kernels

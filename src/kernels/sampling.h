@@ -24,11 +24,14 @@ struct SamplingParams {
 
 // The threads of the sampling block: fixed, so the summation order is the same everywhere.
 inline constexpr int kSamplingThreads = 1024;
+inline constexpr int kMaxTopLogprobs = 20;
 
 // tokens [seqs] i32, logprobs [seqs] f32 (log-probability of the chosen token under the raw
-// logits' softmax); workspace: seqs * vocab floats.
+// logits' softmax); workspace: seqs * vocab floats. With top_n > 0 (<= kMaxTopLogprobs):
+// top_ids [seqs, top_n] i32 and top_logprobs [seqs, top_n] f32, the most likely tokens of the
+// raw logits, most likely first, ties by lower id.
 template <class T>
 void sample(const T* logits, int64_t seqs, int64_t vocab, const SamplingParams& p, float* workspace, int32_t* tokens,
-            float* logprobs, cudaStream_t stream);
+            float* logprobs, int top_n, int32_t* top_ids, float* top_logprobs, cudaStream_t stream);
 
 }  // namespace lw::kernels

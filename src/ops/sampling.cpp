@@ -20,12 +20,14 @@ Tensor column(Context& ctx, const std::vector<SamplingOptions>& options, DType d
 }  // namespace
 
 SampleResult sample(Context& ctx, const Tensor& logits, const std::vector<SamplingOptions>& options,
-                    const std::vector<std::vector<int32_t>>& history) {
+                    const std::vector<std::vector<int32_t>>& history, int top_logprobs) {
   check_float_input("sample", "logits", logits);
   LW_CHECK(logits.dim() == 2, "sample: logits " << logits.describe() << " must be [seqs, vocab]");
   const int64_t seqs = logits.size(0), vocab = logits.size(1);
   LW_CHECK(static_cast<int64_t>(options.size()) == seqs,
            "sample: " << options.size() << " sampling options for " << seqs << " sequences");
+  LW_CHECK(top_logprobs >= 0 && top_logprobs <= kernels::kMaxTopLogprobs,
+           "sample: top_logprobs " << top_logprobs << " must be in [0, " << kernels::kMaxTopLogprobs << "]");
   LW_CHECK(history.empty() || static_cast<int64_t>(history.size()) == seqs,
            "sample: " << history.size() << " histories for " << seqs << " sequences");
   for (size_t i = 0; i < options.size(); ++i) {
@@ -72,13 +74,25 @@ SampleResult sample(Context& ctx, const Tensor& logits, const std::vector<Sampli
                                        static_cast<int64_t>(longest)};
   Tensor workspace = ctx.empty({seqs, vocab}, DType::f32);
   Tensor tokens = ctx.empty({seqs}, DType::i32), logprobs = ctx.empty({seqs}, DType::f32);
+  const int64_t n = top_logprobs;
+  Tensor top_ids = n > 0 ? ctx.empty({seqs, n}, DType::i32) : Tensor();
+  Tensor top_lp = n > 0 ? ctx.empty({seqs, n}, DType::f32) : Tensor();
   dispatch_float(logits.dtype(), "sample", [&]<class T>() {
     kernels::sample<T>(logits.data<T>(), seqs, vocab, params, workspace.data<float>(), tokens.data<int32_t>(),
-                       logprobs.data<float>(), ctx.stream().get());
+                       logprobs.data<float>(), top_logprobs, n > 0 ? top_ids.data<int32_t>() : nullptr,
+                       n > 0 ? top_lp.data<float>() : nullptr, ctx.stream().get());
   });
   Tensor th = ctx.to_host(tokens), lh = ctx.to_host(logprobs);
-  return {std::vector<int32_t>(th.data<int32_t>(), th.data<int32_t>() + seqs),
-          std::vector<float>(lh.data<float>(), lh.data<float>() + seqs)};
+  SampleResult r{std::vector<int32_t>(th.data<int32_t>(), th.data<int32_t>() + seqs),
+                 std::vector<float>(lh.data<float>(), lh.data<float>() + seqs), {}, {}};
+  if (n > 0) {
+    Tensor ih = ctx.to_host(top_ids), ph = ctx.to_host(top_lp);
+    for (int64_t s = 0; s < seqs; ++s) {
+      r.top_ids.emplace_back(ih.data<int32_t>() + s * n, ih.data<int32_t>() + (s + 1) * n);
+      r.top_logprobs.emplace_back(ph.data<float>() + s * n, ph.data<float>() + (s + 1) * n);
+    }
+  }
+  return r;
 }
 
 }  // namespace lw::ops

@@ -24,6 +24,10 @@ struct SamplingOptions {
 struct SampleResult {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;  // of each chosen token under the raw logits' softmax
+  // With top_logprobs = n: per sequence the n most likely tokens of the raw logits (most
+  // likely first, ties by lower id) and their log-probabilities.
+  std::vector<std::vector<int32_t>> top_ids;
+  std::vector<std::vector<float>> top_logprobs;
 };
 
 // logits [seqs, vocab] (f32/f16/bf16, on the device, contiguous); options: one per sequence;
@@ -32,6 +36,6 @@ struct SampleResult {
 // then min-p; ties at a cut are kept. The same seed and step give the same token on every
 // target (CUDA, HIP, the emulator at either warp size).
 SampleResult sample(Context& ctx, const Tensor& logits, const std::vector<SamplingOptions>& options,
-                    const std::vector<std::vector<int32_t>>& history = {});
+                    const std::vector<std::vector<int32_t>>& history = {}, int top_logprobs = 0);
 
 }  // namespace lw::ops

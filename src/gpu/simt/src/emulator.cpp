@@ -222,12 +222,18 @@ std::vector<Report> Block::run(uint3 idx) {
 
   tl_block = this;
   for (;;) {
-    bool any_live = false;
     for (Thread& t : threads_) {
       if (t.state == State::Ready) resume(t);
+    }
+    // A fault during the pass makes every thread runnable again (to unwind), including those
+    // the pass already visited: look again before judging collectives and barriers.
+    bool any_live = false, any_ready = false;
+    for (const Thread& t : threads_) {
       any_live |= t.state != State::Exited;
+      any_ready |= t.state == State::Ready;
     }
     if (!any_live) break;
+    if (any_ready) continue;
     if (resolve_collectives()) continue;
     if (resolve_barrier()) continue;
     // Safety net: the rules above always let some thread move, so this is a scheduler bug.
