@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
       {"transpose f32 512x1024 (shared tile)",
        [&] {
          lw::gpu::launch("transpose", transpose_kernel,
-                         {dim3(cols / kTile, rows / kTile), dim3(kTile, kTile)}, a.data<float>(), tr.data<float>(),
+                         {dim3(cols / kTile, rows / kTile), dim3(kTile, kTile), 0, ctx.stream().get()}, a.data<float>(), tr.data<float>(),
                          rows, cols);
        }},
   };

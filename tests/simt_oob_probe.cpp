@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   const int n = 1000;
   float* buf = nullptr;
   LW_CUDA_CHECK(cudaMalloc(&buf, n * sizeof(float)));
-  const lw::gpu::LaunchConfig cfg{dim3(4), dim3(256)};
+  const lw::gpu::LaunchConfig cfg{dim3(4), dim3(256), 0, nullptr};  // the emulator runs synchronously
   if (broken) {
     lw::gpu::launch("oob_store_broken", oob_store_broken, cfg, buf, n);
   } else {

@@ -129,12 +129,12 @@ TEST(Errors, VendorFailuresCarryTheVendorMessageAndLocation) {
 }
 
 TEST(Errors, LaunchConfigurationIsChecked) {
-  EXPECT_THROW(gpu::check_launch_config("k", {dim3(1), dim3(2048)}), Error);
-  EXPECT_THROW(gpu::check_launch_config("k", {dim3(0), dim3(32)}), Error);
-  EXPECT_THROW(gpu::check_launch_config("k", {dim3(1, 70000), dim3(32)}), Error);
-  EXPECT_NO_THROW(gpu::check_launch_config("k", {dim3(1000), dim3(32, 32)}));
+  EXPECT_THROW(gpu::check_launch_config("k", {dim3(1), dim3(2048), 0, nullptr}), Error);
+  EXPECT_THROW(gpu::check_launch_config("k", {dim3(0), dim3(32), 0, nullptr}), Error);
+  EXPECT_THROW(gpu::check_launch_config("k", {dim3(1, 70000), dim3(32), 0, nullptr}), Error);
+  EXPECT_NO_THROW(gpu::check_launch_config("k", {dim3(1000), dim3(32, 32), 0, nullptr}));
   try {
-    gpu::check_launch_config("my_kernel", {dim3(1), dim3(33, 32)});
+    gpu::check_launch_config("my_kernel", {dim3(1), dim3(33, 32), 0, nullptr});
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("my_kernel"), std::string::npos) << e.what();
   }

@@ -48,7 +48,7 @@ int32_t mirror(std::vector<float> w, const ops::SamplingOptions& o, const std::v
   if (o.top_k > 0 && o.top_k < vocab) {
     unsigned a = 0, b = 0x3f800000u;
     while (a < b) {
-      const unsigned mid = a + (b - a + 1) / 2;
+      const unsigned mid = a + (b - a) / 2 + 1;
       if (count(as_float(mid)) >= o.top_k) a = mid;
       else b = mid - 1;
     }
@@ -58,7 +58,7 @@ int32_t mirror(std::vector<float> w, const ops::SamplingOptions& o, const std::v
     const float target = o.top_p * mass(as_float(cut));
     unsigned a = cut, b = 0x3f800000u;
     while (a < b) {
-      const unsigned mid = a + (b - a + 1) / 2;
+      const unsigned mid = a + (b - a) / 2 + 1;
       if (mass(as_float(mid)) >= target) a = mid;
       else b = mid - 1;
     }

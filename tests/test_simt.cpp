@@ -348,7 +348,8 @@ TEST(Simt, AFaultWhileOthersWaitIsReportedOnce) {
 TEST(Simt, LaunchHelperTurnsFaultsIntoLwErrors) {
   SanitizeScope s(true);
   try {
-    lw::gpu::launch("barrier_in_branch", barrier_in_branch_kernel, {dim3(1), dim3(64)}, static_cast<int*>(nullptr));
+    lw::gpu::launch("barrier_in_branch", barrier_in_branch_kernel, {dim3(1), dim3(64), 0, nullptr},
+                    static_cast<int*>(nullptr));
     FAIL();
   } catch (const lw::Error& e) {
     EXPECT_NE(std::string(e.what()).find("SIMT emulator"), std::string::npos) << e.what();

@@ -51,7 +51,7 @@ void run_case(DType in, DType out_dt, bool log, float temperature, int64_t rows,
     }
   }
   // Softmax: one rounding plus float exp/sum error; log-softmax: absolute error of the shift.
-  const double rel = epsilon(out_dt) + 1e-5, abs = log ? 1e-5 * 8 + epsilon(out_dt) * 8 : 1e-7;
+  const double rel = epsilon(out_dt) + 1e-5, abs = log ? 2e-5 : 1e-7;
   EXPECT_TRUE(all_close(first, want, rel, abs));
   run();
   EXPECT_TRUE(bitwise_equal(first, ctx().to_host(out))) << "two runs differ";

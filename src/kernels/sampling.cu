@@ -23,6 +23,19 @@ LW_DEVICE_INLINE unsigned order_key(float f) {
   return (b & 0x80000000u) ? ~b : b | 0x80000000u;
 }
 
+// The largest key in [a, b] for which keep(key) holds, where keep is true at a and, once
+// false, stays false for larger keys (bisection: 32 steps at most; every thread of the block
+// calls, since keep reduces over the block).
+template <class Keep>
+LW_DEVICE_INLINE unsigned largest_cut(unsigned a, unsigned b, Keep keep) {
+  while (a < b) {
+    const unsigned mid = a + (b - a) / 2 + 1;  // in (a, b], no overflow at b = ~0u
+    if (keep(mid)) a = mid;
+    else b = mid - 1;
+  }
+  return a;
+}
+
 template <class T>
 __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, float* workspace, int32_t* tokens,
                               float* logprobs, int top_n, int32_t* top_ids, float* top_logprobs) {
@@ -111,25 +124,15 @@ __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, 
     // Thresholds on p found by bisection over the float bit patterns (monotone for p >= 0).
     unsigned cut = 0;  // keep p >= __uint_as_float(cut)
     const int top_k = p.top_k[s];
-    if (top_k > 0 && top_k < vocab) {
-      unsigned a = 0, b = 0x3f800000u;  // the largest cut that still keeps >= k tokens
-      while (a < b) {
-        const unsigned mid = a + (b - a + 1) / 2;
-        if (count_ge(__uint_as_float(mid)) >= top_k) a = mid;
-        else b = mid - 1;
-      }
-      cut = a;
+    const unsigned one = 0x3f800000u;  // the bits of 1.0f, the largest p
+    if (top_k > 0 && top_k < vocab) {  // the largest cut that still keeps >= k tokens
+      cut = largest_cut(0u, one, [&](unsigned c) { return count_ge(__uint_as_float(c)) >= top_k; });
     }
     const float top_p = p.top_p[s];
     if (top_p < 1.0f) {
       const float target = top_p * mass_ge(__uint_as_float(cut));
-      unsigned a = cut, b = 0x3f800000u;  // the largest cut whose kept mass still reaches target
-      while (a < b) {
-        const unsigned mid = a + (b - a + 1) / 2;
-        if (mass_ge(__uint_as_float(mid)) >= target) a = mid;
-        else b = mid - 1;
-      }
-      cut = a;
+      // The largest cut whose kept mass still reaches the target.
+      cut = largest_cut(cut, one, [&](unsigned c) { return mass_ge(__uint_as_float(c)) >= target; });
     }
     const float min_p = p.min_p[s];
     float threshold = __uint_as_float(cut);
@@ -179,14 +182,11 @@ __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, 
   // the lowest ids at it, gathered in id order and sorted by thread 0.
   if (top_n > 0) {
     const int n = top_n < vocab ? top_n : static_cast<int>(vocab);
-    unsigned a = 0, b = ~0u;  // every key
-    while (a < b) {
-      const unsigned mid = a + (b - a) / 2 + 1;
+    const unsigned a = largest_cut(0u, ~0u, [&](unsigned key) {
       int c = 0;
-      for (int64_t i = lo; i < hi; ++i) c += order_key(gpu::to_float(x[i])) >= mid;
-      if (tree_count(c) >= n) a = mid;
-      else b = mid - 1;
-    }
+      for (int64_t i = lo; i < hi; ++i) c += order_key(gpu::to_float(x[i])) >= key;
+      return tree_count(c) >= n;
+    });
     int above = 0, at = 0;
     for (int64_t i = lo; i < hi; ++i) {
       const unsigned k = order_key(gpu::to_float(x[i]));

@@ -23,8 +23,14 @@ std::string SharedRegion::describe(size_t byte) const {
   return std::string(name_) + " (byte " + std::to_string(byte) + " of " + std::to_string(bytes_) + ")";
 }
 
-static bool ordered(int16_t other, uint32_t other_sync, const AccessPoint& me) {
-  return other / kWarpSize == me.thread / kWarpSize && me.warp_sync > other_sync;
+// A fault when another thread's access in this barrier epoch is not ordered before this one
+// (same warp with a warp collective between them is ordered).
+static void check_conflict(int16_t other, uint32_t other_epoch, uint32_t other_sync, const AccessPoint& me,
+                           const std::string& what) {
+  if (other < 0 || other == me.thread || other_epoch != me.epoch) return;
+  if (other / kWarpSize == me.thread / kWarpSize && me.warp_sync > other_sync) return;
+  fault(Fault::SharedRace, what + " thread " + std::to_string(other) + " with no __syncthreads between",
+        std::source_location{});
 }
 
 void SharedRegion::read(const void* p, size_t n) {
@@ -37,12 +43,7 @@ void SharedRegion::read(const void* p, size_t n) {
       fault(Fault::UninitSharedRead, "reads " + describe(b) + ", which no thread of this block has written",
             std::source_location{});
     }
-    if (s.writer != ap.thread && s.w_epoch == ap.epoch && !ordered(s.writer, s.w_sync, ap)) {
-      fault(Fault::SharedRace,
-            "reads " + describe(b) + ", written by thread " + std::to_string(s.writer) +
-                " with no __syncthreads between the write and this read",
-            std::source_location{});
-    }
+    check_conflict(s.writer, s.w_epoch, s.w_sync, ap, "reads " + describe(b) + ", written by");
     s.reader = static_cast<int16_t>(ap.thread);
     s.r_epoch = ap.epoch;
     s.r_sync = ap.warp_sync;
@@ -55,18 +56,8 @@ void SharedRegion::write(const void* p, size_t n) {
   const size_t off = static_cast<size_t>(static_cast<const char*>(p) - base_);
   for (size_t b = off; b < off + n && b < shadow_.size(); ++b) {
     Shadow& s = shadow_[b];
-    if (s.writer >= 0 && s.writer != ap.thread && s.w_epoch == ap.epoch && !ordered(s.writer, s.w_sync, ap)) {
-      fault(Fault::SharedRace,
-            "writes " + describe(b) + ", also written by thread " + std::to_string(s.writer) +
-                " with no __syncthreads between the two writes",
-            std::source_location{});
-    }
-    if (s.reader >= 0 && s.reader != ap.thread && s.r_epoch == ap.epoch && !ordered(s.reader, s.r_sync, ap)) {
-      fault(Fault::SharedRace,
-            "writes " + describe(b) + ", read by thread " + std::to_string(s.reader) +
-                " with no __syncthreads between the read and this write",
-            std::source_location{});
-    }
+    check_conflict(s.writer, s.w_epoch, s.w_sync, ap, "writes " + describe(b) + ", also written by");
+    check_conflict(s.reader, s.r_epoch, s.r_sync, ap, "writes " + describe(b) + ", read by");
     s.writer = static_cast<int16_t>(ap.thread);
     s.w_epoch = ap.epoch;
     s.w_sync = ap.warp_sync;
