@@ -21,6 +21,9 @@ export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 mkdir -p build/logs "$CCACHE_DIR"
 [[ -d /usr/local/cuda/bin ]] && export PATH=/usr/local/cuda/bin:$PATH
 
+# The reference Python packages (Hugging Face tokenizers, gguf, safetensors) in a venv.
+test_python=$(scripts/python_env.sh) || { echo "scripts/python_env.sh failed"; exit 1; }
+
 declare -A result seconds
 summaries=()
 
@@ -42,14 +45,14 @@ host_step() {  # host_step NAME WARP [CMAKE_ARG...]
   shift 2
   local exclude=()
   if [[ " $* " == *LW_SANITIZE_ADDRESS=ON* ]]; then exclude=(-E "$asan_exclude"); fi
-  cmake -S . -B "$dir" -G Ninja -DLW_GPU=host -DLW_WARP_SIZE="$warp" "$@" &&
+  cmake -S . -B "$dir" -G Ninja -DLW_GPU=host -DLW_WARP_SIZE="$warp" -DLW_TEST_PYTHON="$test_python" "$@" &&
     cmake --build "$dir" -j"$jobs" &&
     ctest --test-dir "$dir" -j"$jobs" --output-on-failure "${exclude[@]}"
 }
 
 cuda_step() {
   command -v nvcc > /dev/null || { echo "nvcc not found: install the CUDA toolkit"; return 1; }
-  cmake -S . -B build/cuda -G Ninja -DLW_GPU=cuda -DCMAKE_CUDA_ARCHITECTURES=90 &&
+  cmake -S . -B build/cuda -G Ninja -DLW_GPU=cuda -DCMAKE_CUDA_ARCHITECTURES=90 -DLW_TEST_PYTHON="$test_python" &&
     cmake --build build/cuda -j"$jobs" || return 1
   if nvidia-smi -L 2> /dev/null | grep -q "GPU 0"; then
     ctest --test-dir build/cuda -j4 --output-on-failure
