@@ -3,8 +3,8 @@
 # GPU; prints a short table at the end. Logs go to $OUT (the device tool's output folder) or
 # build/device-logs. Run from the repository root:
 #     scripts/device_test.sh [CUDA_ARCH] [--bench]   (default 90, the H100/H200)
-# --bench also runs bench/bench_ops and, where torch is installed, bench/torch_reference.py
-# on the same shapes, printing both tables.
+# --bench also runs bench/bench_ops and bench/bench_gemm and, where torch is installed,
+# bench/torch_reference.py and bench/torch_gemm.py on the same shapes, printing the tables.
 # When the machine has no GoogleTest/spdlog packages, carry the folder made by
 # scripts/gather_deps.sh as .deps/ and it is used.
 set -euo pipefail
@@ -40,6 +40,10 @@ if (( bench )); then
   build/device/bench/bench_ops --json "$out/bench_ops.json" 2>&1 | tee "$out/bench_ops.txt"
   if python3 -c "import torch" 2> /dev/null; then
     python3 bench/torch_reference.py 2>&1 | tee "$out/torch_reference.txt"
+  fi
+  build/device/bench/bench_gemm --json "$out/bench_gemm.json" 2>&1 | tee "$out/bench_gemm.txt"
+  if python3 -c "import torch" 2> /dev/null; then
+    python3 bench/torch_gemm.py 2>&1 | tee "$out/torch_gemm.txt"
   fi
 fi
 exit $status

@@ -1,0 +1,119 @@
+// Times Linear (y = x @ W^T) on the device for the Llama-3-8B weight shapes on every path:
+// the vendor library, the GEMV kernel (M <= 16) and the automatic choice, and prints TFLOP/s
+// and the weight-read bandwidth beside the device-to-device copy bandwidth of the same run.
+// Weight sets rotate so the L2 cache does not hold the weights between runs.
+//     bench_gemm [--dtype bf16] [--repeats N] [--ms 1,2,4] [--json FILE]
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "kernels/gemv.h"
+#include "ops/elementwise.h"
+#include "ops/gemm.h"
+
+namespace {
+
+using lw::DType;
+using lw::Tensor;
+using lw::ops::GemmPath;
+
+double median_ms(lw::Context& ctx, int repeats, int sets, const std::function<void(int)>& run) {
+  for (int i = 0; i < sets; ++i) run(i);
+  ctx.synchronize();
+  std::vector<double> t;
+  lw::Event start, stop;
+  for (int i = 0; i < repeats; ++i) {
+    start.record(ctx.stream());
+    run(i % sets);
+    stop.record(ctx.stream());
+    stop.synchronize();
+    t.push_back(stop.elapsed_ms_since(start));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_gemm: Linear on the Llama-3-8B shapes, vendor library vs GEMV"};
+  std::string dtype_name = "bf16", json_path;
+  int repeats = 30;
+  std::vector<int64_t> ms = {1, 2, 4, 8, 16, 64, 256, 4096};
+  app.add_option("--dtype", dtype_name, "f32, f16 or bf16");
+  app.add_option("--repeats", repeats, "timed runs per case")->check(CLI::PositiveNumber);
+  app.add_option("--ms", ms, "rows of x (tokens)")->delimiter(',');
+  app.add_option("--json", json_path, "also write the results as JSON");
+  CLI11_PARSE(app, argc, argv);
+  const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+
+  try {
+    const DType dt = lw::parse_dtype(dtype_name);
+    const double elem = static_cast<double>(lw::dtype_size(dt));
+    lw::Context ctx;
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> dist(-1, 1);
+    auto random = [&](std::vector<int64_t> shape) {
+      Tensor f = Tensor::empty_host(shape, DType::f32);
+      for (int64_t i = 0; i < f.numel(); ++i) f.data<float>()[i] = dist(rng);
+      Tensor d = ctx.empty(shape, dt);
+      lw::ops::cast(ctx, ctx.to_device(f), d);
+      return d;
+    };
+
+    // Reference: a 1 GiB device-to-device copy, bytes read + written.
+    const int64_t copy_elems = (int64_t{1} << 30) / static_cast<int64_t>(elem);
+    Tensor src = ctx.empty({copy_elems}, dt), dst = ctx.empty({copy_elems}, dt);
+    const double copy_ms = median_ms(ctx, repeats, 1, [&](int) {
+      LW_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), src.nbytes(), cudaMemcpyDeviceToDevice, ctx.stream().get()));
+    });
+    const double copy_gbs = 2.0 * static_cast<double>(src.nbytes()) / (copy_ms * 1e6);
+    src = Tensor();
+    dst = Tensor();
+
+    std::printf("device %s, %s, median of %d runs; copy %.0f GB/s\n", ctx.device_name().c_str(), lw::dtype_name(dt), repeats,
+                copy_gbs);
+    std::printf("%6s %7s %6s  %-10s %9s %8s %8s %7s\n", "M", "N", "K", "path", "ms", "TFLOP/s", "W GB/s", "% copy");
+    std::ofstream js;
+    if (!json_path.empty()) js.open(json_path), js << "{\"device\": \"" << ctx.device_name() << "\", \"copy_gbs\": " << copy_gbs << ", \"results\": [";
+    bool first = true;
+    for (const auto& s : shapes) {
+      const int64_t n = s[0], k = s[1];
+      const double wbytes = static_cast<double>(n * k) * elem;
+      // Enough weight sets to exceed the L2 cache several times over.
+      const int sets = std::max(2, static_cast<int>(std::ceil(256e6 / wbytes)));
+      std::vector<Tensor> w;
+      for (int i = 0; i < sets; ++i) w.push_back(random({n, k}));
+      for (int64_t m : ms) {
+        Tensor x = random({m, k}), y = ctx.empty({m, n}, dt);
+        std::vector<GemmPath> paths = {GemmPath::vendor};
+        if (m <= lw::kernels::kGemvMaxRows) paths.insert(paths.end(), {GemmPath::gemv, GemmPath::automatic});
+        for (GemmPath p : paths) {
+          const double t = median_ms(ctx, repeats, sets, [&](int i) { lw::ops::linear(ctx, x, w[i], Tensor(), y, p); });
+          const double tflops = 2.0 * static_cast<double>(m * n * k) / (t * 1e9);
+          const double gbs = wbytes / (t * 1e6);
+          std::printf("%6lld %7lld %6lld  %-10s %9.4f %8.1f %8.0f %6.1f%%\n", static_cast<long long>(m), static_cast<long long>(n),
+                      static_cast<long long>(k), lw::ops::gemm_path_name(p), t, tflops, gbs, 100 * gbs / copy_gbs);
+          if (js.is_open()) {
+            js << (first ? "" : ", ") << "{\"m\": " << m << ", \"n\": " << n << ", \"k\": " << k << ", \"path\": \""
+               << lw::ops::gemm_path_name(p) << "\", \"ms\": " << t << ", \"tflops\": " << tflops << ", \"weight_gbs\": " << gbs << "}";
+            first = false;
+          }
+        }
+      }
+    }
+    if (js.is_open()) js << "]}\n";
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

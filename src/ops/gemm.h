@@ -1,0 +1,43 @@
+// GEMM and Linear on every target. Weights are stored as Hugging Face checkpoints do, [out, in];
+// inputs are f32, f16 or bf16 with fp32 accumulation (int8 with int32 accumulation), and the
+// output is rounded once, after the bias.
+#pragma once
+#include "core/context.h"
+#include "core/tensor.h"
+
+namespace lw::ops {
+
+// Which implementation runs a GEMM. automatic: the vendor library, except that for a linear of
+// at most kernels::kGemvMaxRows rows on a GPU the faster of the GEMV kernel and the vendor
+// library, timed on first use of each shape, is taken.
+enum class GemmPath { automatic, vendor, gemv, tiled };
+const char* gemm_path_name(GemmPath path);
+
+// out[..., N] = x[..., K] @ w[N, K]^T + bias[N]. x and out contiguous with the same leading
+// dimensions; bias may be undefined. x, w, bias and out share one float dtype.
+void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
+            GemmPath path = GemmPath::automatic);
+
+// out[z] = alpha * a[z] @ b[z]^T (b [Z, N, K], b_transposed true) or alpha * a[z] @ b[z]
+// (b [Z, K, N]); a [Z, M, K], out [Z, M, N]; all contiguous, one float dtype.
+void batched_matmul(Context& ctx, const Tensor& a, const Tensor& b, bool b_transposed, float alpha, const Tensor& out,
+                    GemmPath path = GemmPath::automatic);
+
+// Mixture-of-experts GEMM: x [T, K] holds the tokens of expert e in rows
+// [offsets[e], offsets[e+1]) (offsets: device int32 [E + 1], offsets[0] = 0, offsets[E] = T);
+// out[rows of e] = x[rows of e] @ w[e]^T with w [E, N, K]. Experts may receive no tokens.
+// tiled runs without any host synchronisation; vendor reads the offsets back once (one
+// synchronisation per call, not per expert) and runs one vendor GEMM per non-empty expert.
+// automatic takes tiled for up to 16 rows per expert on average, vendor above.
+void grouped_linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& offsets, const Tensor& out,
+                    GemmPath path = GemmPath::automatic);
+
+// W8A8: out[m, n] = (sum_k xq[m, k] * wq[n, k]) * x_scale[m] * w_scale[n] + bias[n], exact int32
+// accumulation. xq [M, K] and wq [N, K] int8, x_scale [M] and w_scale [N] f32, out [M, N] and
+// bias (optional) f32/f16/bf16. vendor: cuBLASLt/hipBLASLt int8 GEMM and a scaling epilogue
+// kernel (the host target has no vendor int8 GEMM: an error); automatic falls back to tiled
+// where the vendor library has no kernel for the shape.
+void linear_int8(Context& ctx, const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale,
+                 const Tensor& bias, const Tensor& out, GemmPath path = GemmPath::automatic);
+
+}  // namespace lw::ops

@@ -1,0 +1,165 @@
+// cuBLASLt on CUDA and hipBLASLt on HIP (through the cublasLt.h forwarding header). The row-major
+// problem C = A @ B^T is the column-major C^T = op(B) @ A^T the libraries compute natively.
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "core/logging.h"
+#include "ops/vendor_gemm.h"
+
+#define LW_BLASLT_CHECK(call)                                                                                 \
+  do {                                                                                                        \
+    const cublasStatus_t lw_status_ = (call);                                                                 \
+    if (lw_status_ != CUBLAS_STATUS_SUCCESS)                                                                  \
+      ::lw::detail::throw_vendor_error(__FILE__, __LINE__, #call, ::lw::ops::detail::vendor_gemm_name(),      \
+                                       cublasLtGetStatusName(lw_status_), cublasLtGetStatusString(lw_status_)); \
+  } while (0)
+
+namespace lw::ops::detail {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+cudaDataType data_type(DType t) {
+  switch (t) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::f16: return CUDA_R_16F;
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::i8: return CUDA_R_8I;
+    case DType::i32: return CUDA_R_32I;
+    default: LW_FAIL(vendor_gemm_name() << ": no GEMM for dtype " << dtype_name(t));
+  }
+}
+
+// Largest power of two (<= 256) dividing the address: what the library may assume.
+uint32_t alignment_of(const void* p) {
+  uint32_t a = 256;
+  while (a > 1 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+  return a;
+}
+
+template <class T, void (*Destroy)(T)>
+struct Owned {
+  T h = nullptr;
+  ~Owned() {
+    if (h) Destroy(h);
+  }
+};
+void destroy_desc(cublasLtMatmulDesc_t d) { cublasLtMatmulDescDestroy(d); }
+void destroy_layout(cublasLtMatrixLayout_t l) { cublasLtMatrixLayoutDestroy(l); }
+void destroy_pref(cublasLtMatmulPreference_t p) { cublasLtMatmulPreferenceDestroy(p); }
+
+using ProblemKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                              bool, bool, int, uint32_t>;
+
+// Per-context handle, workspace and the heuristic's choice per problem shape.
+class BlasLt {
+ public:
+  explicit BlasLt(Context& ctx) : workspace_(ctx.empty({static_cast<int64_t>(kWorkspaceBytes)}, DType::i8)) {
+    LW_BLASLT_CHECK(cublasLtCreate(&handle_));
+  }
+  ~BlasLt() { cublasLtDestroy(handle_); }
+
+  bool run(Context& ctx, const VendorGemm& g) {
+    const bool int8 = g.in == DType::i8;
+    const DType out = int8 ? DType::i32 : g.in;
+    const cudaDataType io = data_type(g.in), ct = data_type(out);
+    const cublasComputeType_t compute = int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F;
+    const cudaDataType scale = int8 ? CUDA_R_32I : CUDA_R_32F;
+
+    Owned<cublasLtMatmulDesc_t, destroy_desc> desc;
+    LW_BLASLT_CHECK(cublasLtMatmulDescCreate(&desc.h, compute, scale));
+    const cublasOperation_t op_b = g.b_kn ? CUBLAS_OP_N : CUBLAS_OP_T, op_a = CUBLAS_OP_N;
+    LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)));
+    LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)));
+    if (g.bias) {
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+      LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+      const int32_t bias_type = static_cast<int32_t>(ct);
+      LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    }
+    // Library "A" is B (n x k after op), library "B" is A^T (k x m), library "C" is C^T (n x m).
+    Owned<cublasLtMatrixLayout_t, destroy_layout> la, lb, lc;
+    if (g.b_kn) LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&la.h, io, g.n, g.k, g.ldb));
+    else LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&la.h, io, g.k, g.n, g.ldb));
+    LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&lb.h, io, g.k, g.m, g.lda));
+    LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&lc.h, ct, g.n, g.m, g.ldc));
+    if (g.batch > 1) {
+      const int32_t count = g.batch;
+      const std::tuple<cublasLtMatrixLayout_t, int64_t> strides[] = {{la.h, g.stride_b}, {lb.h, g.stride_a}, {lc.h, g.stride_c}};
+      for (const auto& [layout, stride] : strides) {
+        LW_BLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+        LW_BLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+      }
+    }
+
+    const uint32_t align = std::min({alignment_of(g.a), alignment_of(g.b), alignment_of(g.c),
+                                     g.bias ? alignment_of(g.bias) : 256u});
+    const ProblemKey key{static_cast<int>(g.in), g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.stride_a, g.stride_b, g.stride_c,
+                         g.b_kn, g.bias != nullptr, g.batch, align};
+    auto it = algos_.find(key);
+    if (it == algos_.end()) it = algos_.emplace(key, choose(desc.h, la.h, lb.h, lc.h, align)).first;
+    if (!it->second) return false;
+
+    const float alpha_f = g.alpha, beta_f = 0.0f;
+    const int32_t alpha_i = 1, beta_i = 0;
+    const void* alpha = int8 ? static_cast<const void*>(&alpha_i) : &alpha_f;
+    const void* beta = int8 ? static_cast<const void*>(&beta_i) : &beta_f;
+    LW_BLASLT_CHECK(cublasLtMatmul(handle_, desc.h, alpha, g.b, la.h, g.a, lb.h, beta, g.c, lc.h, g.c, lc.h,
+                                   &it->second->algo, workspace_.data_ptr(), kWorkspaceBytes, ctx.stream().get()));
+    return true;
+  }
+
+ private:
+  // The heuristic's first choice, or nothing when the library has no kernel for the problem.
+  std::shared_ptr<cublasLtMatmulHeuristicResult_t> choose(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                                                           cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                                                           uint32_t align) {
+    Owned<cublasLtMatmulPreference_t, destroy_pref> pref;
+    LW_BLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
+    const uint64_t ws = kWorkspaceBytes;
+    LW_BLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+#if !defined(LW_TARGET_HIP)
+    // cuBLASLt assumes 256-byte aligned operands unless told otherwise; hipBLASLt has no such preference.
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      LW_BLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, attr, &align, sizeof(align)));
+#else
+    (void)align;
+#endif
+    auto result = std::make_shared<cublasLtMatmulHeuristicResult_t>();
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, desc, la, lb, lc, lc, pref.h, 1, result.get(), &found);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+      lw::log().debug("{}: no algorithm for this problem (status {})", vendor_gemm_name(), static_cast<int>(st));
+      return nullptr;
+    }
+    return result;
+  }
+
+  cublasLtHandle_t handle_ = nullptr;
+  Tensor workspace_;
+  std::map<ProblemKey, std::shared_ptr<cublasLtMatmulHeuristicResult_t>> algos_;
+};
+
+}  // namespace
+
+bool vendor_gemm(Context& ctx, const VendorGemm& g) {
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return true;
+  return ctx.resource<BlasLt>().run(ctx, g);
+}
+
+const char* vendor_gemm_name() {
+#if defined(LW_TARGET_HIP)
+  return "hipBLASLt";
+#else
+  return "cuBLASLt";
+#endif
+}
+
+}  // namespace lw::ops::detail
