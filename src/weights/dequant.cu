@@ -1,0 +1,115 @@
+#include "weights/dequant.h"
+
+#include <algorithm>
+
+#include "gpu/launch.h"
+#include "gpu/numeric.h"
+
+namespace lw::weights::kernels {
+
+namespace {
+
+// GGML's quantized blocks hold 32 elements; the count is a format fact, not a warp width.
+constexpr int kQBlock = 32;  // lint: not-a-warp
+constexpr int kQHalf = kQBlock / 2;
+
+// Block payloads are byte streams (34- and 18-byte blocks leave fp16 fields only 2-aligned),
+// so fields are assembled from bytes.
+__device__ __forceinline__ float fp16_at(const uint8_t* p) {
+  const unsigned short bits = static_cast<unsigned short>(p[0] | (p[1] << 8));
+  return gpu::to_float(__ushort_as_half(bits));
+}
+
+// d * q + m rounded twice, as ggml and gguf-py compute it: nvcc would otherwise fuse the two
+// into one FMA and differ from the reference in the last bit.
+__device__ __forceinline__ float mul_add_unfused(float a, float b, float c) {
+#if defined(LW_TARGET_HOST)
+  return a * b + c;
+#else
+  return __fadd_rn(__fmul_rn(a, b), c);
+#endif
+}
+
+struct Q8_0 {
+  static constexpr int kBytes = 2 + kQBlock;
+  __device__ static float get(const uint8_t* b, int j) {
+    return static_cast<float>(static_cast<int8_t>(b[2 + j])) * fp16_at(b);
+  }
+};
+
+struct Q4_0 {
+  static constexpr int kBytes = 2 + kQHalf;
+  __device__ static float get(const uint8_t* b, int j) {
+    const uint8_t byte = b[2 + (j < kQHalf ? j : j - kQHalf)];
+    const int q = j < kQHalf ? (byte & 0x0f) : (byte >> 4);
+    return static_cast<float>(q - 8) * fp16_at(b);
+  }
+};
+
+struct Q4_1 {
+  static constexpr int kBytes = 4 + kQHalf;
+  __device__ static float get(const uint8_t* b, int j) {
+    const uint8_t byte = b[4 + (j < kQHalf ? j : j - kQHalf)];
+    const int q = j < kQHalf ? (byte & 0x0f) : (byte >> 4);
+    return mul_add_unfused(fp16_at(b), static_cast<float>(q), fp16_at(b + 2));
+  }
+};
+
+template <class T, class Src>
+__global__ void convert_kernel(T* out, const Src* in, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = gpu::from_float<T>(gpu::to_float(in[i]));
+}
+
+template <class T, class Block>
+__global__ void dequant_kernel(T* out, const uint8_t* in, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t block = i / kQBlock;
+    out[i] = gpu::from_float<T>(Block::get(in + block * Block::kBytes, static_cast<int>(i - block * kQBlock)));
+  }
+}
+
+}  // namespace
+
+template <class T>
+void dequantize(T* out, const void* src, FileDType type, int64_t n, int warp_size, cudaStream_t stream) {
+  if (n == 0) return;
+  const int threads = gpu::round_block_size(256, warp_size);
+  // Enough blocks to fill a large GPU; the grid-stride loop covers the rest.
+  const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 8192);
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream};
+  const auto* bytes = static_cast<const uint8_t*>(src);
+  switch (type) {
+    case FileDType::f32:
+      gpu::launch("weights_convert_f32", convert_kernel<T, float>, cfg, out, static_cast<const float*>(src), n);
+      break;
+    case FileDType::f16:
+      gpu::launch("weights_convert_f16", convert_kernel<T, half>, cfg, out, static_cast<const half*>(src), n);
+      break;
+    case FileDType::bf16:
+      gpu::launch("weights_convert_bf16", convert_kernel<T, bfloat16>, cfg, out, static_cast<const bfloat16*>(src), n);
+      break;
+    case FileDType::q8_0:
+      LW_CHECK(n % kQBlock == 0, "dequantize: " << n << " elements are not whole Q8_0 blocks");
+      gpu::launch("weights_dequant_q8_0", dequant_kernel<T, Q8_0>, cfg, out, bytes, n);
+      break;
+    case FileDType::q4_0:
+      LW_CHECK(n % kQBlock == 0, "dequantize: " << n << " elements are not whole Q4_0 blocks");
+      gpu::launch("weights_dequant_q4_0", dequant_kernel<T, Q4_0>, cfg, out, bytes, n);
+      break;
+    case FileDType::q4_1:
+      LW_CHECK(n % kQBlock == 0, "dequantize: " << n << " elements are not whole Q4_1 blocks");
+      gpu::launch("weights_dequant_q4_1", dequant_kernel<T, Q4_1>, cfg, out, bytes, n);
+      break;
+    default:
+      LW_FAIL("dequantize: cannot convert " << file_dtype_name(type) << " to a float type");
+  }
+}
+
+template void dequantize<float>(float*, const void*, FileDType, int64_t, int, cudaStream_t);
+template void dequantize<half>(half*, const void*, FileDType, int64_t, int, cudaStream_t);
+template void dequantize<bfloat16>(bfloat16*, const void*, FileDType, int64_t, int, cudaStream_t);
+
+}  // namespace lw::weights::kernels

@@ -1,0 +1,202 @@
+"""Writes the checkpoints test_weights reads, with independent references.
+
+GGUF files come from the gguf package's GGUFWriter (quantized with gguf.quants.quantize, the
+reference values from gguf.quants.dequantize); safetensors files from the safetensors package.
+numpy has no bfloat16 and safetensors.numpy needs ml_dtypes for one, so bf16 tensors go
+through the package's own serialize_file with TensorSpec(dtype="bfloat16") instead.
+
+usage: make_fixtures.py OUTDIR
+"""
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFValueType as V
+from safetensors import TensorSpec, serialize_file
+from safetensors.numpy import save_file
+
+out = sys.argv[1]
+shutil.rmtree(out, ignore_errors=True)
+os.makedirs(os.path.join(out, "exp"))
+rng = np.random.default_rng()  # fresh values every run
+manifest = {}
+
+
+def expect(ckpt, name, shape, type_name, values):
+    """Stores the reference values of a tensor: float32 for float types, int64 for integers."""
+    base = f"exp/{ckpt.replace('/', '_')}__{name}"
+    if np.issubdtype(values.dtype, np.integer):
+        path = base + ".i64"
+        values.astype("<i8").tofile(os.path.join(out, path))
+    else:
+        path = base + ".f32"
+        values.astype("<f4").tofile(os.path.join(out, path))
+    manifest.setdefault(ckpt, {})[name] = {"shape": list(shape), "type": type_name, "expected": path}
+
+
+def randf(shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def to_bf16_bits(x):
+    """float32 -> bfloat16 bits, round to nearest even (no NaNs in these inputs)."""
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def bf16_bits_to_f32(b):
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+# --- GGUF ----------------------------------------------------------------------------------
+def write_gguf(path, ckpt, tensors, extra_kv=None, alignment=None):
+    w = gguf.GGUFWriter(os.path.join(out, path), "llama")
+    if alignment is not None:
+        w.add_custom_alignment(alignment)
+    for k, (v, t, sub) in (extra_kv or {}).items():
+        w.add_key_value(k, v, t, sub_type=sub)
+    for name, kind, shape in tensors:
+        x = randf(shape, scale=0.5 + rng.random())
+        if kind == "F32":
+            w.add_tensor(name, x)
+            expect(ckpt, name, shape, kind, x)
+        elif kind == "F16":
+            h = x.astype(np.float16)
+            w.add_tensor(name, h)
+            expect(ckpt, name, shape, kind, h.astype(np.float32))
+        elif kind in ("BF16", "Q8_0", "Q4_0", "Q4_1"):
+            qt = Q[kind]
+            q = gguf.quants.quantize(x, qt)
+            w.add_tensor(name, q, raw_dtype=qt)
+            expect(ckpt, name, shape, kind, gguf.quants.dequantize(q, qt).astype(np.float32))
+        elif kind in ("I8", "I32", "I64"):
+            dt = {"I8": np.int8, "I32": np.int32, "I64": np.int64}[kind]
+            info = np.iinfo(dt)
+            lo, hi = max(info.min, -(2**40)), min(info.max, 2**40)
+            v = rng.integers(lo, hi, size=shape, endpoint=True).astype(dt)
+            w.add_tensor(name, v)
+            expect(ckpt, name, shape, kind, v)
+        elif kind == "Q4_K":
+            # gguf cannot quantize K-quants; random blocks are valid bytes for listing.
+            rows, cols = shape
+            raw = rng.integers(0, 256, size=(rows, cols // 256 * 144), dtype=np.uint8)
+            w.add_tensor(name, raw, raw_dtype=Q.Q4_K)
+            manifest.setdefault(ckpt, {})[name] = {"shape": list(shape), "type": kind, "expected": None}
+        else:
+            raise ValueError(kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+metadata = {
+    "test.u8": (200, V.UINT8, None),
+    "test.i8": (-100, V.INT8, None),
+    "test.u16": (60000, V.UINT16, None),
+    "test.i16": (-30000, V.INT16, None),
+    "test.u32": (4000000000, V.UINT32, None),
+    "test.i32": (-2000000000, V.INT32, None),
+    "test.f32": (0.15625, V.FLOAT32, None),
+    "test.bool": (True, V.BOOL, None),
+    "test.string": ("héllo wörld", V.STRING, None),
+    "test.u64": (2**63 + 5, V.UINT64, None),
+    "test.i64": (-(2**62) - 3, V.INT64, None),
+    "test.f64": (2.718281828459045, V.FLOAT64, None),
+    "test.str_array": (["a", "", "tokén", "<|end|>"], V.ARRAY, V.STRING),
+    "test.i32_array": ([1, -2, 2147483647, -2147483648], V.ARRAY, V.INT32),
+    "test.u8_array": ([0, 7, 255], V.ARRAY, V.UINT8),
+    "test.f32_array": ([0.5, -1.25, 3.0], V.ARRAY, V.FLOAT32),
+    "test.nested": ([[1, 2], [3, 4, 5]], V.ARRAY, V.ARRAY),
+    "llama.context_length": (2048, V.UINT32, None),
+}
+gguf_tensors = [
+    ("token_embd.weight", "Q8_0", (7, 64)),
+    ("f32.r1", "F32", (37,)),
+    ("f32.r3", "F32", (3, 5, 7)),
+    ("f16.r2", "F16", (5, 9)),
+    ("bf16.r3", "BF16", (3, 5, 7)),
+    ("q8_0.r1", "Q8_0", (96,)),
+    ("q8_0.r3", "Q8_0", (3, 5, 32)),
+    ("q4_0.r2", "Q4_0", (11, 64)),
+    ("q4_0.r3", "Q4_0", (3, 3, 32)),
+    ("q4_1.r1", "Q4_1", (32,)),
+    ("i8.r1", "I8", (13,)),
+    ("i32.r2", "I32", (3, 5)),
+    ("i64.r1", "I64", (7,)),
+    ("blk.0.ffn_down.weight", "Q4_K", (3, 256)),
+    ("blk.0.attn_q.weight", "Q4_1", (9, 96)),  # last: truncating the file cuts into it
+]
+write_gguf("model.gguf", "model.gguf", gguf_tensors, metadata)
+write_gguf("aligned64.gguf", "aligned64.gguf",
+           [("a", "F32", (3,)), ("b", "Q4_0", (5, 32)), ("c", "F16", (3,))], alignment=64)
+
+
+# --- safetensors ---------------------------------------------------------------------------
+def st_tensor(ckpt, name, kind, shape):
+    """A tensor for a safetensors file: (TensorSpec dtype, array), with its reference."""
+    if kind in ("F32", "F16", "F64"):
+        dt = {"F32": np.float32, "F16": np.float16, "F64": np.float64}[kind]
+        x = randf(shape).astype(dt)
+        if kind != "F64":
+            expect(ckpt, name, shape, kind, x.astype(np.float32))
+        else:
+            manifest.setdefault(ckpt, {})[name] = {"shape": list(shape), "type": kind, "expected": None}
+        return x.dtype.name, x
+    if kind == "BF16":
+        b = to_bf16_bits(randf(shape))
+        expect(ckpt, name, shape, kind, bf16_bits_to_f32(b))
+        return "bfloat16", b
+    dt = {"I8": np.int8, "I32": np.int32, "I64": np.int64}[kind]
+    v = rng.integers(np.iinfo(dt).min // 2, np.iinfo(dt).max // 2, size=shape).astype(dt)
+    expect(ckpt, name, shape, kind, v)
+    return v.dtype.name, v
+
+
+def write_st(path, ckpt, tensors, metadata=None):
+    arrays = {name: st_tensor(ckpt, name, kind, shape) for name, kind, shape in tensors}
+    full = os.path.join(out, path)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    if all(dt != "bfloat16" for dt, _ in arrays.values()):
+        save_file({k: a for k, (_, a) in arrays.items()}, full, metadata=metadata)
+        return
+    arrays = {k: (dt, np.ascontiguousarray(a)) for k, (dt, a) in arrays.items()}
+    specs = {k: TensorSpec(dtype=dt, shape=list(a.shape), data_ptr=a.ctypes.data, data_len=a.nbytes)
+             for k, (dt, a) in arrays.items()}
+    serialize_file(specs, full, metadata=metadata)
+
+
+write_st("st_single/model.safetensors", "st_single", [
+    ("model.embed_tokens.weight", "BF16", (11, 16)),
+    ("f32.r2", "F32", (3, 5)),
+    ("f16.r1", "F16", (7,)),
+    ("bf16.r3", "BF16", (2, 3, 5)),
+    ("i8.r1", "I8", (9,)),
+    ("i32.r2", "I32", (2, 3)),
+    ("i64.r1", "I64", (4,)),
+    ("f64.r1", "F64", (3,)),
+], metadata={"format": "pt"})
+
+shards = {
+    "model-00001-of-00002.safetensors": [("a.weight", "F32", (5, 7)), ("b.weight", "BF16", (3, 11))],
+    "model-00002-of-00002.safetensors": [("c.weight", "F16", (13,)), ("d.ids", "I64", (5,))],
+}
+weight_map = {}
+for shard, ts in shards.items():
+    write_st(f"st_sharded/{shard}", "st_sharded", ts, metadata={"format": "pt"})
+    weight_map.update({name: shard for name, _, _ in ts})
+with open(os.path.join(out, "st_sharded/model.safetensors.index.json"), "w") as f:
+    json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=2)
+
+# The same index with its second shard missing.
+os.makedirs(os.path.join(out, "st_missing_shard"))
+shutil.copy(os.path.join(out, "st_sharded/model-00001-of-00002.safetensors"), os.path.join(out, "st_missing_shard"))
+shutil.copy(os.path.join(out, "st_sharded/model.safetensors.index.json"), os.path.join(out, "st_missing_shard"))
+
+with open(os.path.join(out, "manifest.json"), "w") as f:
+    json.dump(manifest, f, indent=1)
+print(f"wrote fixtures to {out}")
