@@ -22,7 +22,16 @@ out=$(cd "$out" && pwd)
 export PATH=/usr/local/cuda/bin:$PATH
 
 deps=()
-if [[ -d .deps ]] && [[ ! -e /usr/include/gtest/gtest.h ]]; then deps=(-DLW_DEPS_DIR="$PWD/.deps"); fi
+if [[ -d .deps ]] && { [[ ! -e /usr/include/gtest/gtest.h ]] || [[ ! -e /usr/include/pcre2.h ]]; }; then deps=(-DLW_DEPS_DIR="$PWD/.deps"); fi
+
+# The tests' reference Python: this machine's, plus the wheels carried in .deps/wheels.
+py=python3
+if [[ -d .deps/wheels ]]; then
+  python3 -m venv --system-site-packages build/device-venv
+  build/device-venv/bin/python -m pip install -q --no-index --no-deps .deps/wheels/*.whl
+  py=$PWD/build/device-venv/bin/python
+fi
+deps+=(-DLW_TEST_PYTHON="$py")
 
 nvidia-smi -L | tee "$out/gpu.txt"
 # No LW_GPU: the build must detect the GPU and choose the cuda target by itself.

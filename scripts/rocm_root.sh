@@ -33,7 +33,7 @@ export DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 LANG=C.UTF-8
 # Package lists.  Bump LW_ROCM_ROOT_FORMAT when the way the root is built
 # changes; the package lists themselves are hashed into the stamp too.
 LW_ROCM_ROOT_FORMAT=2
-COMMON_PKGS="cmake make ninja-build g++ ccache ca-certificates python3 libgtest-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev"
+COMMON_PKGS="cmake make ninja-build g++ ccache ca-certificates python3 pkg-config libgtest-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libicu-dev"
 SID_PKGS="hipcc libamdhip64-dev libhipblaslt-dev libhipblas-dev libhipcub-dev \
 librccl-dev librocrand-dev libhiprand-dev rocm-cmake rocminfo"
 TRIXIE_PKGS="hipcc libamdhip64-dev libhipblas-dev libhipcub-dev librccl-dev \

@@ -24,6 +24,9 @@ mkdir -p build/logs "$CCACHE_DIR"
 # The reference Python packages (Hugging Face tokenizers, gguf, safetensors) in a venv.
 test_python=$(scripts/python_env.sh) || { echo "scripts/python_env.sh failed"; exit 1; }
 
+# The default model (SmolLM2-135M-Instruct GGUF), for the model tests.
+smollm2=$(scripts/fetch_model.sh) || { echo "scripts/fetch_model.sh failed"; exit 1; }
+
 declare -A result seconds
 summaries=()
 
@@ -45,14 +48,14 @@ host_step() {  # host_step NAME WARP [CMAKE_ARG...]
   shift 2
   local exclude=()
   if [[ " $* " == *LW_SANITIZE_ADDRESS=ON* ]]; then exclude=(-E "$asan_exclude"); fi
-  cmake -S . -B "$dir" -G Ninja -DLW_GPU=host -DLW_WARP_SIZE="$warp" -DLW_TEST_PYTHON="$test_python" "$@" &&
+  cmake -S . -B "$dir" -G Ninja -DLW_GPU=host -DLW_WARP_SIZE="$warp" -DLW_TEST_PYTHON="$test_python" -DLW_SMOLLM2_GGUF="$smollm2" "$@" &&
     cmake --build "$dir" -j"$jobs" &&
     ctest --test-dir "$dir" -j"$jobs" --output-on-failure "${exclude[@]}"
 }
 
 cuda_step() {
   command -v nvcc > /dev/null || { echo "nvcc not found: install the CUDA toolkit"; return 1; }
-  cmake -S . -B build/cuda -G Ninja -DLW_GPU=cuda -DCMAKE_CUDA_ARCHITECTURES=90 -DLW_TEST_PYTHON="$test_python" &&
+  cmake -S . -B build/cuda -G Ninja -DLW_GPU=cuda -DCMAKE_CUDA_ARCHITECTURES=90 -DLW_TEST_PYTHON="$test_python" -DLW_SMOLLM2_GGUF="$smollm2" &&
     cmake --build build/cuda -j"$jobs" || return 1
   if nvidia-smi -L 2> /dev/null | grep -q "GPU 0"; then
     ctest --test-dir build/cuda -j4 --output-on-failure

@@ -100,6 +100,24 @@ TEST(Elementwise, MulAndResidualAdd) {
   }
 }
 
+TEST(Elementwise, SigmoidGatedAdd) {
+  for (DType dt : kFloatTypes) {
+    for (int64_t hidden : {1, 33, 200}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", hidden " << hidden);
+      const int64_t tokens = 5;
+      Tensor oh = random_host({tokens, hidden}, dt), gh = random_host({tokens, 1}, dt, -4, 4), xh = random_host({tokens, hidden}, dt);
+      Tensor out = ctx().to_device(oh);
+      ops::sigmoid_gated_add(ctx(), out, ctx().to_device(gh), ctx().to_device(xh));
+      const std::vector<double> o = to_doubles(oh), g = to_doubles(gh), x = to_doubles(xh);
+      std::vector<double> want(o.size());
+      for (size_t i = 0; i < o.size(); ++i) want[i] = o[i] + x[i] / (1.0 + std::exp(-g[i / hidden]));
+      EXPECT_TRUE(all_close(ctx().to_host(out), want, epsilon(dt), 1e-6));
+    }
+  }
+  Tensor out = ctx().empty({2, 4}, DType::f32);
+  EXPECT_THROW(ops::sigmoid_gated_add(ctx(), out, ctx().empty({2, 4}, DType::f32), out), Error);
+}
+
 TEST(Elementwise, ScaleAndCastBetweenEveryPairOfTypes) {
   for (DType dt : kFloatTypes) {
     for (int64_t n : kSizes) {

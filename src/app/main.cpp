@@ -1,11 +1,13 @@
-// The lightwave command line. Today: `info` (the build target and the device) and `check`
-// (runs the kernels on fresh random inputs against a float64 reference on this device).
+// The lightwave command line: `info` (the build target and the device), `check` (runs the
+// kernels on fresh random inputs against a float64 reference on this device), `generate` and
+// `score` (app/generate.cpp).
 #include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <random>
 
+#include "app/generate.h"
 #include "core/context.h"
 #include "core/logging.h"
 #include "gpu/numeric.h"
@@ -112,9 +114,12 @@ int main(int argc, char** argv) {
   auto* check = app.add_subcommand("check", "Run the kernels on random inputs against a float64 reference");
   check->add_option("--seed", seed, "Random seed (default: fresh)");
 
+  lw::app::add_model_commands(app);
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("info")) return cmd_info(device);
+    if (const int status = lw::app::run_model_command(app, device); status >= 0) return status;
     return cmd_check(device, seed);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lightwave: error: %s\n", e.what());

@@ -106,6 +106,25 @@ void map(MapOp op, TOut* out, const TIn* a, const TIn* b, float scalar, int64_t 
 }
 
 template <class T>
+__global__ void sigmoid_gated_add_kernel(T* out, const T* gate, const T* x, int64_t tokens, int64_t hidden) {
+  const int64_t total = tokens * hidden;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const float g = gpu::to_float(gate[i / hidden]);
+    const float s = 1.0f / (1.0f + expf(-g));
+    out[i] = gpu::from_float<T>(gpu::to_float(out[i]) + s * gpu::to_float(x[i]));
+  }
+}
+
+template <class T>
+void sigmoid_gated_add(T* out, const T* gate, const T* x, int64_t tokens, int64_t hidden, int warp_size, cudaStream_t stream) {
+  if (tokens == 0 || hidden == 0) return;
+  const int threads = gpu::round_block_size(256, warp_size);
+  const gpu::LaunchConfig cfg{dim3(grid_for(tokens * hidden, threads)), dim3(threads), 0, stream};
+  gpu::launch("sigmoid_gated_add", sigmoid_gated_add_kernel<T>, cfg, out, gate, x, tokens, hidden);
+}
+
+template <class T>
 void act_mul(Activation act, T* out, const T* in, int64_t tokens, int64_t inter, int warp_size, cudaStream_t stream) {
   if (tokens == 0 || inter == 0) return;
   constexpr int V = gpu::kVecWidth<T>;
@@ -127,6 +146,9 @@ LW_MAP_FROM(half)
 LW_MAP_FROM(bfloat16)
 #undef LW_MAP_FROM
 #undef LW_MAP
+template void sigmoid_gated_add<float>(float*, const float*, const float*, int64_t, int64_t, int, cudaStream_t);
+template void sigmoid_gated_add<half>(half*, const half*, const half*, int64_t, int64_t, int, cudaStream_t);
+template void sigmoid_gated_add<bfloat16>(bfloat16*, const bfloat16*, const bfloat16*, int64_t, int64_t, int, cudaStream_t);
 template void act_mul<float>(Activation, float*, const float*, int64_t, int64_t, int, cudaStream_t);
 template void act_mul<half>(Activation, half*, const half*, int64_t, int64_t, int, cudaStream_t);
 template void act_mul<bfloat16>(Activation, bfloat16*, const bfloat16*, int64_t, int64_t, int, cudaStream_t);

@@ -39,6 +39,22 @@ void unary(Context& ctx, const char* name, kernels::MapOp op, const Tensor& x, f
 
 void add(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) { binary(ctx, "add", kernels::MapOp::add, a, b, out); }
 void mul(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) { binary(ctx, "mul", kernels::MapOp::mul, a, b, out); }
+void sigmoid_gated_add(Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& x) {
+  const char* op = "sigmoid_gated_add";
+  check_float_input(op, "out", out);
+  check_float_input(op, "gate", gate);
+  check_float_input(op, "x", x);
+  check_same_shape(op, "out", out, "x", x);
+  check_same_dtype(op, "out", out, "x", x);
+  check_same_dtype(op, "out", out, "gate", gate);
+  LW_CHECK(out.dim() == 2 && gate.dim() == 2 && gate.size(0) == out.size(0) && gate.size(1) == 1,
+           op << ": out " << out.describe() << " must be [tokens, hidden] and gate " << gate.describe() << " [tokens, 1]");
+  dispatch_float(out.dtype(), op, [&]<class T>() {
+    kernels::sigmoid_gated_add<T>(out.data<T>(), gate.data<T>(), x.data<T>(), out.size(0), out.size(1), ctx.warp_size(),
+                                  ctx.stream().get());
+  });
+}
+
 void residual_add(Context& ctx, const Tensor& residual, const Tensor& x) {
   binary(ctx, "residual_add", kernels::MapOp::add, residual, x, residual);
 }

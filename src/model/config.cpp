@@ -1,0 +1,238 @@
+#include "model/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "gpu/error.h"
+#include "weights/gguf.h"
+
+namespace lw::model {
+
+namespace {
+
+using nlohmann::json;
+
+struct Family_ {
+  const char* hf;
+  Family family;
+};
+constexpr Family_ kFamilies[] = {{"llama", Family::llama},         {"mistral", Family::mistral},
+                                 {"qwen2", Family::qwen2},         {"qwen3", Family::qwen3},
+                                 {"mixtral", Family::mixtral},     {"qwen2_moe", Family::qwen2_moe},
+                                 {"qwen3_moe", Family::qwen3_moe}};
+
+std::string accepted_families() {
+  std::string s;
+  for (const auto& f : kFamilies) s += std::string(s.empty() ? "" : ", ") + f.hf;
+  return s;
+}
+
+// Reads typed keys of config.json with errors naming the file and the key.
+class JsonReader {
+ public:
+  JsonReader(const json& j, std::string where) : j_(j), where_(std::move(where)) {}
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  template <class T>
+  T get(const char* key) const {
+    LW_CHECK(has(key), where_ << ": missing required key '" << key << "'");
+    return as<T>(key);
+  }
+  template <class T>
+  T get(const char* key, T fallback) const {
+    return has(key) ? as<T>(key) : fallback;
+  }
+  const json& raw(const char* key) const { return j_[key]; }
+
+ private:
+  template <class T>
+  T as(const char* key) const {
+    try {
+      return j_[key].get<T>();
+    } catch (const json::exception& e) {
+      LW_FAIL(where_ << ": key '" << key << "' has the wrong type (" << j_[key].type_name() << "): " << e.what());
+    }
+  }
+  const json& j_;
+  std::string where_;
+};
+
+std::vector<int32_t> id_list(const json& v) {
+  std::vector<int32_t> ids;
+  if (v.is_number_integer()) ids.push_back(v.get<int32_t>());
+  else if (v.is_array())
+    for (const auto& e : v) ids.push_back(e.get<int32_t>());
+  return ids;
+}
+
+// rope_parameters (transformers 5) or rope_scaling (earlier): the scaling type and its numbers.
+void read_rope(const JsonReader& c, const std::string& where, ops::RopeConfig& rope) {
+  const char* key = c.has("rope_parameters") ? "rope_parameters" : c.has("rope_scaling") ? "rope_scaling" : nullptr;
+  rope.theta = c.get<double>("rope_theta", 10000.0);
+  if (!key) return;
+  const json& r = c.raw(key);
+  LW_CHECK(r.is_object(), where << ": '" << key << "' must be an object");
+  JsonReader s(r, where + " " + key);
+  rope.theta = s.get<double>("rope_theta", rope.theta);
+  const std::string type = s.get<std::string>("rope_type", s.get<std::string>("type", "default"));
+  if (type == "default") return;
+  rope.factor = s.get<double>("factor");
+  if (type == "linear") {
+    rope.scaling = ops::RopeScaling::linear;
+  } else if (type == "llama3") {
+    rope.scaling = ops::RopeScaling::llama3;
+    rope.low_freq_factor = s.get<double>("low_freq_factor");
+    rope.high_freq_factor = s.get<double>("high_freq_factor");
+    rope.original_max_position = s.get<int64_t>("original_max_position_embeddings");
+  } else if (type == "yarn") {
+    rope.scaling = ops::RopeScaling::yarn;
+    rope.original_max_position = s.get<int64_t>("original_max_position_embeddings", rope.original_max_position);
+    rope.beta_fast = s.get<double>("beta_fast", 32.0);
+    rope.beta_slow = s.get<double>("beta_slow", 1.0);
+    rope.attention_factor = s.get<double>("attention_factor", 0.0);
+  } else {
+    LW_FAIL(where << ": rope type '" << type << "' is not supported (default, linear, llama3, yarn)");
+  }
+}
+
+}  // namespace
+
+const char* family_name(Family f) {
+  for (const auto& e : kFamilies)
+    if (e.family == f) return e.hf;
+  return "?";
+}
+
+ModelConfig ModelConfig::from_hf(const std::string& path) {
+  std::ifstream in(path);
+  LW_CHECK(in, "cannot open model config '" << path << "'");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    LW_FAIL("model config '" << path << "' is not valid JSON: " << e.what());
+  }
+  const JsonReader c(j, "model config '" + path + "'");
+  ModelConfig m;
+  const std::string type = c.get<std::string>("model_type");
+  bool known = false;
+  for (const auto& f : kFamilies)
+    if (type == f.hf) m.family = f.family, known = true;
+  LW_CHECK(known, "model config '" << path << "': model_type '" << type << "' is not supported (" << accepted_families() << ")");
+
+  m.vocab = c.get<int64_t>("vocab_size");
+  m.hidden = c.get<int64_t>("hidden_size");
+  m.layers = c.get<int64_t>("num_hidden_layers");
+  m.heads = c.get<int64_t>("num_attention_heads");
+  m.kv_heads = c.get<int64_t>("num_key_value_heads", m.heads);
+  m.head_dim = c.get<int64_t>("head_dim", m.heads ? m.hidden / m.heads : 0);
+  m.intermediate = c.get<int64_t>("intermediate_size", 0);
+  m.rms_eps = c.get<double>("rms_norm_eps", 1e-6);
+  m.max_position = c.get<int64_t>("max_position_embeddings", 4096);
+  m.tie_embeddings = c.get<bool>("tie_word_embeddings", false);
+  read_rope(c, "model config '" + path + "'", m.rope);
+  m.rope.rotary_dim = static_cast<int>(m.head_dim * c.get<double>("partial_rotary_factor", 1.0));
+  m.rope.neox = true;
+  if (c.has("bos_token_id")) m.bos_id = c.get<int32_t>("bos_token_id");
+  if (c.has("eos_token_id")) m.eos_ids = id_list(c.raw("eos_token_id"));
+  const std::string dtype = c.get<std::string>("torch_dtype", c.get<std::string>("dtype", "bfloat16"));
+  m.checkpoint_dtype = parse_dtype(dtype);
+
+  const bool attention_bias = c.get<bool>("attention_bias", false);
+  switch (m.family) {
+    case Family::qwen2:
+    case Family::qwen2_moe: m.qkv_bias = true; break;
+    case Family::qwen3:
+    case Family::qwen3_moe: m.qk_norm = true, m.qkv_bias = attention_bias; break;
+    default: m.qkv_bias = m.o_bias = attention_bias; break;
+  }
+  LW_CHECK(!c.get<bool>("mlp_bias", false), "model config '" << path << "': mlp_bias = true is not supported");
+
+  if (m.family == Family::mixtral) {
+    m.experts = c.get<int>("num_local_experts");
+    m.experts_per_token = c.get<int>("num_experts_per_tok");
+    m.moe_intermediate = m.intermediate;
+    m.norm_topk_prob = true;
+  } else if (m.family == Family::qwen2_moe || m.family == Family::qwen3_moe) {
+    m.experts = c.get<int>("num_experts");
+    m.experts_per_token = c.get<int>("num_experts_per_tok");
+    m.moe_intermediate = c.get<int64_t>("moe_intermediate_size");
+    m.norm_topk_prob = c.get<bool>("norm_topk_prob", false);
+    if (m.family == Family::qwen2_moe) m.shared_intermediate = c.get<int64_t>("shared_expert_intermediate_size", 0);
+  }
+  m.moe_layer.assign(static_cast<size_t>(m.layers), m.experts > 0);
+  if (m.family == Family::qwen2_moe || m.family == Family::qwen3_moe) {
+    const int step = c.get<int>("decoder_sparse_step", 1);
+    std::vector<int64_t> dense_only = c.get<std::vector<int64_t>>("mlp_only_layers", {});
+    for (int64_t l = 0; l < m.layers; ++l) {
+      bool dense = step <= 0 || (l + 1) % step != 0;
+      for (int64_t d : dense_only) dense |= d == l;
+      m.moe_layer[static_cast<size_t>(l)] = !dense;
+    }
+  }
+  if (c.get<bool>("use_sliding_window", false) || (m.family == Family::mistral && c.has("sliding_window")))
+    m.max_position = std::min<int64_t>(m.max_position, c.get<int64_t>("sliding_window"));
+
+  LW_CHECK(m.vocab > 0 && m.hidden > 0 && m.layers > 0 && m.heads > 0 && m.kv_heads > 0 && m.head_dim > 0,
+           "model config '" << path << "': sizes must be positive (vocab " << m.vocab << ", hidden " << m.hidden << ", layers "
+                            << m.layers << ", heads " << m.heads << "/" << m.kv_heads << ", head_dim " << m.head_dim << ")");
+  LW_CHECK(m.heads % m.kv_heads == 0, "model config '" << path << "': " << m.heads << " heads are not a multiple of "
+                                                       << m.kv_heads << " key/value heads");
+  return m;
+}
+
+ModelConfig ModelConfig::from_gguf(const weights::GgufFile& g) {
+  const std::string arch = g.get_string("general.architecture");
+  ModelConfig m;
+  m.gguf = true;
+  if (arch == "llama") m.family = Family::llama;
+  else if (arch == "qwen2") m.family = Family::qwen2;
+  else if (arch == "qwen3") m.family = Family::qwen3;
+  else LW_FAIL("GGUF '" << g.path() << "': architecture '" << arch << "' is not supported (llama, qwen2, qwen3)");
+  auto key = [&](const char* k) { return arch + "." + k; };
+  m.hidden = g.get_i64(key("embedding_length"));
+  m.layers = g.get_i64(key("block_count"));
+  m.heads = g.get_i64(key("attention.head_count"));
+  m.kv_heads = g.has(key("attention.head_count_kv")) ? g.get_i64(key("attention.head_count_kv")) : m.heads;
+  m.head_dim = g.has(key("attention.key_length")) ? g.get_i64(key("attention.key_length")) : m.hidden / m.heads;
+  m.intermediate = g.get_i64(key("feed_forward_length"));
+  m.rms_eps = g.get_f32(key("attention.layer_norm_rms_epsilon"));
+  m.max_position = g.get_i64(key("context_length"));
+  m.rope.theta = g.has(key("rope.freq_base")) ? g.get_f32(key("rope.freq_base")) : 10000.0;
+  m.rope.rotary_dim = static_cast<int>(g.has(key("rope.dimension_count")) ? g.get_i64(key("rope.dimension_count")) : m.head_dim);
+  // llama.cpp's converter permutes Llama's q and k rows so that RoPE rotates adjacent pairs;
+  // Qwen files keep the half-split order.
+  m.rope.neox = m.family != Family::llama;
+  if (g.has(key("rope.scaling.type"))) {
+    const std::string type = g.get_string(key("rope.scaling.type"));
+    if (type == "linear") {
+      m.rope.scaling = ops::RopeScaling::linear;
+      m.rope.factor = g.get_f32(key("rope.scaling.factor"));
+    } else if (type != "none") {
+      LW_FAIL("GGUF '" << g.path() << "': rope scaling '" << type << "' is not supported (none, linear)");
+    }
+  }
+  m.vocab = g.has(key("vocab_size")) ? g.get_i64(key("vocab_size"))
+                                     : static_cast<int64_t>(g.get_string_array("tokenizer.ggml.tokens").size());
+  m.tie_embeddings = g.find("output.weight") == nullptr;
+  m.qkv_bias = g.find("blk.0.attn_q.bias") != nullptr;
+  m.qk_norm = g.find("blk.0.attn_q_norm.weight") != nullptr;
+  LW_CHECK(!g.has(key("expert_count")) || g.get_i64(key("expert_count")) == 0,
+           "GGUF '" << g.path() << "': mixture-of-experts GGUF files are not supported; load the Hugging Face directory");
+  m.moe_layer.assign(static_cast<size_t>(m.layers), false);
+  if (g.has("tokenizer.ggml.bos_token_id")) m.bos_id = static_cast<int32_t>(g.get_i64("tokenizer.ggml.bos_token_id"));
+  if (g.has("tokenizer.ggml.eos_token_id")) m.eos_ids = {static_cast<int32_t>(g.get_i64("tokenizer.ggml.eos_token_id"))};
+  m.checkpoint_dtype = DType::f32;
+  return m;
+}
+
+std::string ModelConfig::summary() const {
+  std::ostringstream s;
+  s << family_name(family) << ": " << layers << " layers, hidden " << hidden << ", heads " << heads << "/" << kv_heads << " x "
+    << head_dim << ", vocab " << vocab;
+  if (experts) s << ", " << experts << " experts (top " << experts_per_token << ")";
+  return s.str();
+}
+
+}  // namespace lw::model

@@ -1,0 +1,52 @@
+// The architecture of a model, read from a Hugging Face config.json or from GGUF metadata: one
+// description for every supported family (Llama, Mistral, Qwen2, Qwen3 and their MoE forms).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "ops/rope.h"
+
+namespace lw::weights {
+class GgufFile;
+}
+
+namespace lw::model {
+
+enum class Family { llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe };
+const char* family_name(Family f);
+
+struct ModelConfig {
+  Family family = Family::llama;
+  int64_t vocab = 0, hidden = 0, layers = 0;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t intermediate = 0;  // dense MLP width
+  double rms_eps = 1e-6;
+  ops::RopeConfig rope;
+  int64_t max_position = 0;
+  bool tie_embeddings = false;
+  bool qkv_bias = false;  // bias on q, k and v (Qwen2; Llama's attention_bias)
+  bool o_bias = false;    // bias on o_proj (Llama's attention_bias)
+  bool qk_norm = false;   // RMSNorm of each q and k head before RoPE (Qwen3)
+
+  // Mixture of experts (experts == 0: every layer dense).
+  int experts = 0, experts_per_token = 0;
+  int64_t moe_intermediate = 0;
+  int64_t shared_intermediate = 0;  // Qwen2-MoE's shared expert, with its sigmoid gate
+  bool norm_topk_prob = true;       // renormalise the chosen experts' weights
+  std::vector<bool> moe_layer;      // per layer: MoE or dense MLP
+
+  int32_t bos_id = -1;
+  std::vector<int32_t> eos_ids;
+  DType checkpoint_dtype = DType::bf16;  // torch_dtype / dtype of the checkpoint
+  bool gguf = false;                     // weights named and laid out as llama.cpp writes them
+
+  // config.json of a Hugging Face model directory. Unsupported model types or features are
+  // lw::Errors naming the file and the key.
+  static ModelConfig from_hf(const std::string& config_json_path);
+  static ModelConfig from_gguf(const weights::GgufFile& gguf);
+  std::string summary() const;
+};
+
+}  // namespace lw::model

@@ -1,0 +1,63 @@
+// A model ready to generate text: the weights, the tokenizer and chat template, and the stop
+// tokens, opened from a Hugging Face directory or a GGUF file; and single-sequence generation
+// (prefill, then one decode step per token) with streamed, UTF-8-whole text.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "model/model.h"
+#include "ops/sampling.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+#include "weights/checkpoint.h"
+
+namespace lw::model {
+
+struct GenerateOptions {
+  int max_tokens = 128;
+  ops::SamplingOptions sampling;  // temperature 0: greedy
+  bool stop_at_eos = true;
+};
+
+struct Generation {
+  std::vector<int32_t> tokens;  // generated ids (without the prompt)
+  std::string text;
+  std::string finish_reason;  // "stop" (an end-of-sequence token) or "length"
+};
+
+class Generator {
+ public:
+  // path: a directory with config.json, tokenizer.json and safetensors weights, or a .gguf
+  // file. Every file is checked (and the tokenizer built) before the weights are loaded.
+  Generator(Context& ctx, const std::string& path, DType dtype);
+
+  const ModelConfig& config() const { return model_->config(); }
+  const Model& model() const { return *model_; }
+  Model& model() { return *model_; }
+  const text::Tokenizer& tokenizer() const { return *tokenizer_; }
+  bool has_chat_template() const { return chat_.has_value(); }
+
+  // The prompt's token ids: the text itself, or with chat, one user message rendered with the
+  // model's chat template (and the generation prompt).
+  std::vector<int32_t> encode_prompt(const std::string& prompt, bool chat) const;
+  // Generates after `prompt`; on_text (may be empty) receives the text as it is produced.
+  Generation generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                      const std::function<void(const std::string&)>& on_text = {});
+  // Logits [tokens, vocab] as f32 on the host for every position of `tokens` (a fresh sequence).
+  std::vector<float> score(const std::vector<int32_t>& tokens);
+
+ private:
+  Context& ctx_;
+  std::unique_ptr<weights::Checkpoint> checkpoint_;
+  std::optional<text::Tokenizer> tokenizer_;
+  std::optional<text::ChatTemplate> chat_;
+  std::vector<int32_t> eos_ids_;
+  std::unique_ptr<Model> model_;
+};
+
+}  // namespace lw::model

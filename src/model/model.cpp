@@ -1,0 +1,260 @@
+#include "model/model.h"
+
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "ops/attention.h"
+#include "ops/copy.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/gemm.h"
+#include "ops/moe.h"
+#include "ops/norm.h"
+#include "weights/load.h"
+
+namespace lw::model {
+
+namespace {
+
+// Resolves and shape-checks checkpoint tensors; in the dry run (before any device work) it
+// only adds up the bytes the weights will take.
+class Loader {
+ public:
+  Loader(Context& ctx, const weights::Checkpoint& ckpt, DType dtype, bool dry)
+      : ctx_(ctx), ckpt_(ckpt), dtype_(dtype), dry_(dry) {}
+
+  bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
+
+  Tensor get(const std::string& name, const std::vector<int64_t>& shape) {
+    const weights::TensorRecord& rec = ckpt_.get(name);
+    LW_CHECK(rec.shape == shape, "tensor '" << name << "' in " << ckpt_.description() << " has shape " << shape_str(rec.shape)
+                                            << "; the model config needs " << shape_str(shape));
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    const bool integer = rec.dtype == weights::FileDType::i8 || rec.dtype == weights::FileDType::i32 ||
+                         rec.dtype == weights::FileDType::i64;
+    LW_CHECK(!integer && rec.dtype != weights::FileDType::unsupported,
+             "tensor '" << name << "' in " << ckpt_.description() << " has type " << rec.type_name
+                        << "; weights must be F32, F16, BF16, Q8_0, Q4_0 or Q4_1");
+    bytes_ += static_cast<size_t>(n) * dtype_size(dtype_);
+    return dry_ ? Tensor() : weights::load_tensor(ctx_, rec, dtype_);
+  }
+  Tensor get_optional(const std::string& name, const std::vector<int64_t>& shape) {
+    return has(name) ? get(name, shape) : Tensor();
+  }
+  // Parts concatenated along dimension 0, viewed as `shape`.
+  Tensor fuse(const std::vector<Tensor>& parts, const std::vector<int64_t>& shape) {
+    if (dry_) return Tensor();
+    return ops::concat(ctx_, parts, 0).view(shape);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Context& ctx_;
+  const weights::Checkpoint& ckpt_;
+  DType dtype_;
+  bool dry_;
+  size_t bytes_ = 0;
+};
+
+std::string hf_layer(int64_t l, const std::string& rest) { return "model.layers." + std::to_string(l) + "." + rest; }
+std::string gguf_layer(int64_t l, const std::string& rest) { return "blk." + std::to_string(l) + "." + rest; }
+
+// Every tensor of the model, in the order and layout the forward pass uses.
+void load_all(Loader& ld, const ModelConfig& c, Tensor& embed, Tensor& final_norm, Tensor& lm_head,
+              std::vector<LayerWeights>& layers) {
+  const bool g = c.gguf;
+  const int64_t h = c.hidden, d = c.head_dim, qd = c.heads * d, kvd = c.kv_heads * d;
+  embed = ld.get(g ? "token_embd.weight" : "model.embed_tokens.weight", {c.vocab, h});
+  final_norm = ld.get(g ? "output_norm.weight" : "model.norm.weight", {h});
+  if (c.tie_embeddings) lm_head = embed;
+  else lm_head = ld.get(g ? "output.weight" : "lm_head.weight", {c.vocab, h});
+
+  layers.resize(static_cast<size_t>(c.layers));
+  for (int64_t l = 0; l < c.layers; ++l) {
+    LayerWeights& w = layers[static_cast<size_t>(l)];
+    auto name = [&](const char* hf, const char* gg) { return g ? gguf_layer(l, gg) : hf_layer(l, hf); };
+    w.attn_norm = ld.get(name("input_layernorm.weight", "attn_norm.weight"), {h});
+    w.mlp_norm = ld.get(name("post_attention_layernorm.weight", "ffn_norm.weight"), {h});
+    const Tensor q = ld.get(name("self_attn.q_proj.weight", "attn_q.weight"), {qd, h});
+    const Tensor k = ld.get(name("self_attn.k_proj.weight", "attn_k.weight"), {kvd, h});
+    const Tensor v = ld.get(name("self_attn.v_proj.weight", "attn_v.weight"), {kvd, h});
+    w.qkv = ld.fuse({q, k, v}, {qd + 2 * kvd, h});
+    if (c.qkv_bias) {
+      const Tensor qb = ld.get(name("self_attn.q_proj.bias", "attn_q.bias"), {qd});
+      const Tensor kb = ld.get(name("self_attn.k_proj.bias", "attn_k.bias"), {kvd});
+      const Tensor vb = ld.get(name("self_attn.v_proj.bias", "attn_v.bias"), {kvd});
+      w.qkv_bias = ld.fuse({qb, kb, vb}, {qd + 2 * kvd});
+    }
+    if (c.qk_norm) {
+      w.q_norm = ld.get(name("self_attn.q_norm.weight", "attn_q_norm.weight"), {d});
+      w.k_norm = ld.get(name("self_attn.k_norm.weight", "attn_k_norm.weight"), {d});
+    }
+    w.o = ld.get(name("self_attn.o_proj.weight", "attn_output.weight"), {h, qd});
+    if (c.o_bias) w.o_bias = ld.get(name("self_attn.o_proj.bias", "attn_output.bias"), {h});
+
+    if (!c.moe_layer[static_cast<size_t>(l)]) {
+      const int64_t i = c.intermediate;
+      const Tensor gate = ld.get(name("mlp.gate_proj.weight", "ffn_gate.weight"), {i, h});
+      const Tensor up = ld.get(name("mlp.up_proj.weight", "ffn_up.weight"), {i, h});
+      w.gate_up = ld.fuse({gate, up}, {2 * i, h});
+      w.down = ld.get(name("mlp.down_proj.weight", "ffn_down.weight"), {h, i});
+      continue;
+    }
+    // Mixture of experts: Mixtral's block_sparse_moe names or the mlp names of Qwen-MoE and
+    // of transformers 5, per-expert matrices or the experts stacked in one tensor.
+    const int64_t e = c.experts, i = c.moe_intermediate;
+    const std::string moe = ld.has(hf_layer(l, "block_sparse_moe.gate.weight")) ? "block_sparse_moe." : "mlp.";
+    w.router = ld.get(hf_layer(l, moe + "gate.weight"), {e, h});
+    if (ld.has(hf_layer(l, moe + "experts.gate_up_proj"))) {
+      w.experts_gate_up = ld.get(hf_layer(l, moe + "experts.gate_up_proj"), {e, 2 * i, h});
+      w.experts_down = ld.get(hf_layer(l, moe + "experts.down_proj"), {e, h, i});
+    } else {
+      const bool mixtral_names = ld.has(hf_layer(l, moe + "experts.0.w1.weight"));
+      std::vector<Tensor> gate_up, down;
+      for (int64_t x = 0; x < e; ++x) {
+        const std::string p = moe + "experts." + std::to_string(x) + ".";
+        gate_up.push_back(ld.get(hf_layer(l, p + (mixtral_names ? "w1.weight" : "gate_proj.weight")), {i, h}));
+        gate_up.push_back(ld.get(hf_layer(l, p + (mixtral_names ? "w3.weight" : "up_proj.weight")), {i, h}));
+        down.push_back(ld.get(hf_layer(l, p + (mixtral_names ? "w2.weight" : "down_proj.weight")), {h, i}));
+      }
+      w.experts_gate_up = ld.fuse(gate_up, {e, 2 * i, h});
+      w.experts_down = ld.fuse(down, {e, h, i});
+    }
+    if (c.shared_intermediate > 0) {
+      const int64_t s = c.shared_intermediate;
+      const Tensor gate = ld.get(hf_layer(l, "mlp.shared_expert.gate_proj.weight"), {s, h});
+      const Tensor up = ld.get(hf_layer(l, "mlp.shared_expert.up_proj.weight"), {s, h});
+      w.shared_gate_up = ld.fuse({gate, up}, {2 * s, h});
+      w.shared_down = ld.get(hf_layer(l, "mlp.shared_expert.down_proj.weight"), {h, s});
+      w.shared_gate = ld.get(hf_layer(l, "mlp.shared_expert_gate.weight"), {1, h});
+    }
+  }
+}
+
+Tensor host_i64(const std::vector<int64_t>& v) {
+  Tensor t = Tensor::empty_host({static_cast<int64_t>(v.size())}, DType::i64);
+  std::copy(v.begin(), v.end(), t.data<int64_t>());
+  return t;
+}
+
+}  // namespace
+
+Model::Model(Context& ctx, const ModelConfig& config, DType dtype) : config_(config), dtype_(dtype) {
+  rope_.emplace(ctx, config.rope);
+}
+
+std::unique_ptr<Model> Model::load(Context& ctx, const weights::Checkpoint& ckpt, const ModelConfig& config, DType dtype) {
+  LW_CHECK(is_float(dtype), "model dtype " << dtype_name(dtype) << " must be f32, f16 or bf16");
+  std::vector<LayerWeights> layers;
+  Tensor embed, final_norm, lm_head;
+  Loader dry(ctx, ckpt, dtype, true);
+  load_all(dry, config, embed, final_norm, lm_head, layers);
+  size_t free_bytes = 0, total_bytes = 0;
+  LW_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  LW_CHECK(dry.bytes() < free_bytes, "the weights of " << ckpt.description() << " take " << dry.bytes() / (1 << 20)
+                                                       << " MiB in " << dtype_name(dtype) << " but the device has "
+                                                       << free_bytes / (1 << 20) << " MiB free");
+
+  std::unique_ptr<Model> m(new Model(ctx, config, dtype));
+  Loader ld(ctx, ckpt, dtype, false);
+  load_all(ld, config, m->embed_, m->final_norm_, m->lm_head_, m->layers_);
+  m->weight_bytes_ = ld.bytes();
+  ctx.synchronize();
+  return m;
+}
+
+void Model::attention(Context& ctx, KvCache& cache, int64_t layer, const Tensor& x, const Tensor& positions,
+                      const Tensor& slots, int64_t start, const Tensor& out) {
+  const LayerWeights& w = layers_[static_cast<size_t>(layer)];
+  const int64_t t = x.size(0), d = config_.head_dim, nq = config_.heads, nkv = config_.kv_heads;
+  Tensor qkv = ctx.empty({t, (nq + 2 * nkv) * d}, dtype_);
+  ops::linear(ctx, x, w.qkv, w.qkv_bias, qkv);
+  Tensor q = qkv.slice(1, 0, nq * d).unflatten(1, {nq, d});
+  Tensor k = qkv.slice(1, nq * d, (nq + nkv) * d).unflatten(1, {nkv, d});
+  const Tensor v = qkv.slice(1, (nq + nkv) * d, (nq + 2 * nkv) * d).unflatten(1, {nkv, d});
+  q = ops::contiguous(ctx, q);
+  if (config_.qk_norm) {
+    const float eps = static_cast<float>(config_.rms_eps);
+    Tensor qn = ctx.empty(q.shape(), dtype_), kn = ctx.empty({t, nkv, d}, dtype_);
+    ops::rms_norm(ctx, q, w.q_norm, eps, qn);
+    ops::rms_norm(ctx, ops::contiguous(ctx, k), w.k_norm, eps, kn);
+    q = qn;
+    k = kn;
+  }
+  rope_->apply(ctx, q, k, positions);
+  ops::kv_write(ctx, k, v, slots, cache.k(layer), cache.v(layer));
+  Tensor attn = ctx.empty({t, nq, d}, dtype_);
+  ops::prefill_attention(ctx, q, cache.k(layer), cache.v(layer), cache.block_table(), {static_cast<int32_t>(t)},
+                         {static_cast<int32_t>(start + t)}, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))), attn);
+  ops::linear(ctx, attn.view({t, nq * d}), w.o, w.o_bias, out);
+}
+
+void Model::dense_mlp(Context& ctx, const Tensor& gate_up, const Tensor& down, const Tensor& x, const Tensor& out) {
+  const int64_t t = x.size(0), i = down.size(1);
+  Tensor gu = ctx.empty({t, 2 * i}, dtype_), act = ctx.empty({t, i}, dtype_);
+  ops::linear(ctx, x, gate_up, Tensor(), gu);
+  ops::act_mul(ctx, ops::Activation::silu, gu, act);
+  ops::linear(ctx, act, down, Tensor(), out);
+}
+
+void Model::moe_mlp(Context& ctx, const LayerWeights& w, const Tensor& x, const Tensor& out) {
+  const int64_t t = x.size(0), h = config_.hidden, i = config_.moe_intermediate, e = config_.experts;
+  const int k = config_.experts_per_token;
+  Tensor logits = ctx.empty({t, e}, dtype_);
+  ops::linear(ctx, x, w.router, Tensor(), logits);
+  ops::MoeRouting routing;
+  routing.k = k;
+  routing.renormalize = config_.norm_topk_prob;
+  Tensor weights = ctx.empty({t, k}, DType::f32), ids = ctx.empty({t, k}, DType::i32);
+  ops::moe_route(ctx, logits, routing, weights, ids);
+  const ops::MoePermutation perm = ops::moe_permutation(ctx, ids, static_cast<int>(e));
+  Tensor xs = ctx.empty({t * k, h}, dtype_), gu = ctx.empty({t * k, 2 * i}, dtype_);
+  Tensor act = ctx.empty({t * k, i}, dtype_), eo = ctx.empty({t * k, h}, dtype_);
+  ops::moe_gather(ctx, x, perm, xs);
+  ops::grouped_linear(ctx, xs, w.experts_gate_up, perm.offsets, gu);
+  ops::act_mul(ctx, ops::Activation::silu, gu, act);
+  ops::grouped_linear(ctx, act, w.experts_down, perm.offsets, eo);
+  ops::moe_combine(ctx, eo, weights, perm, out);
+  if (w.shared_gate_up.defined()) {
+    Tensor shared = ctx.empty({t, h}, dtype_), gate = ctx.empty({t, 1}, dtype_);
+    dense_mlp(ctx, w.shared_gate_up, w.shared_down, x, shared);
+    ops::linear(ctx, x, w.shared_gate, Tensor(), gate);
+    ops::sigmoid_gated_add(ctx, out, gate, shared);
+  }
+}
+
+Tensor Model::forward(Context& ctx, KvCache& cache, std::span<const int32_t> tokens, int64_t start, bool all_logits) {
+  const int64_t t = static_cast<int64_t>(tokens.size()), h = config_.hidden;
+  LW_CHECK(t > 0, "forward: no tokens");
+  LW_CHECK(start >= 0 && start + t <= cache.capacity(),
+           "forward: positions " << start << " .. " << start + t - 1 << " exceed the cache of " << cache.capacity() << " tokens");
+  Tensor ids_h = Tensor::empty_host({t}, DType::i32);
+  std::copy(tokens.begin(), tokens.end(), ids_h.data<int32_t>());
+  std::vector<int64_t> pos(static_cast<size_t>(t));
+  for (int64_t j = 0; j < t; ++j) pos[static_cast<size_t>(j)] = start + j;
+  // One sequence in blocks 0, 1, 2, ...: the cache slot of a position is the position.
+  const Tensor ids = ctx.to_device(ids_h), positions = ctx.to_device(host_i64(pos));
+  const Tensor& slots = positions;
+
+  Tensor residual = ctx.empty({t, h}, dtype_), normed = ctx.empty({t, h}, dtype_), delta = ctx.empty({t, h}, dtype_);
+  const float eps = static_cast<float>(config_.rms_eps);
+  ops::embedding(ctx, embed_, ids, residual);
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    const LayerWeights& w = layers_[static_cast<size_t>(l)];
+    if (l == 0) ops::rms_norm(ctx, residual, w.attn_norm, eps, normed);
+    else ops::add_rms_norm(ctx, delta, residual, w.attn_norm, eps, normed);
+    attention(ctx, cache, l, normed, positions, slots, start, delta);
+    ops::add_rms_norm(ctx, delta, residual, w.mlp_norm, eps, normed);
+    if (w.router.defined()) moe_mlp(ctx, w, normed, delta);
+    else dense_mlp(ctx, w.gate_up, w.down, normed, delta);
+  }
+  ops::add_rms_norm(ctx, delta, residual, final_norm_, eps, normed);
+  const Tensor rows = all_logits ? normed : normed.slice(0, t - 1, t);
+  Tensor logits = ctx.empty({rows.size(0), config_.vocab}, dtype_);
+  ops::linear(ctx, rows, lm_head_, Tensor(), logits);
+  return logits;
+}
+
+}  // namespace lw::model

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Compares lightwave with Hugging Face transformers on small randomly initialised models of
+every supported architecture: logits of a batch of prompts in fp32 and bf16, and greedy
+continuations in fp32. Needs torch and transformers (the GPU machine has both).
+
+    python3 tools/compare_hf.py --lightwave build/device/src/app/lightwave [--arch llama,qwen3] [--keep DIR]
+
+Each model: a few layers, grouped-query attention, odd intermediate sizes; saved with
+save_pretrained (safetensors) beside a small BPE tokenizer.json, loaded by `lightwave score`.
+Bounds: fp32 logits within 1e-4 of transformers' (relative to the largest |logit| of the
+prompt); bf16 within 4e-2 in the same measure (bf16 rounds each activation to 8 bits, and the
+two engines round in different places); greedy continuations of 32 tokens identical in fp32.
+Exit status 1 if any architecture fails."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import transformers
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+
+VOCAB = 384
+GREEDY = 32
+PROMPT_LENS = [5, 17, 40]
+
+
+def configs():
+    common = dict(vocab_size=VOCAB, hidden_size=96, num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2,
+                  intermediate_size=100, max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                  bos_token_id=1, eos_token_id=2)
+    c = {}
+    c["llama"] = transformers.LlamaConfig(**common, rope_theta=500000.0, rope_scaling={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64})
+    c["mistral"] = transformers.MistralConfig(**common, sliding_window=None, rope_theta=1e6)
+    q2 = dict(common, tie_word_embeddings=True)
+    c["qwen2"] = transformers.Qwen2Config(**q2, rope_theta=1e6)
+    c["qwen3"] = transformers.Qwen3Config(**dict(common, head_dim=32), rope_theta=1e6)
+    c["mixtral"] = transformers.MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=2)
+    c["qwen2_moe"] = transformers.Qwen2MoeConfig(**common, num_experts=5, num_experts_per_tok=2, moe_intermediate_size=52,
+                                                 shared_expert_intermediate_size=72, decoder_sparse_step=1,
+                                                 norm_topk_prob=False)
+    c["qwen3_moe"] = transformers.Qwen3MoeConfig(**dict(common, head_dim=32), num_experts=6, num_experts_per_tok=2,
+                                                 moe_intermediate_size=44, decoder_sparse_step=1, norm_topk_prob=True)
+    return c
+
+
+def save_tokenizer(path):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB - 8, special_tokens=["<unk>", "<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    text = ["The quick brown fox jumps over the lazy dog %d times." % i for i in range(200)]
+    tok.train_from_iterator(text, trainer)
+    tok.save(os.path.join(path, "tokenizer.json"))
+
+
+def compare(arch, cfg, lightwave, root, rng):
+    d = os.path.join(root, arch)
+    os.makedirs(d, exist_ok=True)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    with torch.no_grad():  # wider weights than the default init, so logits are far from uniform
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.6, 1.4)
+            elif p.dim() >= 2:
+                p.normal_(0.0, 0.08)
+            else:  # biases
+                p.normal_(0.0, 0.05)
+    model.generation_config.eos_token_id = None
+    model.save_pretrained(d)
+    save_tokenizer(d)
+    prompts = [rng.integers(3, VOCAB, size=n).tolist() for n in PROMPT_LENS]
+    with open(os.path.join(d, "prompts.json"), "w") as f:
+        json.dump({"prompts": prompts, "greedy_tokens": GREEDY}, f)
+
+    results = {}
+    for dtype, torch_dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        out = os.path.join(d, "out_" + dtype)
+        r = subprocess.run([lightwave, "score", "--model", d, "--dtype", dtype, "--input", os.path.join(d, "prompts.json"),
+                            "--out", out], capture_output=True, text=True)
+        if r.returncode != 0:
+            return f"lightwave score ({dtype}) failed: {r.stderr.strip()[-800:]}"
+        meta = json.load(open(os.path.join(out, "result.json")))
+        m = model.to("cuda", torch_dtype).eval()
+        worst = 0.0
+        for i, p in enumerate(prompts):
+            ours = np.fromfile(os.path.join(out, f"logits_{i}.f32"), dtype=np.float32).reshape(len(p), meta["vocab"])
+            with torch.no_grad():
+                ref = m(torch.tensor([p], device="cuda")).logits[0].float().cpu().numpy()
+            worst = max(worst, float(np.abs(ours - ref).max() / np.abs(ref).max()))
+        results[dtype] = worst
+        if dtype == "f32":
+            same = True
+            for i, p in enumerate(prompts):
+                with torch.no_grad():
+                    g = m.generate(torch.tensor([p], device="cuda"), max_new_tokens=GREEDY, do_sample=False,
+                                   eos_token_id=None, pad_token_id=0)[0, len(p):].tolist()
+                same &= g == meta["greedy"][i]
+            results["greedy"] = same
+    ok = results["f32"] <= 1e-4 and results["bf16"] <= 4e-2 and results["greedy"]
+    return ("ok" if ok else "FAILED") + f"  fp32 {results['f32']:.2e}  bf16 {results['bf16']:.2e}  greedy-32 " + \
+        ("identical" if results["greedy"] else "DIFFERENT")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lightwave", required=True)
+    ap.add_argument("--arch", default="")
+    ap.add_argument("--keep", default="")
+    a = ap.parse_args()
+    cfgs = configs()
+    archs = a.arch.split(",") if a.arch else list(cfgs)
+    root = a.keep or tempfile.mkdtemp(prefix="lw_compare_")
+    rng = np.random.default_rng(1)
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}; bounds: fp32 1e-4, bf16 4e-2 "
+          f"(max |diff| / max |logit|), greedy {GREEDY} tokens identical in fp32")
+    failed = 0
+    for arch in archs:
+        try:
+            line = compare(arch, cfgs[arch], a.lightwave, root, rng)
+        except Exception as e:  # report and go on to the next architecture
+            line = f"FAILED  {type(e).__name__}: {e}"
+        failed += not line.startswith("ok")
+        print(f"{arch:<10} {line}", flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
