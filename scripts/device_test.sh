@@ -32,6 +32,8 @@ if [[ -d .deps/wheels ]]; then
   py=$PWD/build/device-venv/bin/python
 fi
 deps+=(-DLW_TEST_PYTHON="$py")
+# The default model for the model tests, where the caller has it (scripts/fetch_model.sh).
+[[ -n ${LW_SMOLLM2_GGUF:-} ]] && deps+=(-DLW_SMOLLM2_GGUF="$LW_SMOLLM2_GGUF")
 
 nvidia-smi -L | tee "$out/gpu.txt"
 # No LW_GPU: the build must detect the GPU and choose the cuda target by itself.
