@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """torch's figures for bench_gemm: F.linear (cuBLAS) on the same Llama-3-8B shapes, timed the
-same way (CUDA events, median, rotating weight sets). Prints a table in bench_gemm's format."""
+same way (CUDA events around one back-to-back call per weight set, median). Prints a table in
+bench_gemm's format."""
 import argparse
 import math
 
@@ -16,10 +17,11 @@ def median_ms(fn, repeats, sets):
     for i in range(repeats):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn(i % sets)
+        for s in range(sets):
+            fn(s)
         stop.record()
         stop.synchronize()
-        times.append(start.elapsed_time(stop))
+        times.append(start.elapsed_time(stop) / sets)
     times.sort()
     return times[len(times) // 2]
 

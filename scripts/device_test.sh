@@ -24,12 +24,14 @@ export PATH=/usr/local/cuda/bin:$PATH
 deps=()
 if [[ -d .deps ]] && { [[ ! -e /usr/include/gtest/gtest.h ]] || [[ ! -e /usr/include/pcre2.h ]]; }; then deps=(-DLW_DEPS_DIR="$PWD/.deps"); fi
 
-# The tests' reference Python: this machine's, plus the wheels carried in .deps/wheels.
-py=python3
+# The tests' reference Python: this machine's, plus the wheels carried in .deps/wheels
+# (installed into a folder on PYTHONPATH: a venv would hide the machine's user-site packages).
+py=$(command -v python3)
 if [[ -d .deps/wheels ]]; then
-  python3 -m venv --system-site-packages build/device-venv
-  build/device-venv/bin/python -m pip install -q --no-index --no-deps .deps/wheels/*.whl
-  py=$PWD/build/device-venv/bin/python
+  python3 -m pip install -q --no-index --no-deps --target build/device-py .deps/wheels/*.whl
+  printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec %s "$@"\n' "$PWD/build/device-py" "$py" > build/device-python
+  chmod +x build/device-python
+  py=$PWD/build/device-python
 fi
 deps+=(-DLW_TEST_PYTHON="$py")
 # The default model for the model tests, where the caller has it (scripts/fetch_model.sh).
@@ -39,7 +41,7 @@ nvidia-smi -L | tee "$out/gpu.txt"
 # No LW_GPU: the build must detect the GPU and choose the cuda target by itself.
 cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" "${deps[@]}" \
   2>&1 | tee "$out/configure.log"
-grep -q "detected target 'cuda'" "$out/configure.log" || { echo "device_test: target detection did not pick cuda" >&2; exit 1; }
+grep -qE "detected target 'cuda'|lightwave: target cuda" "$out/configure.log" || { echo "device_test: target detection did not pick cuda" >&2; exit 1; }
 start=$(date +%s)
 cmake --build build/device -j"$(nproc)" 2>&1 | tee "$out/build.log" | tail -3
 echo "build: $(( $(date +%s) - start )) s"

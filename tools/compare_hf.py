@@ -40,12 +40,14 @@ def configs():
     q2 = dict(common, tie_word_embeddings=True)
     c["qwen2"] = transformers.Qwen2Config(**q2, rope_theta=1e6)
     c["qwen3"] = transformers.Qwen3Config(**dict(common, head_dim=32), rope_theta=1e6)
-    c["mixtral"] = transformers.MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=2)
-    c["qwen2_moe"] = transformers.Qwen2MoeConfig(**common, num_experts=5, num_experts_per_tok=2, moe_intermediate_size=52,
+    # transformers' grouped expert GEMM needs 16-byte strides: expert widths are multiples of 8.
+    moe = dict(common, intermediate_size=104)
+    c["mixtral"] = transformers.MixtralConfig(**moe, num_local_experts=4, num_experts_per_tok=2)
+    c["qwen2_moe"] = transformers.Qwen2MoeConfig(**moe, num_experts=5, num_experts_per_tok=2, moe_intermediate_size=56,
                                                  shared_expert_intermediate_size=72, decoder_sparse_step=1,
                                                  norm_topk_prob=False)
-    c["qwen3_moe"] = transformers.Qwen3MoeConfig(**dict(common, head_dim=32), num_experts=6, num_experts_per_tok=2,
-                                                 moe_intermediate_size=44, decoder_sparse_step=1, norm_topk_prob=True)
+    c["qwen3_moe"] = transformers.Qwen3MoeConfig(**dict(moe, head_dim=32), num_experts=6, num_experts_per_tok=2,
+                                                 moe_intermediate_size=48, decoder_sparse_step=1, norm_topk_prob=True)
     return c
 
 
@@ -86,7 +88,8 @@ def compare(arch, cfg, lightwave, root, rng):
         r = subprocess.run([lightwave, "score", "--model", d, "--dtype", dtype, "--input", os.path.join(d, "prompts.json"),
                             "--out", out], capture_output=True, text=True)
         if r.returncode != 0:
-            return f"lightwave score ({dtype}) failed: {r.stderr.strip()[-800:]}"
+            keys = sorted(json.load(open(os.path.join(d, "config.json"))))
+            return f"lightwave score ({dtype}) failed: {r.stderr.strip()[-800:]}\n  config.json keys: {keys}"
         meta = json.load(open(os.path.join(out, "result.json")))
         m = model.to("cuda", torch_dtype).eval()
         worst = 0.0

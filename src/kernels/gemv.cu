@@ -10,9 +10,6 @@ namespace lw::kernels {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-// Vectors of w each lane has in flight before it uses them: enough independent loads to cover
-// the memory latency with one warp per weight row.
-constexpr int kUnroll = 4;
 
 template <int V, class T>
 LW_DEVICE_INLINE float dot_vec(const gpu::Vec<T, V>& a, const gpu::Vec<T, V>& b) {
@@ -22,64 +19,94 @@ LW_DEVICE_INLINE float dot_vec(const gpu::Vec<T, V>& a, const gpu::Vec<T, V>& b)
   return s;
 }
 
-// One warp per row of w; each lane strides over k. M is the compile-time bound on m.
-template <class T, int M, int V>
+// One warp per R consecutive rows of w; each lane strides over k with vector loads, U vectors
+// of each row in flight before use (enough independent loads to cover the memory latency),
+// and each x vector loaded once for all R rows (with several rows of x, reloading it per row
+// would make the L1 cache, not DRAM, the limit). M is the compile-time bound on m.
+template <class T, int M, int R, int U, int V>
 __global__ void gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const T* __restrict__ w,
                             const T* __restrict__ bias, int m, int64_t n, int64_t k, int64_t ldx, int64_t ldy) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / gpu::kWarpSize) + gpu::warp_id();
-  if (row >= n) return;  // the whole warp leaves together; the kernel has no block barrier
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (blockDim.x / gpu::kWarpSize) + gpu::warp_id()) * R;
+  if (row0 >= n) return;  // the whole warp leaves together; the kernel has no block barrier
+  const int rows = n - row0 < R ? static_cast<int>(n - row0) : R;
   const int lane = gpu::lane_id();
-  const T* wr = w + row * k;
-  float acc[M];
+  // Rows past the end of w repeat the last row: loads stay in bounds, results are dropped.
+  const T* wr[R];
 #pragma unroll
-  for (int r = 0; r < M; ++r) acc[r] = 0.0f;
+  for (int r = 0; r < R; ++r) wr[r] = w + (row0 + (r < rows ? r : rows - 1)) * k;
+  float acc[R][M];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int j = 0; j < M; ++j) acc[r][j] = 0.0f;
 
   const int64_t nvec = k / V;
   int64_t i = lane;
-  for (; i + (kUnroll - 1) * gpu::kWarpSize < nvec; i += kUnroll * gpu::kWarpSize) {
-    gpu::Vec<T, V> wv[kUnroll];
+  for (; i + (U - 1) * gpu::kWarpSize < nvec; i += U * gpu::kWarpSize) {
+    gpu::Vec<T, V> wv[U][R];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = gpu::load_vec<V>(wr + (i + u * gpu::kWarpSize) * V);
+    for (int u = 0; u < U; ++u)
 #pragma unroll
-    for (int r = 0; r < M; ++r) {
-      if (r < m) {
+      for (int r = 0; r < R; ++r) wv[u][r] = gpu::load_vec<V>(wr[r] + (i + u * gpu::kWarpSize) * V);
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) acc[r] += dot_vec<V>(wv[u], gpu::load_vec<V>(x + r * ldx + (i + u * gpu::kWarpSize) * V));
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < M; ++j) {
+        if (j < m) {
+          const gpu::Vec<T, V> xv = gpu::load_vec<V>(x + j * ldx + (i + u * gpu::kWarpSize) * V);
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[r][j] += dot_vec<V>(wv[u][r], xv);
+        }
+      }
+  }
+  for (; i < nvec; i += gpu::kWarpSize) {
+#pragma unroll
+    for (int j = 0; j < M; ++j) {
+      if (j < m) {
+        const gpu::Vec<T, V> xv = gpu::load_vec<V>(x + j * ldx + i * V);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][j] += dot_vec<V>(gpu::load_vec<V>(wr[r] + i * V), xv);
       }
     }
   }
-  for (; i < nvec; i += gpu::kWarpSize) {
-    const gpu::Vec<T, V> wv = gpu::load_vec<V>(wr + i * V);
-#pragma unroll
-    for (int r = 0; r < M; ++r)
-      if (r < m) acc[r] += dot_vec<V>(wv, gpu::load_vec<V>(x + r * ldx + i * V));
-  }
   // Elements past the last whole vector (k not a multiple of V).
   for (int64_t e = nvec * V + lane; e < k; e += gpu::kWarpSize) {
-    const float wf = gpu::to_float(wr[e]);
 #pragma unroll
-    for (int r = 0; r < M; ++r)
-      if (r < m) acc[r] += wf * gpu::to_float(x[r * ldx + e]);
+    for (int j = 0; j < M; ++j) {
+      if (j < m) {
+        const float xf = gpu::to_float(x[j * ldx + e]);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][j] += gpu::to_float(wr[r][e]) * xf;
+      }
+    }
   }
-  const float b = bias ? gpu::to_float(bias[row]) : 0.0f;
 #pragma unroll
-  for (int r = 0; r < M; ++r) {
-    const float s = gpu::warp_reduce_sum(acc[r]);
-    if (r < m && lane == 0) y[r * ldy + row] = gpu::from_float<T>(s + b);
+  for (int r = 0; r < R; ++r) {
+    const float b = bias && r < rows ? gpu::to_float(bias[row0 + r]) : 0.0f;
+#pragma unroll
+    for (int j = 0; j < M; ++j) {
+      const float s = gpu::warp_reduce_sum(acc[r][j]);
+      if (j < m && r < rows && lane == 0) y[j * ldy + row0 + r] = gpu::from_float<T>(s + b);
+    }
   }
 }
 
 template <class T, int M>
 void launch_rows(T* y, const T* x, const T* w, const T* bias, int m, int64_t n, int64_t k, int64_t ldx, int64_t ldy,
                  int warp_size, cudaStream_t stream) {
-  const int64_t blocks = (n + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  // One row per warp for a single x row (the most warps in flight); four rows per warp, which
+  // share their x loads, otherwise.
+  constexpr int R = M == 1 ? 1 : 4;
+  constexpr int U = M == 1 ? 4 : 2;
+  const int64_t warps = (n + R - 1) / R;
+  const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
   LW_CHECK(blocks <= 0x7fffffff, "gemv: " << n << " output columns exceed the grid limit");
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks)), dim3(kWarpsPerBlock * warp_size), 0, stream};
   constexpr int V = gpu::kVecWidth<T>;
   // Vector loads need every row of x and w to start on a 16-byte boundary.
   const bool vec = k % V == 0 && ldx % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x, w);
-  if (vec) gpu::launch("gemv", gemv_kernel<T, M, V>, cfg, y, x, w, bias, m, n, k, ldx, ldy);
-  else gpu::launch("gemv", gemv_kernel<T, M, 1>, cfg, y, x, w, bias, m, n, k, ldx, ldy);
+  if (vec) gpu::launch("gemv", gemv_kernel<T, M, R, U, V>, cfg, y, x, w, bias, m, n, k, ldx, ldy);
+  else gpu::launch("gemv", gemv_kernel<T, M, R, U, 1>, cfg, y, x, w, bias, m, n, k, ldx, ldy);
 }
 
 }  // namespace

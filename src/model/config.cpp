@@ -155,7 +155,7 @@ ModelConfig ModelConfig::from_hf(const std::string& path) {
     m.moe_intermediate = m.intermediate;
     m.norm_topk_prob = true;
   } else if (m.family == Family::qwen2_moe || m.family == Family::qwen3_moe) {
-    m.experts = c.get<int>("num_experts");
+    m.experts = c.has("num_experts") ? c.get<int>("num_experts") : c.get<int>("num_local_experts");
     m.experts_per_token = c.get<int>("num_experts_per_tok");
     m.moe_intermediate = c.get<int64_t>("moe_intermediate_size");
     m.norm_topk_prob = c.get<bool>("norm_topk_prob", false);

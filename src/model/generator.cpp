@@ -133,7 +133,9 @@ Generation Generator::generate(const std::vector<int32_t>& prompt, const Generat
     }
     out.tokens.push_back(token);
     history.push_back(token);
-    emit(decoder.push(token));
+    // A model's vocabulary may be padded past the tokenizer's: such ids have no text.
+    if (token < tokenizer_->vocab_size()) emit(decoder.push(token));
+    else log().warn("generate: token {} has no text (the tokenizer has {} tokens)", token, tokenizer_->vocab_size());
     if (i + 1 == options.max_tokens) break;
     logits = model_->forward(ctx_, cache, std::span<const int32_t>(&token, 1), static_cast<int64_t>(history.size()) - 1, false);
   }

@@ -1,6 +1,7 @@
 // GEMM and Linear on every target. Weights are stored as Hugging Face checkpoints do, [out, in];
-// inputs are f32, f16 or bf16 with fp32 accumulation (int8 with int32 accumulation), and the
-// output is rounded once, after the bias.
+// inputs are f32, f16 or bf16 with fp32 accumulation (int8 with int32 accumulation). The
+// output is rounded once, after the bias, except by cuBLASLt's bias epilogue, which rounds
+// the product to the output type before adding the bias (as torch's addmm does there).
 #pragma once
 #include "core/context.h"
 #include "core/tensor.h"
