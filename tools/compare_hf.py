@@ -7,9 +7,12 @@ continuations in fp32. Needs torch and transformers (the GPU machine has both).
 
 Each model: a few layers, grouped-query attention, odd intermediate sizes; saved with
 save_pretrained (safetensors) beside a small BPE tokenizer.json, loaded by `lightwave score`.
-Bounds: fp32 logits within 1e-4 of transformers' (relative to the largest |logit| of the
-prompt); bf16 within 4e-2 in the same measure (bf16 rounds each activation to 8 bits, and the
-two engines round in different places); greedy continuations of 32 tokens identical in fp32.
+Bounds: fp32 logits within 1e-4 of transformers' (max |difference| relative to the largest
+|logit| of the prompt); bf16 logits within 3e-2 relative L2 error (||difference|| / ||logits||
+over each prompt): bf16 rounds each activation to 8 bits and the two engines round in
+different places, which in MoE models can flip a near-tied expert choice for a token, so the
+bf16 bound is on the whole rather than the worst element (whose figure is printed too);
+greedy continuations of 32 tokens identical in fp32.
 Exit status 1 if any architecture fails."""
 import argparse
 import json
@@ -92,13 +95,15 @@ def compare(arch, cfg, lightwave, root, rng):
             return f"lightwave score ({dtype}) failed: {r.stderr.strip()[-800:]}\n  config.json keys: {keys}"
         meta = json.load(open(os.path.join(out, "result.json")))
         m = model.to("cuda", torch_dtype).eval()
-        worst = 0.0
+        worst = l2 = 0.0
         for i, p in enumerate(prompts):
             ours = np.fromfile(os.path.join(out, f"logits_{i}.f32"), dtype=np.float32).reshape(len(p), meta["vocab"])
             with torch.no_grad():
                 ref = m(torch.tensor([p], device="cuda")).logits[0].float().cpu().numpy()
             worst = max(worst, float(np.abs(ours - ref).max() / np.abs(ref).max()))
+            l2 = max(l2, float(np.linalg.norm(ours - ref) / np.linalg.norm(ref)))
         results[dtype] = worst
+        results[dtype + "_l2"] = l2
         if dtype == "f32":
             same = True
             for i, p in enumerate(prompts):
@@ -107,9 +112,9 @@ def compare(arch, cfg, lightwave, root, rng):
                                    eos_token_id=None, pad_token_id=0)[0, len(p):].tolist()
                 same &= g == meta["greedy"][i]
             results["greedy"] = same
-    ok = results["f32"] <= 1e-4 and results["bf16"] <= 4e-2 and results["greedy"]
-    return ("ok" if ok else "FAILED") + f"  fp32 {results['f32']:.2e}  bf16 {results['bf16']:.2e}  greedy-32 " + \
-        ("identical" if results["greedy"] else "DIFFERENT")
+    ok = results["f32"] <= 1e-4 and results["bf16_l2"] <= 3e-2 and results["greedy"]
+    return ("ok" if ok else "FAILED") + f"  fp32 max {results['f32']:.2e}  bf16 L2 {results['bf16_l2']:.2e} " + \
+        f"(max {results['bf16']:.2e})  greedy-32 " + ("identical" if results["greedy"] else "DIFFERENT")
 
 
 def main():
@@ -122,8 +127,8 @@ def main():
     archs = a.arch.split(",") if a.arch else list(cfgs)
     root = a.keep or tempfile.mkdtemp(prefix="lw_compare_")
     rng = np.random.default_rng(1)
-    print(f"transformers {transformers.__version__}, torch {torch.__version__}; bounds: fp32 1e-4, bf16 4e-2 "
-          f"(max |diff| / max |logit|), greedy {GREEDY} tokens identical in fp32")
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}; bounds: fp32 max |diff| / max |logit| "
+          f"<= 1e-4, bf16 ||diff|| / ||logits|| <= 3e-2, greedy {GREEDY} tokens identical in fp32")
     failed = 0
     for arch in archs:
         try:

@@ -11,12 +11,27 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
-template <int V, class T>
-LW_DEVICE_INLINE float dot_vec(const gpu::Vec<T, V>& a, const gpu::Vec<T, V>& b) {
-  float s = 0.0f;
+// acc[r][j] += w rows' vectors . x row j's vector at the same offset. Each element is widened
+// to float once (not once per product), which keeps the kernel memory-bound up to M = 16.
+template <int M, int R, int V, class T>
+LW_DEVICE_INLINE void accumulate(float (&acc)[R][M], const gpu::Vec<T, V> (&wv)[R], const T* xp, int64_t ldx, int m) {
+  float wf[R][V];
 #pragma unroll
-  for (int j = 0; j < V; ++j) s += gpu::to_float(a.v[j]) * gpu::to_float(b.v[j]);
-  return s;
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int e = 0; e < V; ++e) wf[r][e] = gpu::to_float(wv[r].v[e]);
+#pragma unroll
+  for (int j = 0; j < M; ++j) {
+    if (j < m) {
+      const gpu::Vec<T, V> xv = gpu::load_vec<V>(xp + j * ldx);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float xf = gpu::to_float(xv.v[e]);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][j] += wf[r][e] * xf;
+      }
+    }
+  }
 }
 
 // One warp per R consecutive rows of w; each lane strides over k with vector loads, U vectors
@@ -49,25 +64,13 @@ __global__ void gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const T*
 #pragma unroll
       for (int r = 0; r < R; ++r) wv[u][r] = gpu::load_vec<V>(wr[r] + (i + u * gpu::kWarpSize) * V);
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int j = 0; j < M; ++j) {
-        if (j < m) {
-          const gpu::Vec<T, V> xv = gpu::load_vec<V>(x + j * ldx + (i + u * gpu::kWarpSize) * V);
-#pragma unroll
-          for (int r = 0; r < R; ++r) acc[r][j] += dot_vec<V>(wv[u][r], xv);
-        }
-      }
+    for (int u = 0; u < U; ++u) accumulate<M, R, V>(acc, wv[u], x + (i + u * gpu::kWarpSize) * V, ldx, m);
   }
   for (; i < nvec; i += gpu::kWarpSize) {
+    gpu::Vec<T, V> wv[R];
 #pragma unroll
-    for (int j = 0; j < M; ++j) {
-      if (j < m) {
-        const gpu::Vec<T, V> xv = gpu::load_vec<V>(x + j * ldx + i * V);
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[r][j] += dot_vec<V>(gpu::load_vec<V>(wr[r] + i * V), xv);
-      }
-    }
+    for (int r = 0; r < R; ++r) wv[r] = gpu::load_vec<V>(wr[r] + i * V);
+    accumulate<M, R, V>(acc, wv, x + i * V, ldx, m);
   }
   // Elements past the last whole vector (k not a multiple of V).
   for (int64_t e = nvec * V + lane; e < k; e += gpu::kWarpSize) {
