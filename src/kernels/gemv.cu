@@ -34,46 +34,52 @@ LW_DEVICE_INLINE void accumulate(float (&acc)[R][M], const gpu::Vec<T, V> (&wv)[
   }
 }
 
-// One warp per R consecutive rows of w; each lane strides over k with vector loads, U vectors
-// of each row in flight before use (enough independent loads to cover the memory latency),
-// and each x vector loaded once for all R rows (with several rows of x, reloading it per row
-// would make the L1 cache, not DRAM, the limit). M is the compile-time bound on m.
+// A block holds `groups` groups of warps; each group computes R consecutive rows of w, its
+// warps (slices) splitting k between them, and each lane strides over its slice with vector
+// loads, U vectors of each row in flight before use. Each x vector is loaded once for all R
+// rows: with several rows of x, reloading it per row would make the L1 cache, not DRAM, the
+// limit; splitting k keeps enough warps in flight when R rows per group leave few groups.
+// M is the compile-time bound on m.
 template <class T, int M, int R, int U, int V>
 __global__ void gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const T* __restrict__ w,
-                            const T* __restrict__ bias, int m, int64_t n, int64_t k, int64_t ldx, int64_t ldy) {
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (blockDim.x / gpu::kWarpSize) + gpu::warp_id()) * R;
-  if (row0 >= n) return;  // the whole warp leaves together; the kernel has no block barrier
-  const int rows = n - row0 < R ? static_cast<int>(n - row0) : R;
+                            const T* __restrict__ bias, int m, int64_t n, int64_t k, int64_t ldx, int64_t ldy,
+                            int groups) {
+  LW_SHARED(float, partial, [kWarpsPerBlock * R * M]);
+  const int slices = static_cast<int>(blockDim.x / gpu::kWarpSize) / groups;
+  const int warp = gpu::warp_id(), group = warp / slices, slice = warp % slices;
   const int lane = gpu::lane_id();
-  // Rows past the end of w repeat the last row: loads stay in bounds, results are dropped.
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * groups + group) * R;
+  // A group past the end of w computes row 0 again (every warp must reach the barrier) and
+  // drops it; rows past the end repeat the last row: loads stay in bounds.
+  const int rows = row0 >= n ? 0 : n - row0 < R ? static_cast<int>(n - row0) : R;
   const T* wr[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) wr[r] = w + (row0 + (r < rows ? r : rows - 1)) * k;
+  for (int r = 0; r < R; ++r) wr[r] = w + (rows == 0 ? 0 : row0 + (r < rows ? r : rows - 1)) * k;
   float acc[R][M];
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int j = 0; j < M; ++j) acc[r][j] = 0.0f;
 
-  const int64_t nvec = k / V;
-  int64_t i = lane;
-  for (; i + (U - 1) * gpu::kWarpSize < nvec; i += U * gpu::kWarpSize) {
+  const int64_t nvec = k / V, step = static_cast<int64_t>(slices) * gpu::kWarpSize;
+  int64_t i = static_cast<int64_t>(slice) * gpu::kWarpSize + lane;
+  for (; i + (U - 1) * step < nvec; i += U * step) {
     gpu::Vec<T, V> wv[U][R];
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int r = 0; r < R; ++r) wv[u][r] = gpu::load_vec<V>(wr[r] + (i + u * gpu::kWarpSize) * V);
+      for (int r = 0; r < R; ++r) wv[u][r] = gpu::load_vec<V>(wr[r] + (i + u * step) * V);
 #pragma unroll
-    for (int u = 0; u < U; ++u) accumulate<M, R, V>(acc, wv[u], x + (i + u * gpu::kWarpSize) * V, ldx, m);
+    for (int u = 0; u < U; ++u) accumulate<M, R, V>(acc, wv[u], x + (i + u * step) * V, ldx, m);
   }
-  for (; i < nvec; i += gpu::kWarpSize) {
+  for (; i < nvec; i += step) {
     gpu::Vec<T, V> wv[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) wv[r] = gpu::load_vec<V>(wr[r] + i * V);
     accumulate<M, R, V>(acc, wv, x + i * V, ldx, m);
   }
   // Elements past the last whole vector (k not a multiple of V).
-  for (int64_t e = nvec * V + lane; e < k; e += gpu::kWarpSize) {
+  for (int64_t e = nvec * V + static_cast<int64_t>(slice) * gpu::kWarpSize + lane; e < k; e += step) {
 #pragma unroll
     for (int j = 0; j < M; ++j) {
       if (j < m) {
@@ -83,33 +89,50 @@ __global__ void gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const T*
       }
     }
   }
+  auto store = [&](int r, int j, float s) {
+    if (j < m && r < rows) y[j * ldy + row0 + r] = gpu::from_float<T>(s + (bias ? gpu::to_float(bias[row0 + r]) : 0.0f));
+  };
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const float b = bias && r < rows ? gpu::to_float(bias[row0 + r]) : 0.0f;
+  for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int j = 0; j < M; ++j) {
       const float s = gpu::warp_reduce_sum(acc[r][j]);
-      if (j < m && r < rows && lane == 0) y[j * ldy + row0 + r] = gpu::from_float<T>(s + b);
+      if (lane == 0) {
+        if (slices == 1) store(r, j, s);
+        else partial[(warp * R + r) * M + j] = s;
+      }
     }
+  if (slices == 1) return;  // uniform over the block
+  __syncthreads();
+  // The slices' sums, added in a fixed order.
+  const int t = threadIdx.x;
+  if (t < groups * R * M) {
+    const int g = t / (R * M), r = t / M % R, j = t % M;
+    float s = 0.0f;
+    for (int sl = 0; sl < slices; ++sl) s += partial[((g * slices + sl) * R + r) * M + j];
+    const int64_t g_row0 = (static_cast<int64_t>(blockIdx.x) * groups + g) * R;
+    const int g_rows = g_row0 >= n ? 0 : n - g_row0 < R ? static_cast<int>(n - g_row0) : R;
+    if (j < m && r < g_rows) y[j * ldy + g_row0 + r] = gpu::from_float<T>(s + (bias ? gpu::to_float(bias[g_row0 + r]) : 0.0f));
   }
 }
 
 template <class T, int M>
 void launch_rows(T* y, const T* x, const T* w, const T* bias, int m, int64_t n, int64_t k, int64_t ldx, int64_t ldy,
                  int warp_size, cudaStream_t stream) {
-  // One row per warp for a single x row (the most warps in flight); four rows per warp, which
-  // share their x loads, otherwise.
+  // One x row: a warp per row of w (the most warps in flight). Several: four rows per group,
+  // which share their x loads, and four warps per group splitting k.
   constexpr int R = M == 1 ? 1 : 4;
   constexpr int U = M == 1 ? 4 : 2;
-  const int64_t warps = (n + R - 1) / R;
-  const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const int groups = M == 1 ? kWarpsPerBlock : kWarpsPerBlock / 4;
+  const int64_t rows_per_block = static_cast<int64_t>(groups) * R;
+  const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
   LW_CHECK(blocks <= 0x7fffffff, "gemv: " << n << " output columns exceed the grid limit");
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks)), dim3(kWarpsPerBlock * warp_size), 0, stream};
   constexpr int V = gpu::kVecWidth<T>;
   // Vector loads need every row of x and w to start on a 16-byte boundary.
   const bool vec = k % V == 0 && ldx % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x, w);
-  if (vec) gpu::launch("gemv", gemv_kernel<T, M, R, U, V>, cfg, y, x, w, bias, m, n, k, ldx, ldy);
-  else gpu::launch("gemv", gemv_kernel<T, M, R, U, 1>, cfg, y, x, w, bias, m, n, k, ldx, ldy);
+  if (vec) gpu::launch("gemv", gemv_kernel<T, M, R, U, V>, cfg, y, x, w, bias, m, n, k, ldx, ldy, groups);
+  else gpu::launch("gemv", gemv_kernel<T, M, R, U, 1>, cfg, y, x, w, bias, m, n, k, ldx, ldy, groups);
 }
 
 }  // namespace
