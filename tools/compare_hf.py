@@ -8,11 +8,12 @@ continuations in fp32. Needs torch and transformers (the GPU machine has both).
 Each model: a few layers, grouped-query attention, odd intermediate sizes; saved with
 save_pretrained (safetensors) beside a small BPE tokenizer.json, loaded by `lightwave score`.
 Bounds: fp32 logits within 1e-4 of transformers' (max |difference| relative to the largest
-|logit| of the prompt); bf16 logits within 3e-2 relative L2 error (||difference|| / ||logits||
-over each prompt): bf16 rounds each activation to 8 bits and the two engines round in
-different places, which in MoE models can flip a near-tied expert choice for a token, so the
-bf16 bound is on the whole rather than the worst element (whose figure is printed too);
-greedy continuations of 32 tokens identical in fp32.
+|logit| of the prompt); greedy continuations of 32 tokens identical in fp32. bf16: both
+engines' bf16 logits are measured against transformers' fp32 logits (relative L2 error over
+each prompt), and lightwave's error may be at most 1.5 times transformers' own: bf16 rounds
+every activation to 8 bits and the engines round in different places (in MoE models a
+rounding can flip a near-tied expert choice), so the reference for "as accurate as bf16
+allows" is what transformers itself achieves in bf16.
 Exit status 1 if any architecture fails."""
 import argparse
 import json
@@ -90,6 +91,7 @@ def compare(arch, cfg, lightwave, root, rng):
         json.dump({"prompts": prompts, "greedy_tokens": GREEDY}, f)
 
     results = {}
+    ref32 = {}
     for dtype, torch_dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
         out = os.path.join(d, "out_" + dtype)
         r = subprocess.run([lightwave, "score", "--model", d, "--dtype", dtype, "--input", os.path.join(d, "prompts.json"),
@@ -99,15 +101,21 @@ def compare(arch, cfg, lightwave, root, rng):
             return f"lightwave score ({dtype}) failed: {r.stderr.strip()[-800:]}\n  config.json keys: {keys}"
         meta = json.load(open(os.path.join(out, "result.json")))
         m = model.to("cuda", torch_dtype).eval()
-        worst = l2 = 0.0
+        worst = ours_err = hf_err = 0.0
         for i, p in enumerate(prompts):
             ours = np.fromfile(os.path.join(out, f"logits_{i}.f32"), dtype=np.float32).reshape(len(p), meta["vocab"])
             with torch.no_grad():
                 ref = m(torch.tensor([p], device="cuda")).logits[0].float().cpu().numpy()
             worst = max(worst, float(np.abs(ours - ref).max() / np.abs(ref).max()))
-            l2 = max(l2, float(np.linalg.norm(ours - ref) / np.linalg.norm(ref)))
+            if dtype == "f32":
+                ref32[i] = ref
+            else:
+                norm = np.linalg.norm(ref32[i])
+                ours_err = max(ours_err, float(np.linalg.norm(ours - ref32[i]) / norm))
+                hf_err = max(hf_err, float(np.linalg.norm(ref - ref32[i]) / norm))
         results[dtype] = worst
-        results[dtype + "_l2"] = l2
+        if dtype == "bf16":
+            results["bf16_ours"], results["bf16_hf"] = ours_err, hf_err
         if dtype == "f32":
             same = True
             for i, p in enumerate(prompts):
@@ -116,9 +124,10 @@ def compare(arch, cfg, lightwave, root, rng):
                                    eos_token_id=None, pad_token_id=0)[0, len(p):].tolist()
                 same &= g == meta["greedy"][i]
             results["greedy"] = same
-    ok = results["f32"] <= 1e-4 and results["bf16_l2"] <= 3e-2 and results["greedy"]
-    return ("ok" if ok else "FAILED") + f"  fp32 max {results['f32']:.2e}  bf16 L2 {results['bf16_l2']:.2e} " + \
-        f"(max {results['bf16']:.2e})  greedy-32 " + ("identical" if results["greedy"] else "DIFFERENT")
+    ok = results["f32"] <= 1e-4 and results["bf16_ours"] <= 1.5 * results["bf16_hf"] and results["greedy"]
+    return ("ok" if ok else "FAILED") + f"  fp32 max {results['f32']:.2e}  bf16 error vs fp32: lightwave " + \
+        f"{results['bf16_ours']:.2e}, transformers {results['bf16_hf']:.2e}  greedy-32 " + \
+        ("identical" if results["greedy"] else "DIFFERENT")
 
 
 def main():
@@ -132,7 +141,8 @@ def main():
     root = a.keep or tempfile.mkdtemp(prefix="lw_compare_")
     rng = np.random.default_rng(1)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}; bounds: fp32 max |diff| / max |logit| "
-          f"<= 1e-4, bf16 ||diff|| / ||logits|| <= 3e-2, greedy {GREEDY} tokens identical in fp32")
+          f"<= 1e-4; bf16 ||logits - fp32 logits|| / ||fp32 logits|| <= 1.5 x transformers' own; "
+          f"greedy {GREEDY} tokens identical in fp32")
     failed = 0
     for arch in archs:
         try:
