@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include "core/logging.h"
 #include "ops/elementwise.h"
@@ -113,7 +114,10 @@ Generation Generator::generate(const std::vector<int32_t>& prompt, const Generat
   LW_CHECK(capacity <= config().max_position, "generate: " << prompt.size() << " prompt tokens + " << options.max_tokens
                                                            << " new tokens exceed the model's context of "
                                                            << config().max_position);
-  KvCache cache(ctx_, config(), model_->dtype(), capacity);
+  const int bs = 16;
+  KvCache cache(ctx_, config(), model_->dtype(), KvCache::blocks_for(capacity, bs), bs);
+  std::vector<int32_t> blocks(static_cast<size_t>(cache.num_blocks()));
+  std::iota(blocks.begin(), blocks.end(), 0);
   Generation out;
   text::StreamDecoder decoder(*tokenizer_);
   auto emit = [&](const std::string& s) {
@@ -121,7 +125,7 @@ Generation Generator::generate(const std::vector<int32_t>& prompt, const Generat
     if (on_text && !s.empty()) on_text(s);
   };
   std::vector<int32_t> history = prompt;
-  Tensor logits = model_->forward(ctx_, cache, prompt, 0, false);
+  Tensor logits = model_->forward(ctx_, cache, {{prompt, 0, blocks, SequenceChunk::Logits::last}});
   out.finish_reason = "length";
   for (int i = 0; i < options.max_tokens; ++i) {
     ops::SamplingOptions so = options.sampling;
@@ -137,7 +141,8 @@ Generation Generator::generate(const std::vector<int32_t>& prompt, const Generat
     if (token < tokenizer_->vocab_size()) emit(decoder.push(token));
     else log().warn("generate: token {} has no text (the tokenizer has {} tokens)", token, tokenizer_->vocab_size());
     if (i + 1 == options.max_tokens) break;
-    logits = model_->forward(ctx_, cache, std::span<const int32_t>(&token, 1), static_cast<int64_t>(history.size()) - 1, false);
+    const int64_t position = static_cast<int64_t>(history.size()) - 1;
+    logits = model_->forward(ctx_, cache, {{std::span<const int32_t>(&token, 1), position, blocks, SequenceChunk::Logits::last}});
   }
   emit(decoder.finish());
   return out;
@@ -145,8 +150,11 @@ Generation Generator::generate(const std::vector<int32_t>& prompt, const Generat
 
 std::vector<float> Generator::score(const std::vector<int32_t>& tokens) {
   LW_CHECK(!tokens.empty(), "score: no tokens");
-  KvCache cache(ctx_, config(), model_->dtype(), static_cast<int64_t>(tokens.size()));
-  const Tensor logits = model_->forward(ctx_, cache, tokens, 0, true);
+  const int bs = 16;
+  KvCache cache(ctx_, config(), model_->dtype(), KvCache::blocks_for(static_cast<int64_t>(tokens.size()), bs), bs);
+  std::vector<int32_t> blocks(static_cast<size_t>(cache.num_blocks()));
+  std::iota(blocks.begin(), blocks.end(), 0);
+  const Tensor logits = model_->forward(ctx_, cache, {{tokens, 0, blocks, SequenceChunk::Logits::all}});
   Tensor f32 = ctx_.empty(logits.shape(), DType::f32);
   ops::cast(ctx_, logits, f32);
   const Tensor host = ctx_.to_host(f32);

@@ -1,7 +1,9 @@
 #include "model/model.h"
 
+#include <unistd.h>
+
 #include <cmath>
-#include <sstream>
+#include <cstdio>
 #include <string>
 
 #include "ops/attention.h"
@@ -21,8 +23,13 @@ namespace {
 // only adds up the bytes the weights will take.
 class Loader {
  public:
-  Loader(Context& ctx, const weights::Checkpoint& ckpt, DType dtype, bool dry)
-      : ctx_(ctx), ckpt_(ckpt), dtype_(dtype), dry_(dry) {}
+  // total: the bytes the dry run counted; with it (and a terminal on stderr) the real run
+  // draws a progress bar.
+  Loader(Context& ctx, const weights::Checkpoint& ckpt, DType dtype, bool dry, size_t total = 0)
+      : ctx_(ctx), ckpt_(ckpt), dtype_(dtype), dry_(dry), total_(total), bar_(total > 0 && isatty(STDERR_FILENO)) {}
+  ~Loader() {
+    if (bar_ && drawn_) std::fprintf(stderr, "\n");
+  }
 
   bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
 
@@ -38,7 +45,10 @@ class Loader {
              "tensor '" << name << "' in " << ckpt_.description() << " has type " << rec.type_name
                         << "; weights must be F32, F16, BF16, Q8_0, Q4_0 or Q4_1");
     bytes_ += static_cast<size_t>(n) * dtype_size(dtype_);
-    return dry_ ? Tensor() : weights::load_tensor(ctx_, rec, dtype_);
+    if (dry_) return Tensor();
+    Tensor t = weights::load_tensor(ctx_, rec, dtype_);
+    draw();
+    return t;
   }
   Tensor get_optional(const std::string& name, const std::vector<int64_t>& shape) {
     return has(name) ? get(name, shape) : Tensor();
@@ -51,10 +61,22 @@ class Loader {
   size_t bytes() const { return bytes_; }
 
  private:
+  void draw() {
+    if (!bar_) return;
+    const int width = 40, filled = static_cast<int>(width * static_cast<double>(bytes_) / static_cast<double>(total_));
+    std::fprintf(stderr, "\rloading weights [%s%s] %5.1f / %.1f GiB", std::string(filled, '#').c_str(),
+                 std::string(width - filled, ' ').c_str(), static_cast<double>(bytes_) / (1 << 30),
+                 static_cast<double>(total_) / (1 << 30));
+    drawn_ = true;
+  }
+
   Context& ctx_;
   const weights::Checkpoint& ckpt_;
   DType dtype_;
   bool dry_;
+  size_t total_;
+  bool bar_;
+  bool drawn_ = false;
   size_t bytes_ = 0;
 };
 
@@ -133,13 +155,62 @@ void load_all(Loader& ld, const ModelConfig& c, Tensor& embed, Tensor& final_nor
   }
 }
 
-Tensor host_i64(const std::vector<int64_t>& v) {
-  Tensor t = Tensor::empty_host({static_cast<int64_t>(v.size())}, DType::i64);
-  std::copy(v.begin(), v.end(), t.data<int64_t>());
+template <class T>
+Tensor host_vector(const std::vector<T>& v) {
+  Tensor t = Tensor::empty_host({static_cast<int64_t>(v.size())}, dtype_of<T>);
+  std::copy(v.begin(), v.end(), t.data<T>());
   return t;
 }
 
 }  // namespace
+
+// Where each token of a batch goes: device ids, positions and cache slots, the sequences'
+// block tables and lengths, and the rows whose logits are wanted.
+struct Model::BatchLayout {
+  Tensor ids, positions, slots, block_tables, logit_rows;
+  std::vector<int32_t> query_lens, context_lens;
+  int64_t tokens = 0, logits = 0;
+
+  BatchLayout(Context& ctx, const KvCache& cache, const std::vector<SequenceChunk>& batch) {
+    const int bs = cache.block_size();
+    std::vector<int32_t> ids_h, rows_h;
+    std::vector<int64_t> pos_h, slot_h;
+    size_t max_blocks = 1;
+    for (const SequenceChunk& c : batch) max_blocks = std::max(max_blocks, c.blocks.size());
+    Tensor tables = Tensor::empty_host({static_cast<int64_t>(batch.size()), static_cast<int64_t>(max_blocks)}, DType::i32);
+    std::fill(tables.data<int32_t>(), tables.data<int32_t>() + tables.numel(), 0);
+    for (size_t s = 0; s < batch.size(); ++s) {
+      const SequenceChunk& c = batch[s];
+      const int64_t n = static_cast<int64_t>(c.tokens.size()), end = c.start + n;
+      LW_CHECK(n > 0 && c.start >= 0, "forward: sequence " << s << " of the batch has " << n << " tokens at " << c.start);
+      LW_CHECK(KvCache::blocks_for(end, bs) <= static_cast<int64_t>(c.blocks.size()),
+               "forward: sequence " << s << " reaches position " << end - 1 << " but its block table holds "
+                                    << c.blocks.size() << " blocks of " << bs);
+      for (size_t b = 0; b < c.blocks.size(); ++b) {
+        LW_CHECK(c.blocks[b] >= 0 && c.blocks[b] < cache.num_blocks(),
+                 "forward: sequence " << s << " names block " << c.blocks[b] << " of a cache of " << cache.num_blocks());
+        tables.data<int32_t>()[s * max_blocks + b] = c.blocks[b];
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t p = c.start + j;
+        ids_h.push_back(c.tokens[static_cast<size_t>(j)]);
+        pos_h.push_back(p);
+        slot_h.push_back(static_cast<int64_t>(c.blocks[static_cast<size_t>(p / bs)]) * bs + p % bs);
+        if (c.logits == SequenceChunk::Logits::all || (c.logits == SequenceChunk::Logits::last && j == n - 1))
+          rows_h.push_back(static_cast<int32_t>(tokens + j));
+      }
+      query_lens.push_back(static_cast<int32_t>(n));
+      context_lens.push_back(static_cast<int32_t>(end));
+      tokens += n;
+    }
+    ids = ctx.to_device(host_vector(ids_h));
+    positions = ctx.to_device(host_vector(pos_h));
+    slots = ctx.to_device(host_vector(slot_h));
+    block_tables = ctx.to_device(tables);
+    logits = static_cast<int64_t>(rows_h.size());
+    if (logits > 0) logit_rows = ctx.to_device(host_vector(rows_h));
+  }
+};
 
 Model::Model(Context& ctx, const ModelConfig& config, DType dtype) : config_(config), dtype_(dtype) {
   rope_.emplace(ctx, config.rope);
@@ -158,15 +229,15 @@ std::unique_ptr<Model> Model::load(Context& ctx, const weights::Checkpoint& ckpt
                                                        << free_bytes / (1 << 20) << " MiB free");
 
   std::unique_ptr<Model> m(new Model(ctx, config, dtype));
-  Loader ld(ctx, ckpt, dtype, false);
+  Loader ld(ctx, ckpt, dtype, false, dry.bytes());
   load_all(ld, config, m->embed_, m->final_norm_, m->lm_head_, m->layers_);
   m->weight_bytes_ = ld.bytes();
   ctx.synchronize();
   return m;
 }
 
-void Model::attention(Context& ctx, KvCache& cache, int64_t layer, const Tensor& x, const Tensor& positions,
-                      const Tensor& slots, int64_t start, const Tensor& out) {
+void Model::attention(Context& ctx, KvCache& cache, int64_t layer, const Tensor& x, const BatchLayout& b,
+                      const Tensor& out) {
   const LayerWeights& w = layers_[static_cast<size_t>(layer)];
   const int64_t t = x.size(0), d = config_.head_dim, nq = config_.heads, nkv = config_.kv_heads;
   Tensor qkv = ctx.empty({t, (nq + 2 * nkv) * d}, dtype_);
@@ -183,11 +254,11 @@ void Model::attention(Context& ctx, KvCache& cache, int64_t layer, const Tensor&
     q = qn;
     k = kn;
   }
-  rope_->apply(ctx, q, k, positions);
-  ops::kv_write(ctx, k, v, slots, cache.k(layer), cache.v(layer));
+  rope_->apply(ctx, q, k, b.positions);
+  ops::kv_write(ctx, k, v, b.slots, cache.k(layer), cache.v(layer));
   Tensor attn = ctx.empty({t, nq, d}, dtype_);
-  ops::prefill_attention(ctx, q, cache.k(layer), cache.v(layer), cache.block_table(), {static_cast<int32_t>(t)},
-                         {static_cast<int32_t>(start + t)}, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))), attn);
+  ops::prefill_attention(ctx, q, cache.k(layer), cache.v(layer), b.block_tables, b.query_lens, b.context_lens,
+                         static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))), attn);
   ops::linear(ctx, attn.view({t, nq * d}), w.o, w.o_bias, out);
 }
 
@@ -225,34 +296,31 @@ void Model::moe_mlp(Context& ctx, const LayerWeights& w, const Tensor& x, const 
   }
 }
 
-Tensor Model::forward(Context& ctx, KvCache& cache, std::span<const int32_t> tokens, int64_t start, bool all_logits) {
-  const int64_t t = static_cast<int64_t>(tokens.size()), h = config_.hidden;
-  LW_CHECK(t > 0, "forward: no tokens");
-  LW_CHECK(start >= 0 && start + t <= cache.capacity(),
-           "forward: positions " << start << " .. " << start + t - 1 << " exceed the cache of " << cache.capacity() << " tokens");
-  Tensor ids_h = Tensor::empty_host({t}, DType::i32);
-  std::copy(tokens.begin(), tokens.end(), ids_h.data<int32_t>());
-  std::vector<int64_t> pos(static_cast<size_t>(t));
-  for (int64_t j = 0; j < t; ++j) pos[static_cast<size_t>(j)] = start + j;
-  // One sequence in blocks 0, 1, 2, ...: the cache slot of a position is the position.
-  const Tensor ids = ctx.to_device(ids_h), positions = ctx.to_device(host_i64(pos));
-  const Tensor& slots = positions;
-
+Tensor Model::forward(Context& ctx, KvCache& cache, const std::vector<SequenceChunk>& batch) {
+  LW_CHECK(!batch.empty(), "forward: an empty batch");
+  const BatchLayout b(ctx, cache, batch);
+  const int64_t t = b.tokens, h = config_.hidden;
   Tensor residual = ctx.empty({t, h}, dtype_), normed = ctx.empty({t, h}, dtype_), delta = ctx.empty({t, h}, dtype_);
   const float eps = static_cast<float>(config_.rms_eps);
-  ops::embedding(ctx, embed_, ids, residual);
+  ops::embedding(ctx, embed_, b.ids, residual);
   for (int64_t l = 0; l < config_.layers; ++l) {
     const LayerWeights& w = layers_[static_cast<size_t>(l)];
     if (l == 0) ops::rms_norm(ctx, residual, w.attn_norm, eps, normed);
     else ops::add_rms_norm(ctx, delta, residual, w.attn_norm, eps, normed);
-    attention(ctx, cache, l, normed, positions, slots, start, delta);
+    attention(ctx, cache, l, normed, b, delta);
     ops::add_rms_norm(ctx, delta, residual, w.mlp_norm, eps, normed);
     if (w.router.defined()) moe_mlp(ctx, w, normed, delta);
     else dense_mlp(ctx, w.gate_up, w.down, normed, delta);
   }
+  if (b.logits == 0) return Tensor();
   ops::add_rms_norm(ctx, delta, residual, final_norm_, eps, normed);
-  const Tensor rows = all_logits ? normed : normed.slice(0, t - 1, t);
-  Tensor logits = ctx.empty({rows.size(0), config_.vocab}, dtype_);
+  // The wanted rows, gathered (an embedding lookup into the normalised hidden states).
+  Tensor rows = normed;
+  if (b.logits != t) {
+    rows = ctx.empty({b.logits, h}, dtype_);
+    ops::embedding(ctx, normed, b.logit_rows, rows);
+  }
+  Tensor logits = ctx.empty({b.logits, config_.vocab}, dtype_);
   ops::linear(ctx, rows, lm_head_, Tensor(), logits);
   return logits;
 }

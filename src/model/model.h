@@ -28,6 +28,17 @@ struct LayerWeights {
   Tensor shared_gate_up, shared_down, shared_gate;  // Qwen2-MoE shared expert and its gate [1, hidden]
 };
 
+// One sequence's share of a forward pass: its new tokens, the position of the first (the
+// tokens before it are in the cache already), its block table (covering every position up to
+// the last new token), and which logits it wants.
+struct SequenceChunk {
+  enum class Logits { none, last, all };
+  std::span<const int32_t> tokens;
+  int64_t start = 0;
+  std::span<const int32_t> blocks;
+  Logits logits = Logits::last;
+};
+
 class Model {
  public:
   // Checks every tensor's presence and shape and the device memory first, then loads the
@@ -39,15 +50,15 @@ class Model {
   // Bytes the weights take on the device.
   size_t weight_bytes() const { return weight_bytes_; }
 
-  // Runs `tokens` at positions start, start + 1, ... of the sequence cached in `cache`
-  // (positions before `start` must be there already) and returns the logits [T, vocab] of
-  // every token (all_logits) or [1, vocab] of the last, in the model's dtype.
-  Tensor forward(Context& ctx, KvCache& cache, std::span<const int32_t> tokens, int64_t start, bool all_logits);
+  // Runs a batch of sequence chunks (prefill chunks and decode tokens alike), writing their
+  // K/V into `cache`, and returns the logits the chunks asked for, in batch order, as
+  // [rows, vocab] in the model's dtype.
+  Tensor forward(Context& ctx, KvCache& cache, const std::vector<SequenceChunk>& batch);
 
  private:
   Model(Context& ctx, const ModelConfig& config, DType dtype);
-  void attention(Context& ctx, KvCache& cache, int64_t layer, const Tensor& x, const Tensor& positions,
-                 const Tensor& slots, int64_t start, const Tensor& out);
+  struct BatchLayout;
+  void attention(Context& ctx, KvCache& cache, int64_t layer, const Tensor& x, const BatchLayout& b, const Tensor& out);
   void dense_mlp(Context& ctx, const Tensor& gate_up, const Tensor& down, const Tensor& x, const Tensor& out);
   void moe_mlp(Context& ctx, const LayerWeights& w, const Tensor& x, const Tensor& out);
 

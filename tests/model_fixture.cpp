@@ -1,0 +1,79 @@
+#include "model_fixture.h"
+
+namespace lw::test {
+
+void MemoryCheckpoint::add(const std::string& name, std::vector<int64_t> shape, std::mt19937_64& rng, float lo, float hi) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  auto buf = std::make_unique<std::vector<float>>(static_cast<size_t>(n));
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for (float& v : *buf) v = dist(rng);
+  weights::TensorRecord r;
+  r.name = name;
+  r.dtype = weights::FileDType::f32;
+  r.shape = std::move(shape);
+  r.data = reinterpret_cast<const std::byte*>(buf->data());
+  r.bytes = buf->size() * sizeof(float);
+  r.file = "memory";
+  r.type_name = "F32";
+  records_.push_back(std::move(r));
+  data_.push_back(std::move(buf));
+}
+
+const weights::TensorRecord* MemoryCheckpoint::find(std::string_view name) const {
+  for (const auto& r : records_)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+std::vector<std::string> MemoryCheckpoint::names() const {
+  std::vector<std::string> n;
+  for (const auto& r : records_) n.push_back(r.name);
+  return n;
+}
+
+model::ModelConfig tiny_llama_config(int64_t vocab) {
+  model::ModelConfig c;
+  c.family = model::Family::llama;
+  c.vocab = vocab;
+  c.hidden = 64;
+  c.layers = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 16;
+  c.intermediate = 96;
+  c.rms_eps = 1e-5;
+  c.rope.rotary_dim = 16;
+  c.rope.theta = 10000.0;
+  c.max_position = 4096;
+  c.tie_embeddings = true;
+  c.moe_layer.assign(static_cast<size_t>(c.layers), false);
+  c.checkpoint_dtype = DType::f32;
+  return c;
+}
+
+std::unique_ptr<MemoryCheckpoint> random_checkpoint(const model::ModelConfig& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto ck = std::make_unique<MemoryCheckpoint>();
+  const int64_t h = c.hidden, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim, i = c.intermediate;
+  // Wide weights, so that logits are far from uniform and greedy choices are not near ties.
+  const float w = 0.3f;
+  ck->add("model.embed_tokens.weight", {c.vocab, h}, rng, -1.0f, 1.0f);
+  ck->add("model.norm.weight", {h}, rng, 0.8f, 1.2f);
+  if (!c.tie_embeddings) ck->add("lm_head.weight", {c.vocab, h}, rng, -w, w);
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    ck->add(p + "input_layernorm.weight", {h}, rng, 0.8f, 1.2f);
+    ck->add(p + "post_attention_layernorm.weight", {h}, rng, 0.8f, 1.2f);
+    ck->add(p + "self_attn.q_proj.weight", {qd, h}, rng, -w, w);
+    ck->add(p + "self_attn.k_proj.weight", {kvd, h}, rng, -w, w);
+    ck->add(p + "self_attn.v_proj.weight", {kvd, h}, rng, -w, w);
+    ck->add(p + "self_attn.o_proj.weight", {h, qd}, rng, -w, w);
+    ck->add(p + "mlp.gate_proj.weight", {i, h}, rng, -w, w);
+    ck->add(p + "mlp.up_proj.weight", {i, h}, rng, -w, w);
+    ck->add(p + "mlp.down_proj.weight", {h, i}, rng, -w, w);
+  }
+  return ck;
+}
+
+}  // namespace lw::test

@@ -1,0 +1,33 @@
+// Small Llama-family models with random weights, held in memory, for the model and engine
+// tests: a Checkpoint whose tensors carry the Hugging Face names.
+#pragma once
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/model.h"
+#include "weights/checkpoint.h"
+
+namespace lw::test {
+
+class MemoryCheckpoint : public weights::Checkpoint {
+ public:
+  // Adds an f32 tensor of uniform values in [lo, hi).
+  void add(const std::string& name, std::vector<int64_t> shape, std::mt19937_64& rng, float lo, float hi);
+  const weights::TensorRecord* find(std::string_view name) const override;
+  std::vector<std::string> names() const override;
+  std::string description() const override { return "an in-memory test checkpoint"; }
+
+ private:
+  std::vector<std::unique_ptr<std::vector<float>>> data_;
+  std::vector<weights::TensorRecord> records_;
+};
+
+// A Llama config: hidden 64, 2 layers, 4 query / 2 key-value heads of 16, intermediate 96.
+model::ModelConfig tiny_llama_config(int64_t vocab);
+// Every tensor `config` needs, random, under Hugging Face names.
+std::unique_ptr<MemoryCheckpoint> random_checkpoint(const model::ModelConfig& config, uint64_t seed);
+
+}  // namespace lw::test

@@ -1,0 +1,260 @@
+// The serving engine: KV block management with prefix caching, and continuous batching whose
+// results equal each request run alone (greedy), through chunked prefill, prefix-cache hits,
+// preemption, cancellation and stop strings.
+#include <filesystem>
+#include <map>
+
+#include "engine/block_manager.h"
+#include "engine/engine.h"
+#include "model/generator.h"
+#include "model_fixture.h"
+#include "test_util.h"
+
+namespace lw::test {
+namespace {
+
+using engine::BlockManager;
+using engine::Engine;
+using engine::EngineOptions;
+using engine::Request;
+using engine::RequestOutput;
+
+TEST(BlockManager, AllocatesReleasesAndCountsReferences) {
+  BlockManager m(4, 2);
+  EXPECT_EQ(m.available_blocks(), 4);
+  std::vector<int32_t> got;
+  for (int i = 0; i < 4; ++i) got.push_back(m.allocate());
+  EXPECT_EQ(m.allocate(), -1);
+  EXPECT_EQ(m.available_blocks(), 0);
+  m.release(got[1]);
+  EXPECT_EQ(m.available_blocks(), 1);
+  EXPECT_EQ(m.allocate(), got[1]);
+  EXPECT_THROW(m.release(7), Error);
+  for (int32_t b : got) m.release(b);
+  EXPECT_THROW(m.release(got[0]), Error);
+  EXPECT_EQ(m.available_blocks(), 4);
+}
+
+TEST(BlockManager, PublishedBlocksAreSharedAndEvictedLeastRecentlyUsedFirst) {
+  BlockManager m(3, 2);
+  const std::vector<int32_t> t1 = {5, 6}, t2 = {7, 8}, t3 = {9, 9};
+  const uint64_t h1 = BlockManager::chain_hash(0, t1), h2 = BlockManager::chain_hash(h1, t2);
+  EXPECT_NE(h1, BlockManager::chain_hash(0, t2));
+  EXPECT_NE(h2, BlockManager::chain_hash(0, t2));  // the same tokens after another prefix
+  const int32_t a = m.allocate(), b = m.allocate();
+  m.publish(a, h1, t1);
+  m.publish(b, h2, t2);
+  EXPECT_EQ(m.lookup(h1, t1), a);  // shared while referenced
+  EXPECT_EQ(m.references(a), 2);
+  EXPECT_EQ(m.lookup(h1, t3), -1);  // same hash, other tokens: a miss
+  m.release(a);
+  m.release(a);
+  m.release(b);
+  EXPECT_EQ(m.cached_blocks(), 2);
+  EXPECT_EQ(m.available_blocks(), 3);
+  EXPECT_EQ(m.lookup(h2, t2), b);  // found again after release; b is now the most recent
+  m.release(b);
+  const int32_t c = m.allocate();  // the free block
+  const int32_t d = m.allocate();  // evicts a, the least recently used cached block
+  EXPECT_NE(c, a);
+  EXPECT_EQ(d, a);
+  EXPECT_EQ(m.lookup(h1, t1), -1);
+  EXPECT_EQ(m.lookup(h2, t2), b);
+  EXPECT_EQ(m.hits(), 3u);
+  EXPECT_THROW(m.publish(c, 1, std::vector<int32_t>{1}), Error);  // not a full block
+}
+
+// A tiny random model shared by the engine tests.
+struct TinyModel {
+  model::ModelConfig config;
+  std::unique_ptr<MemoryCheckpoint> ckpt;
+  std::unique_ptr<model::Model> model;
+  explicit TinyModel(int64_t vocab = 256) : config(tiny_llama_config(vocab)), ckpt(random_checkpoint(config, 1234)) {
+    model = model::Model::load(ctx(), *ckpt, config, DType::f32);
+  }
+};
+
+TinyModel& tiny() {
+  static TinyModel m;
+  return m;
+}
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::string text, reason;
+  int outputs = 0;
+};
+
+Request make_request(std::mt19937_64& rng, int prompt_len, int max_tokens, int64_t vocab) {
+  Request r;
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab - 1));
+  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(tok(rng));
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0.0f;
+  return r;
+}
+
+// Runs requests through one engine; results by request index.
+std::vector<Result> run_all(Engine& e, const std::vector<Request>& reqs) {
+  std::vector<Result> out(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    e.add(reqs[i], [&out, i](const RequestOutput& o) {
+      Result& r = out[i];
+      r.tokens.insert(r.tokens.end(), o.tokens.begin(), o.tokens.end());
+      r.text += o.text;
+      ++r.outputs;
+      if (o.finished) r.reason = o.finish_reason;
+    });
+  }
+  e.run();
+  return out;
+}
+
+Result run_alone(const Request& r, const EngineOptions& opt = {}) {
+  EngineOptions o = opt;
+  if (o.num_blocks == 0) o.num_blocks = 64;
+  Engine e(ctx(), *tiny().model, nullptr, {}, o);
+  return run_all(e, {r})[0];
+}
+
+TEST(Engine, ConcurrentRequestsMatchEachAlone) {
+  std::mt19937_64& g = rng();
+  std::vector<Request> reqs;
+  for (int i = 0; i < 32; ++i) {
+    const int len = 1 + static_cast<int>(g() % 45), max_new = 1 + static_cast<int>(g() % 10);
+    reqs.push_back(make_request(g, len, max_new, tiny().config.vocab));
+  }
+  EngineOptions opt;
+  opt.num_blocks = 400;
+  opt.block_size = 4;
+  opt.max_batch_tokens = 48;  // long prompts are prefilled in chunks, beside decode steps
+  Engine e(ctx(), *tiny().model, nullptr, {}, opt);
+  const std::vector<Result> together = run_all(e, reqs);
+  EXPECT_GT(e.stats().steps, 10);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "request " << i << " (" << reqs[i].prompt.size() << " prompt tokens)");
+    const Result alone = run_alone(reqs[i]);
+    EXPECT_EQ(together[i].tokens, alone.tokens);
+    EXPECT_EQ(together[i].tokens.size(), static_cast<size_t>(reqs[i].max_tokens));
+    EXPECT_EQ(together[i].reason, "length");
+  }
+  EXPECT_EQ(e.blocks().available_blocks(), opt.num_blocks);  // every block back (free or cached)
+}
+
+TEST(Engine, PrefixCacheHitsSkipPrefillAndGiveTheSameTokens) {
+  std::mt19937_64& g = rng();
+  const Request first = make_request(g, 40, 4, tiny().config.vocab);
+  Request second = first;
+  for (int i = 0; i < 7; ++i) second.prompt.push_back(static_cast<int32_t>(g() % tiny().config.vocab));
+  second.max_tokens = 6;
+  EngineOptions opt;
+  opt.num_blocks = 64;
+  opt.block_size = 8;
+  Engine e(ctx(), *tiny().model, nullptr, {}, opt);
+  run_all(e, {first});
+  const int64_t computed_before = e.stats().computed_prompt_tokens;
+  const Result hit = run_all(e, {second})[0];
+  EXPECT_EQ(e.stats().prefix_hit_tokens, 40);  // five full blocks of the shared 40 tokens
+  EXPECT_EQ(e.stats().computed_prompt_tokens - computed_before, 7);
+  opt.prefix_caching = false;
+  const Result miss = run_alone(second, opt);
+  EXPECT_EQ(hit.tokens, miss.tokens);
+}
+
+TEST(Engine, PreemptionWhenBlocksRunOutStillCompletesEveryRequest) {
+  std::mt19937_64& g = rng();
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) reqs.push_back(make_request(g, 10 + i, 12, tiny().config.vocab));
+  EngineOptions opt;
+  opt.num_blocks = 14;  // 56 tokens: not enough for the six requests' 22-27 tokens each at once
+  opt.block_size = 4;
+  opt.prefix_caching = false;
+  Engine e(ctx(), *tiny().model, nullptr, {}, opt);
+  const std::vector<Result> together = run_all(e, reqs);
+  EXPECT_GT(e.stats().preemptions, 0);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "request " << i);
+    EXPECT_EQ(together[i].tokens, run_alone(reqs[i]).tokens);
+  }
+  EXPECT_EQ(e.blocks().available_blocks(), opt.num_blocks);
+}
+
+TEST(Engine, CancellationFreesEveryBlock) {
+  std::mt19937_64& g = rng();
+  EngineOptions opt;
+  opt.num_blocks = 64;
+  opt.block_size = 4;
+  opt.max_batch_tokens = 16;
+  Engine e(ctx(), *tiny().model, nullptr, {}, opt);
+  std::map<int64_t, std::string> reasons;
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 5; ++i)
+    ids.push_back(e.add(make_request(g, 20, 50, tiny().config.vocab),
+                        [&](const RequestOutput& o) { if (o.finished) reasons[o.id] = o.finish_reason; }));
+  for (int i = 0; i < 4; ++i) e.step();  // some running, some still waiting
+  EXPECT_LT(e.blocks().available_blocks(), opt.num_blocks);
+  for (int64_t id : ids) e.cancel(id);
+  EXPECT_TRUE(e.idle());
+  EXPECT_EQ(e.blocks().available_blocks(), opt.num_blocks);
+  for (int64_t id : ids) EXPECT_EQ(reasons[id], "abort");
+  EXPECT_FALSE(e.step());
+}
+
+TEST(Engine, RejectsRequestsThatCannotRun) {
+  EngineOptions opt;
+  opt.num_blocks = 4;
+  opt.block_size = 4;
+  Engine e(ctx(), *tiny().model, nullptr, {}, opt);
+  auto expect_error = [&](Request r, const char* text) {
+    try {
+      e.add(std::move(r), {});
+      ADD_FAILURE() << "expected an error containing '" << text << "'";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(text), std::string::npos) << err.what();
+    }
+  };
+  std::mt19937_64& g = rng();
+  expect_error(make_request(g, 17, 1, tiny().config.vocab), "needs 5 KV blocks; the whole cache has 4");
+  expect_error(make_request(g, 0, 1, tiny().config.vocab), "no tokens");
+  Request bad = make_request(g, 3, 1, tiny().config.vocab);
+  bad.prompt[1] = 9999;
+  expect_error(bad, "outside the vocabulary");
+  Request stop = make_request(g, 3, 1, tiny().config.vocab);
+  stop.stop_strings = {"x"};
+  expect_error(stop, "stop strings need a tokenizer");
+}
+
+TEST(Engine, StopStringsAcrossTokenBoundaries) {
+  const std::string gguf = LW_SMOLLM2_GGUF;
+  if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " is absent (scripts/fetch_model.sh fetches it)";
+  // SmolLM2's tokenizer over a random model of its vocabulary size.
+  model::Generator smol(ctx(), gguf, DType::bf16);
+  const text::Tokenizer& tok = smol.tokenizer();
+  model::ModelConfig cfg = tiny_llama_config(smol.config().vocab);
+  auto ckpt = random_checkpoint(cfg, 99);
+  auto m = model::Model::load(ctx(), *ckpt, cfg, DType::f32);
+  EngineOptions opt;
+  opt.num_blocks = 32;
+  Request r;
+  r.prompt = tok.encode("The weather today is", true);
+  r.max_tokens = 12;
+  r.sampling.temperature = 0.0f;
+  Engine e(ctx(), *m, &tok, {}, opt);
+  const Result full = run_all(e, {r})[0];
+  ASSERT_EQ(full.tokens.size(), 12u);
+  // A stop string made of the last character of token 3's text and the first of token 4's.
+  const std::string before = tok.decode(std::span<const int32_t>(full.tokens.data(), 4), true);
+  const std::string piece4 = tok.decode(std::span<const int32_t>(full.tokens.data() + 4, 1), true);
+  ASSERT_FALSE(piece4.empty());
+  ASSERT_EQ(full.text.substr(0, before.size()), before);
+  const std::string stop = before.substr(before.size() - 1) + piece4.substr(0, 1);
+  const size_t at = full.text.find(stop);
+  ASSERT_NE(at, std::string::npos);
+  r.stop_strings = {stop};
+  const Result cut = run_all(e, {r})[0];
+  EXPECT_EQ(cut.reason, "stop");
+  EXPECT_EQ(cut.text, full.text.substr(0, at));
+}
+
+}  // namespace
+}  // namespace lw::test
