@@ -1,12 +1,13 @@
 // The lightwave command line: `info` (the build target and the device), `check` (runs the
 // kernels on fresh random inputs against a float64 reference on this device), `generate` and
-// `score` (app/generate.cpp).
+// `score` (app/generate.cpp), `bench` (app/bench.cpp).
 #include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <random>
 
+#include "app/bench.h"
 #include "app/generate.h"
 #include "core/context.h"
 #include "core/logging.h"
@@ -115,11 +116,13 @@ int main(int argc, char** argv) {
   check->add_option("--seed", seed, "Random seed (default: fresh)");
 
   lw::app::add_model_commands(app);
+  lw::app::add_bench_command(app);
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("info")) return cmd_info(device);
     if (const int status = lw::app::run_model_command(app, device); status >= 0) return status;
+    if (const int status = lw::app::run_bench_command(app, device); status >= 0) return status;
     return cmd_check(device, seed);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lightwave: error: %s\n", e.what());

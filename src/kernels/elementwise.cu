@@ -4,6 +4,7 @@
 
 #include "gpu/launch.h"
 #include "gpu/numeric.h"
+#include "gpu/portable_math.h"
 #include "gpu/vector.h"
 
 namespace lw::kernels {
@@ -106,6 +107,21 @@ void map(MapOp op, TOut* out, const TIn* a, const TIn* b, float scalar, int64_t 
 }
 
 template <class T>
+__global__ void fill_uniform_kernel(T* out, int64_t n, float lo, float hi, uint64_t seed) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = gpu::from_float<T>(lo + (hi - lo) * gpu::uniform_portable(seed, static_cast<uint64_t>(i)));
+}
+
+template <class T>
+void fill_uniform(T* out, int64_t n, float lo, float hi, uint64_t seed, int warp_size, cudaStream_t stream) {
+  if (n == 0) return;
+  const int threads = gpu::round_block_size(256, warp_size);
+  const gpu::LaunchConfig cfg{dim3(grid_for(n, threads)), dim3(threads), 0, stream};
+  gpu::launch("fill_uniform", fill_uniform_kernel<T>, cfg, out, n, lo, hi, seed);
+}
+
+template <class T>
 __global__ void sigmoid_gated_add_kernel(T* out, const T* gate, const T* x, int64_t tokens, int64_t hidden) {
   const int64_t total = tokens * hidden;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -146,6 +162,9 @@ LW_MAP_FROM(half)
 LW_MAP_FROM(bfloat16)
 #undef LW_MAP_FROM
 #undef LW_MAP
+template void fill_uniform<float>(float*, int64_t, float, float, uint64_t, int, cudaStream_t);
+template void fill_uniform<half>(half*, int64_t, float, float, uint64_t, int, cudaStream_t);
+template void fill_uniform<bfloat16>(bfloat16*, int64_t, float, float, uint64_t, int, cudaStream_t);
 template void sigmoid_gated_add<float>(float*, const float*, const float*, int64_t, int64_t, int, cudaStream_t);
 template void sigmoid_gated_add<half>(half*, const half*, const half*, int64_t, int64_t, int, cudaStream_t);
 template void sigmoid_gated_add<bfloat16>(bfloat16*, const bfloat16*, const bfloat16*, int64_t, int64_t, int, cudaStream_t);

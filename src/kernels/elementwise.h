@@ -20,6 +20,11 @@ void map(MapOp op, TOut* out, const TIn* a, const TIn* b, float scalar, int64_t 
 template <class T>
 void act_mul(Activation act, T* out, const T* in, int64_t tokens, int64_t inter, int warp_size, cudaStream_t stream);
 
+// out[i] = lo + (hi - lo) * u(seed, i), u uniform in [0, 1) (Philox): the same values on
+// every target.
+template <class T>
+void fill_uniform(T* out, int64_t n, float lo, float hi, uint64_t seed, int warp_size, cudaStream_t stream);
+
 // Gated residual over rows of [tokens, hidden]: out[t, i] += sigmoid(gate[t]) * x[t, i].
 template <class T>
 void sigmoid_gated_add(T* out, const T* gate, const T* x, int64_t tokens, int64_t hidden, int warp_size, cudaStream_t stream);

@@ -227,6 +227,59 @@ ModelConfig ModelConfig::from_gguf(const weights::GgufFile& g) {
   return m;
 }
 
+namespace {
+
+// name, family, vocab, hidden, layers, heads, kv heads, head_dim, intermediate, theta, tied,
+// experts, top-k, expert width
+struct NamedShape {
+  const char* name;
+  Family family;
+  int64_t vocab, hidden, layers, heads, kv_heads, head_dim, intermediate;
+  double theta;
+  bool tied;
+  int experts, top_k;
+  int64_t moe_intermediate;
+};
+constexpr NamedShape kShapes[] = {
+    {"llama3-8b", Family::llama, 128256, 4096, 32, 32, 8, 128, 14336, 500000.0, false, 0, 0, 0},
+    {"llama3.2-1b", Family::llama, 128256, 2048, 16, 32, 8, 64, 8192, 500000.0, true, 0, 0, 0},
+    {"qwen2.5-7b", Family::qwen2, 152064, 3584, 28, 28, 4, 128, 18944, 1000000.0, false, 0, 0, 0},
+    {"qwen3-30b-a3b", Family::qwen3_moe, 151936, 2048, 48, 32, 4, 128, 6144, 1000000.0, false, 128, 8, 768},
+    {"smollm2-135m", Family::llama, 49152, 576, 30, 9, 3, 64, 1536, 100000.0, true, 0, 0, 0},
+};
+
+}  // namespace
+
+std::vector<std::string> ModelConfig::shape_names() {
+  std::vector<std::string> names;
+  for (const auto& s : kShapes) names.push_back(s.name);
+  return names;
+}
+
+ModelConfig ModelConfig::named(const std::string& name) {
+  for (const auto& s : kShapes) {
+    if (name != s.name) continue;
+    ModelConfig m;
+    m.family = s.family;
+    m.vocab = s.vocab, m.hidden = s.hidden, m.layers = s.layers;
+    m.heads = s.heads, m.kv_heads = s.kv_heads, m.head_dim = s.head_dim, m.intermediate = s.intermediate;
+    m.rms_eps = 1e-5;
+    m.rope.theta = s.theta;
+    m.rope.rotary_dim = static_cast<int>(s.head_dim);
+    m.max_position = 32768;
+    m.tie_embeddings = s.tied;
+    m.qkv_bias = s.family == Family::qwen2;
+    m.qk_norm = s.family == Family::qwen3 || s.family == Family::qwen3_moe;
+    m.experts = s.experts, m.experts_per_token = s.top_k, m.moe_intermediate = s.moe_intermediate;
+    m.norm_topk_prob = true;
+    m.moe_layer.assign(static_cast<size_t>(m.layers), s.experts > 0);
+    return m;
+  }
+  std::string names;
+  for (const auto& s : kShapes) names += std::string(names.empty() ? "" : ", ") + s.name;
+  LW_FAIL("unknown model shape '" << name << "' (" << names << ")");
+}
+
 std::string ModelConfig::summary() const {
   std::ostringstream s;
   s << family_name(family) << ": " << layers << " layers, hidden " << hidden << ", heads " << heads << "/" << kv_heads << " x "

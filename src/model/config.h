@@ -46,6 +46,9 @@ struct ModelConfig {
   // lw::Errors naming the file and the key.
   static ModelConfig from_hf(const std::string& config_json_path);
   static ModelConfig from_gguf(const weights::GgufFile& gguf);
+  // A published model's shape by name (for benchmarks with random weights); see shape_names().
+  static ModelConfig named(const std::string& name);
+  static std::vector<std::string> shape_names();
   std::string summary() const;
 };
 

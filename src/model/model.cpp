@@ -25,24 +25,31 @@ class Loader {
  public:
   // total: the bytes the dry run counted; with it (and a terminal on stderr) the real run
   // draws a progress bar.
-  Loader(Context& ctx, const weights::Checkpoint& ckpt, DType dtype, bool dry, size_t total = 0)
-      : ctx_(ctx), ckpt_(ckpt), dtype_(dtype), dry_(dry), total_(total), bar_(total > 0 && isatty(STDERR_FILENO)) {}
+  // ckpt null: random weights from `seed` (benchmarks of named shapes).
+  Loader(Context& ctx, const weights::Checkpoint* ckpt, DType dtype, bool dry, size_t total = 0, uint64_t seed = 0)
+      : ctx_(ctx), ckpt_(ckpt), dtype_(dtype), dry_(dry), total_(total), bar_(total > 0 && isatty(STDERR_FILENO)),
+        seed_(seed) {}
   ~Loader() {
     if (bar_ && drawn_) std::fprintf(stderr, "\n");
   }
 
-  bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
+  // Random weights take the transformers-5 names: mlp.*, experts stacked.
+  bool has(const std::string& name) const {
+    if (!ckpt_) return name.find("block_sparse_moe") == std::string::npos && name.find(".experts.0.") == std::string::npos;
+    return ckpt_->find(name) != nullptr;
+  }
 
   Tensor get(const std::string& name, const std::vector<int64_t>& shape) {
-    const weights::TensorRecord& rec = ckpt_.get(name);
-    LW_CHECK(rec.shape == shape, "tensor '" << name << "' in " << ckpt_.description() << " has shape " << shape_str(rec.shape)
+    if (!ckpt_) return random(name, shape);
+    const weights::TensorRecord& rec = ckpt_->get(name);
+    LW_CHECK(rec.shape == shape, "tensor '" << name << "' in " << ckpt_->description() << " has shape " << shape_str(rec.shape)
                                             << "; the model config needs " << shape_str(shape));
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     const bool integer = rec.dtype == weights::FileDType::i8 || rec.dtype == weights::FileDType::i32 ||
                          rec.dtype == weights::FileDType::i64;
     LW_CHECK(!integer && rec.dtype != weights::FileDType::unsupported,
-             "tensor '" << name << "' in " << ckpt_.description() << " has type " << rec.type_name
+             "tensor '" << name << "' in " << ckpt_->description() << " has type " << rec.type_name
                         << "; weights must be F32, F16, BF16, Q8_0, Q4_0 or Q4_1");
     bytes_ += static_cast<size_t>(n) * dtype_size(dtype_);
     if (dry_) return Tensor();
@@ -61,6 +68,22 @@ class Loader {
   size_t bytes() const { return bytes_; }
 
  private:
+  // Norm weights near 1, matrices within +-1/sqrt(fan-in): activations keep their scale
+  // through the layers, as in a trained model.
+  Tensor random(const std::string& name, const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    bytes_ += static_cast<size_t>(n) * dtype_size(dtype_);
+    if (dry_) return Tensor();
+    Tensor t = ctx_.empty(shape, dtype_);
+    const bool norm = name.find("norm") != std::string::npos;
+    const float bound = norm ? 0.1f : 1.0f / std::sqrt(static_cast<float>(shape.back()));
+    ops::fill_uniform(ctx_, t, norm ? 1.0f - bound : -bound, norm ? 1.0f + bound : bound,
+                      seed_ ^ std::hash<std::string>{}(name));
+    draw();
+    return t;
+  }
+
   void draw() {
     if (!bar_) return;
     const int width = 40, filled = static_cast<int>(width * static_cast<double>(bytes_) / static_cast<double>(total_));
@@ -71,11 +94,12 @@ class Loader {
   }
 
   Context& ctx_;
-  const weights::Checkpoint& ckpt_;
+  const weights::Checkpoint* ckpt_;
   DType dtype_;
   bool dry_;
   size_t total_;
   bool bar_;
+  uint64_t seed_;
   bool drawn_ = false;
   size_t bytes_ = 0;
 };
@@ -217,6 +241,15 @@ Model::Model(Context& ctx, const ModelConfig& config, DType dtype) : config_(con
 }
 
 std::unique_ptr<Model> Model::load(Context& ctx, const weights::Checkpoint& ckpt, const ModelConfig& config, DType dtype) {
+  return build(ctx, &ckpt, config, dtype, 0);
+}
+
+std::unique_ptr<Model> Model::random(Context& ctx, const ModelConfig& config, DType dtype, uint64_t seed) {
+  return build(ctx, nullptr, config, dtype, seed);
+}
+
+std::unique_ptr<Model> Model::build(Context& ctx, const weights::Checkpoint* ckpt, const ModelConfig& config, DType dtype,
+                                    uint64_t seed) {
   LW_CHECK(is_float(dtype), "model dtype " << dtype_name(dtype) << " must be f32, f16 or bf16");
   std::vector<LayerWeights> layers;
   Tensor embed, final_norm, lm_head;
@@ -224,12 +257,13 @@ std::unique_ptr<Model> Model::load(Context& ctx, const weights::Checkpoint& ckpt
   load_all(dry, config, embed, final_norm, lm_head, layers);
   size_t free_bytes = 0, total_bytes = 0;
   LW_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  LW_CHECK(dry.bytes() < free_bytes, "the weights of " << ckpt.description() << " take " << dry.bytes() / (1 << 20)
-                                                       << " MiB in " << dtype_name(dtype) << " but the device has "
+  const std::string what = ckpt ? ckpt->description() : "the random " + config.summary() + " model";
+  LW_CHECK(dry.bytes() < free_bytes, "the weights of " << what << " take " << dry.bytes() / (1 << 20) << " MiB in "
+                                                       << dtype_name(dtype) << " but the device has "
                                                        << free_bytes / (1 << 20) << " MiB free");
 
   std::unique_ptr<Model> m(new Model(ctx, config, dtype));
-  Loader ld(ctx, ckpt, dtype, false, dry.bytes());
+  Loader ld(ctx, ckpt, dtype, false, dry.bytes(), seed);
   load_all(ld, config, m->embed_, m->final_norm_, m->lm_head_, m->layers_);
   m->weight_bytes_ = ld.bytes();
   ctx.synchronize();

@@ -44,6 +44,9 @@ class Model {
   // Checks every tensor's presence and shape and the device memory first, then loads the
   // weights converted to `dtype` (f32, f16 or bf16).
   static std::unique_ptr<Model> load(Context& ctx, const weights::Checkpoint& ckpt, const ModelConfig& config, DType dtype);
+  // Random weights of the config's shape (benchmarks without a checkpoint): uniform, norm
+  // weights near 1, matrices within +-1/sqrt(fan-in); the same for the same seed everywhere.
+  static std::unique_ptr<Model> random(Context& ctx, const ModelConfig& config, DType dtype, uint64_t seed = 1);
 
   const ModelConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }
@@ -57,6 +60,8 @@ class Model {
 
  private:
   Model(Context& ctx, const ModelConfig& config, DType dtype);
+  static std::unique_ptr<Model> build(Context& ctx, const weights::Checkpoint* ckpt, const ModelConfig& config, DType dtype,
+                                      uint64_t seed);
   struct BatchLayout;
   void attention(Context& ctx, KvCache& cache, int64_t layer, const Tensor& x, const BatchLayout& b, const Tensor& out);
   void dense_mlp(Context& ctx, const Tensor& gate_up, const Tensor& down, const Tensor& x, const Tensor& out);

@@ -39,6 +39,14 @@ void unary(Context& ctx, const char* name, kernels::MapOp op, const Tensor& x, f
 
 void add(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) { binary(ctx, "add", kernels::MapOp::add, a, b, out); }
 void mul(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) { binary(ctx, "mul", kernels::MapOp::mul, a, b, out); }
+void fill_uniform(Context& ctx, const Tensor& out, float lo, float hi, uint64_t seed) {
+  check_float_input("fill_uniform", "out", out);
+  LW_CHECK(std::isfinite(lo) && std::isfinite(hi) && lo <= hi, "fill_uniform: bounds [" << lo << ", " << hi << ") are not a range");
+  dispatch_float(out.dtype(), "fill_uniform", [&]<class T>() {
+    kernels::fill_uniform<T>(out.data<T>(), out.numel(), lo, hi, seed, ctx.warp_size(), ctx.stream().get());
+  });
+}
+
 void sigmoid_gated_add(Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& x) {
   const char* op = "sigmoid_gated_add";
   check_float_input(op, "out", out);

@@ -25,6 +25,10 @@ void activation(Context& ctx, Activation act, const Tensor& x, const Tensor& out
 // Gated activation: in [..., 2 * inter] (gate then up), out [..., inter] = act(gate) * up.
 void act_mul(Context& ctx, Activation act, const Tensor& in, const Tensor& out);
 
+// Fills out (float dtype, contiguous) with uniform values in [lo, hi) from `seed`; the same
+// values on every target.
+void fill_uniform(Context& ctx, const Tensor& out, float lo, float hi, uint64_t seed);
+
 // out [tokens, hidden] += sigmoid(gate [tokens, 1]) * x [tokens, hidden] (Qwen2-MoE's gated
 // shared expert); one float dtype.
 void sigmoid_gated_add(Context& ctx, const Tensor& out, const Tensor& gate, const Tensor& x);

@@ -1,0 +1,200 @@
+#include "app/bench.h"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "core/stream.h"
+#include "engine/engine.h"
+#include "model/generator.h"
+
+namespace lw::app {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchArgs {
+  std::string model, shape, dtype = "bf16", json;
+  int requests = 64, input_len = 512, output_len = 256;
+  int64_t max_batch_tokens = 2048;
+  double kv_fraction = 0.9;
+  uint64_t seed = 1;
+  bool skip_latency = false, skip_throughput = false;
+} args;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Device-to-device copy bandwidth (bytes read + written), the roofline's reference.
+double copy_gbs(Context& ctx) {
+  const int64_t bytes = int64_t{256} << 20;
+  Tensor a = ctx.empty({bytes}, DType::i8), b = ctx.empty({bytes}, DType::i8);
+  Event start, stop;
+  LW_CUDA_CHECK(cudaMemcpyAsync(b.data_ptr(), a.data_ptr(), bytes, cudaMemcpyDeviceToDevice, ctx.stream().get()));
+  start.record(ctx.stream());
+  const int reps = 10;
+  for (int i = 0; i < reps; ++i)
+    LW_CUDA_CHECK(cudaMemcpyAsync(b.data_ptr(), a.data_ptr(), bytes, cudaMemcpyDeviceToDevice, ctx.stream().get()));
+  stop.record(ctx.stream());
+  stop.synchronize();
+  return 2.0 * static_cast<double>(bytes) * reps / (static_cast<double>(stop.elapsed_ms_since(start)) * 1e6);
+}
+
+struct Timing {
+  Clock::time_point added, first, last;
+  int tokens = 0;
+  bool finished = false;
+};
+
+engine::Request random_request(std::mt19937_64& rng, int64_t vocab) {
+  engine::Request r;
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab - 1));
+  for (int i = 0; i < args.input_len; ++i) r.prompt.push_back(tok(rng));
+  r.max_tokens = args.output_len;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0.0f;
+  return r;
+}
+
+// Runs n requests at once; returns their timings and the wall time.
+std::vector<Timing> run_requests(engine::Engine& e, int n, int64_t vocab, std::mt19937_64& rng, double& wall) {
+  std::vector<Timing> t(static_cast<size_t>(n));
+  const bool bar = isatty(STDERR_FILENO) && n > 1;
+  int done = 0;
+  const auto start = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    t[static_cast<size_t>(i)].added = Clock::now();
+    e.add(random_request(rng, vocab), [&t, i, &done](const engine::RequestOutput& o) {
+      Timing& x = t[static_cast<size_t>(i)];
+      if (!o.tokens.empty()) {
+        if (x.tokens == 0) x.first = Clock::now();
+        x.last = Clock::now();
+        x.tokens += static_cast<int>(o.tokens.size());
+      }
+      if (o.finished) x.finished = true, ++done;
+    });
+  }
+  while (e.step()) {
+    if (bar) std::fprintf(stderr, "\r%d / %d requests done", done, n);
+  }
+  if (bar) std::fprintf(stderr, "\n");
+  wall = seconds_since(start);
+  return t;
+}
+
+int run() {
+  Context ctx;
+  const DType dtype = parse_dtype(args.dtype);
+  std::unique_ptr<model::Generator> gen;
+  std::unique_ptr<model::Model> random_model;
+  model::Model* m = nullptr;
+  std::string what;
+  if (!args.shape.empty()) {
+    random_model = model::Model::random(ctx, model::ModelConfig::named(args.shape), dtype, args.seed);
+    m = random_model.get();
+    what = args.shape + " (random weights)";
+  } else {
+    LW_CHECK(!args.model.empty(), "bench: give --model PATH or --shape NAME");
+    gen = std::make_unique<model::Generator>(ctx, args.model, dtype);
+    m = &gen->model();
+    what = args.model;
+  }
+  const model::ModelConfig& c = m->config();
+  const double bw = copy_gbs(ctx);
+  engine::EngineOptions opt;
+  opt.memory_fraction = args.kv_fraction;
+  opt.max_batch_tokens = args.max_batch_tokens;
+  opt.prefix_caching = false;  // random prompts share nothing; keep the measurement pure
+  engine::Engine e(ctx, *m, nullptr, {}, opt);
+  std::mt19937_64 rng(args.seed);
+  nlohmann::json out = {{"model", what}, {"device", ctx.device_name()}, {"dtype", args.dtype},
+                        {"copy_gbs", bw}, {"kv_blocks", e.num_blocks()}, {"input_len", args.input_len},
+                        {"output_len", args.output_len}};
+  std::printf("lightwave bench: %s, %s on %s; copy %.0f GB/s; KV cache %lld blocks of 16\n", what.c_str(),
+              args.dtype.c_str(), ctx.device_name().c_str(), bw, static_cast<long long>(e.num_blocks()));
+
+  // Warm-up: library heuristics, the GEMM path choice and first-use allocations are not timed.
+  double wall = 0;
+  {
+    const int in = args.input_len, outl = args.output_len;
+    args.input_len = std::min(in, 32), args.output_len = 4;
+    run_requests(e, 2, c.vocab, rng, wall);
+    args.input_len = in, args.output_len = outl;
+  }
+
+  if (!args.skip_latency) {
+    const std::vector<Timing> t = run_requests(e, 1, c.vocab, rng, wall);
+    const double ttft = std::chrono::duration<double>(t[0].first - t[0].added).count();
+    const double tpot = std::chrono::duration<double>(t[0].last - t[0].first).count() / std::max(1, t[0].tokens - 1);
+    // Bytes one decode step reads: every weight but the embedding table (one row of it), and
+    // the K/V of the context at its mean length.
+    const double embed = c.tie_embeddings ? 0.0 : static_cast<double>(c.vocab * c.hidden) * static_cast<double>(dtype_size(dtype));
+    const double kv = 2.0 * c.layers * c.kv_heads * c.head_dim * dtype_size(dtype) * (args.input_len + args.output_len / 2.0);
+    const double step_bytes = static_cast<double>(m->weight_bytes()) - embed + kv;
+    const double roofline = bw * 1e9 / step_bytes;
+    std::printf("batch 1: TTFT %.1f ms (%d prompt tokens), TPOT %.2f ms = %.1f tokens/s; roofline %.1f tokens/s "
+                "(%.2f GB per step) -> %.1f%%\n",
+                ttft * 1e3, args.input_len, tpot * 1e3, 1.0 / tpot, roofline, step_bytes / 1e9, 100.0 / tpot / roofline);
+    out["latency"] = {{"ttft_ms", ttft * 1e3}, {"tpot_ms", tpot * 1e3}, {"tokens_per_s", 1.0 / tpot},
+                      {"roofline_tokens_per_s", roofline}, {"roofline_percent", 100.0 / tpot / roofline},
+                      {"bytes_per_step", step_bytes}};
+  }
+  if (!args.skip_throughput) {
+    const auto steps0 = e.stats().steps;
+    const std::vector<Timing> t = run_requests(e, args.requests, c.vocab, rng, wall);
+    double ttft = 0, tpot = 0;
+    int64_t generated = 0;
+    for (const Timing& x : t) {
+      ttft += std::chrono::duration<double>(x.first - x.added).count();
+      tpot += std::chrono::duration<double>(x.last - x.first).count() / std::max(1, x.tokens - 1);
+      generated += x.tokens;
+    }
+    const double n = static_cast<double>(t.size());
+    const double total = static_cast<double>(generated) + n * args.input_len;
+    std::printf("%d requests at once: %.1f s, %.1f output tokens/s, %.1f total tokens/s; mean TTFT %.0f ms, mean TPOT "
+                "%.1f ms; %lld steps, %lld preemptions\n",
+                args.requests, wall, static_cast<double>(generated) / wall, total / wall, ttft / n * 1e3, tpot / n * 1e3,
+                static_cast<long long>(e.stats().steps - steps0), static_cast<long long>(e.stats().preemptions));
+    out["throughput"] = {{"requests", args.requests}, {"seconds", wall}, {"output_tokens_per_s", generated / wall},
+                         {"total_tokens_per_s", total / wall}, {"mean_ttft_ms", ttft / n * 1e3},
+                         {"mean_tpot_ms", tpot / n * 1e3}, {"preemptions", e.stats().preemptions}};
+  }
+  if (!args.json.empty()) std::ofstream(args.json) << out.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto* b = app.add_subcommand("bench", "Latency at batch 1 and throughput of many requests, on a model or a named shape");
+  b->add_option("--model", args.model, "Model directory or .gguf file");
+  std::string shapes;
+  for (const std::string& s : model::ModelConfig::shape_names()) shapes += (shapes.empty() ? "" : ", ") + s;
+  b->add_option("--shape", args.shape, "A named model shape with random weights: " + shapes);
+  b->add_option("--dtype", args.dtype, "Compute dtype: bf16, f16 or f32");
+  b->add_option("--requests", args.requests, "Concurrent requests of the throughput run")->check(CLI::PositiveNumber);
+  b->add_option("--input-len", args.input_len, "Prompt tokens per request")->check(CLI::PositiveNumber);
+  b->add_option("--output-len", args.output_len, "Generated tokens per request")->check(CLI::PositiveNumber);
+  b->add_option("--max-batch-tokens", args.max_batch_tokens, "Tokens per engine step")->check(CLI::PositiveNumber);
+  b->add_option("--kv-fraction", args.kv_fraction, "Fraction of free device memory for the KV cache")->check(CLI::Range(0.01, 1.0));
+  b->add_option("--seed", args.seed, "Seed of the random weights and prompts");
+  b->add_flag("--no-latency", args.skip_latency, "Skip the batch-1 run");
+  b->add_flag("--no-throughput", args.skip_throughput, "Skip the many-request run");
+  b->add_option("--json", args.json, "Also write the results as JSON");
+}
+
+int run_bench_command(CLI::App& app, int device) {
+  if (!app.got_subcommand("bench")) return -1;
+  LW_CHECK(device == 0, "bench: runs on device 0");
+  return run();
+}
+
+}  // namespace lw::app
