@@ -192,10 +192,11 @@ Tensor host_vector(const std::vector<T>& v) {
 // block tables and lengths, and the rows whose logits are wanted.
 struct Model::BatchLayout {
   Tensor ids, positions, slots, block_tables, logit_rows;
+  ops::PrefillPlan attention;
   std::vector<int32_t> query_lens, context_lens;
   int64_t tokens = 0, logits = 0;
 
-  BatchLayout(Context& ctx, const KvCache& cache, const std::vector<SequenceChunk>& batch) {
+  BatchLayout(Context& ctx, const KvCache& cache, const std::vector<SequenceChunk>& batch, int64_t vocab) {
     const int bs = cache.block_size();
     std::vector<int32_t> ids_h, rows_h;
     std::vector<int64_t> pos_h, slot_h;
@@ -217,7 +218,9 @@ struct Model::BatchLayout {
       }
       for (int64_t j = 0; j < n; ++j) {
         const int64_t p = c.start + j;
-        ids_h.push_back(c.tokens[static_cast<size_t>(j)]);
+        const int32_t id = c.tokens[static_cast<size_t>(j)];
+        LW_CHECK(id >= 0 && id < vocab, "forward: token " << id << " of sequence " << s << " is outside the vocabulary of " << vocab);
+        ids_h.push_back(id);
         pos_h.push_back(p);
         slot_h.push_back(static_cast<int64_t>(c.blocks[static_cast<size_t>(p / bs)]) * bs + p % bs);
         if (c.logits == SequenceChunk::Logits::all || (c.logits == SequenceChunk::Logits::last && j == n - 1))
@@ -233,6 +236,7 @@ struct Model::BatchLayout {
     block_tables = ctx.to_device(tables);
     logits = static_cast<int64_t>(rows_h.size());
     if (logits > 0) logit_rows = ctx.to_device(host_vector(rows_h));
+    attention = ops::plan_prefill(ctx, query_lens, context_lens);
   }
 };
 
@@ -289,9 +293,9 @@ void Model::attention(Context& ctx, KvCache& cache, int64_t layer, const Tensor&
     k = kn;
   }
   rope_->apply(ctx, q, k, b.positions);
-  ops::kv_write(ctx, k, v, b.slots, cache.k(layer), cache.v(layer));
+  ops::kv_write(ctx, k, v, b.slots, cache.k(layer), cache.v(layer), false);  // slots checked in BatchLayout
   Tensor attn = ctx.empty({t, nq, d}, dtype_);
-  ops::prefill_attention(ctx, q, cache.k(layer), cache.v(layer), b.block_tables, b.query_lens, b.context_lens,
+  ops::prefill_attention(ctx, q, cache.k(layer), cache.v(layer), b.block_tables, b.attention,
                          static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))), attn);
   ops::linear(ctx, attn.view({t, nq * d}), w.o, w.o_bias, out);
 }
@@ -332,11 +336,11 @@ void Model::moe_mlp(Context& ctx, const LayerWeights& w, const Tensor& x, const 
 
 Tensor Model::forward(Context& ctx, KvCache& cache, const std::vector<SequenceChunk>& batch) {
   LW_CHECK(!batch.empty(), "forward: an empty batch");
-  const BatchLayout b(ctx, cache, batch);
+  const BatchLayout b(ctx, cache, batch, config_.vocab);
   const int64_t t = b.tokens, h = config_.hidden;
   Tensor residual = ctx.empty({t, h}, dtype_), normed = ctx.empty({t, h}, dtype_), delta = ctx.empty({t, h}, dtype_);
   const float eps = static_cast<float>(config_.rms_eps);
-  ops::embedding(ctx, embed_, b.ids, residual);
+  ops::embedding(ctx, embed_, b.ids, residual, false);  // ids checked in BatchLayout
   for (int64_t l = 0; l < config_.layers; ++l) {
     const LayerWeights& w = layers_[static_cast<size_t>(l)];
     if (l == 0) ops::rms_norm(ctx, residual, w.attn_norm, eps, normed);
@@ -352,7 +356,7 @@ Tensor Model::forward(Context& ctx, KvCache& cache, const std::vector<SequenceCh
   Tensor rows = normed;
   if (b.logits != t) {
     rows = ctx.empty({b.logits, h}, dtype_);
-    ops::embedding(ctx, normed, b.logit_rows, rows);
+    ops::embedding(ctx, normed, b.logit_rows, rows, false);
   }
   Tensor logits = ctx.empty({b.logits, config_.vocab}, dtype_);
   ops::linear(ctx, rows, lm_head_, Tensor(), logits);

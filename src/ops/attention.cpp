@@ -20,7 +20,7 @@ void check_cache(const char* op, const char* name, const Tensor& cache) {
 }  // namespace
 
 void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot_mapping, const Tensor& k_cache,
-              const Tensor& v_cache) {
+              const Tensor& v_cache, bool check) {
   check_cache("kv_write", "k_cache", k_cache);
   check_cache("kv_write", "v_cache", v_cache);
   check_same_shape("kv_write", "k_cache", k_cache, "v_cache", v_cache);
@@ -48,6 +48,7 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
     kernels::kv_write<T>(a, k.data<T>(), v.data<T>(), slot_mapping.data<int64_t>(), k_cache.data<T>(), v_cache.data<T>(),
                          flag.data<int64_t>(), ctx.warp_size(), ctx.stream().get());
   });
+  if (!check) return;
   const int64_t bad = ctx.to_host(flag).data<int64_t>()[0];
   if (bad != 0) {
     const int64_t slot = ctx.to_host(slot_mapping.slice(0, bad - 1, bad)).data<int64_t>()[0];
@@ -113,15 +114,9 @@ void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, cons
   attention(ctx, "decode_attention", q, k_cache, v_cache, block_tables, context_lens, Tensor(), max_context, scale, out);
 }
 
-void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                       const Tensor& block_tables, const std::vector<int32_t>& query_lens,
-                       const std::vector<int32_t>& context_lens, float scale, const Tensor& out) {
+PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens) {
   LW_CHECK(query_lens.size() == context_lens.size(),
            "prefill_attention: " << query_lens.size() << " query lengths for " << context_lens.size() << " sequences");
-  LW_CHECK(block_tables.defined() && block_tables.dim() == 2 &&
-               block_tables.size(0) == static_cast<int64_t>(query_lens.size()),
-           "prefill_attention: block_tables " << block_tables.describe() << " needs one row per sequence ("
-                                              << query_lens.size() << ")");
   // One decode row per new token: its sequence's table row and its causal context length.
   std::vector<int32_t> rows_h, lens_h;
   int max_context = 0;
@@ -135,16 +130,37 @@ void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, con
     }
     max_context = std::max(max_context, context_lens[i]);
   }
-  LW_CHECK(q.defined() && q.dim() == 3 && q.size(0) == static_cast<int64_t>(rows_h.size()),
-           "prefill_attention: q " << q.describe() << " must have " << rows_h.size() << " rows (the new tokens)");
-  if (rows_h.empty()) return;
+  PrefillPlan plan;
+  plan.sequences = static_cast<int64_t>(query_lens.size());
+  plan.tokens = static_cast<int64_t>(rows_h.size());
+  plan.max_context = max_context;
+  if (rows_h.empty()) return plan;
   auto upload = [&](const std::vector<int32_t>& v) {
     Tensor h = Tensor::empty_host({static_cast<int64_t>(v.size())}, DType::i32);
     std::copy(v.begin(), v.end(), h.data<int32_t>());
     return ctx.to_device(h);
   };
-  attention(ctx, "prefill_attention", q, k_cache, v_cache, block_tables, upload(lens_h), upload(rows_h), max_context,
-            scale, out);
+  plan.token_lens = upload(lens_h);
+  plan.token_rows = upload(rows_h);
+  return plan;
+}
+
+void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                       const Tensor& block_tables, const PrefillPlan& plan, float scale, const Tensor& out) {
+  LW_CHECK(block_tables.defined() && block_tables.dim() == 2 && block_tables.size(0) == plan.sequences,
+           "prefill_attention: block_tables " << block_tables.describe() << " needs one row per sequence ("
+                                              << plan.sequences << ")");
+  LW_CHECK(q.defined() && q.dim() == 3 && q.size(0) == plan.tokens,
+           "prefill_attention: q " << q.describe() << " must have " << plan.tokens << " rows (the new tokens)");
+  if (plan.tokens == 0) return;
+  attention(ctx, "prefill_attention", q, k_cache, v_cache, block_tables, plan.token_lens, plan.token_rows,
+            plan.max_context, scale, out);
+}
+
+void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                       const Tensor& block_tables, const std::vector<int32_t>& query_lens,
+                       const std::vector<int32_t>& context_lens, float scale, const Tensor& out) {
+  prefill_attention(ctx, q, k_cache, v_cache, block_tables, plan_prefill(ctx, query_lens, context_lens), scale, out);
 }
 
 }  // namespace lw::ops

@@ -13,9 +13,10 @@ namespace lw::ops {
 // slot_mapping: i64 [tokens], slot = block * block_size + offset, -1 skips the token;
 // k_cache, v_cache: [num_blocks, block_size, kv_heads, head_dim], contiguous. One float
 // dtype throughout. A slot outside the cache throws lw::Error naming it (this waits for
-// the stream).
+// the stream). check false: the caller has validated the slots and nothing waits (a bad slot
+// is still never written).
 void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot_mapping, const Tensor& k_cache,
-              const Tensor& v_cache);
+              const Tensor& v_cache, bool check = true);
 
 // One query token per sequence against its cached context. q: [seqs, q_heads, head_dim]
 // contiguous; caches as for kv_write (kv_heads divides q_heads, at most 16 query heads per
@@ -37,5 +38,15 @@ void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, cons
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const std::vector<int32_t>& query_lens,
                        const std::vector<int32_t>& context_lens, float scale, const Tensor& out);
+
+// The per-token rows of a prefill batch, checked and uploaded once for all of a model's layers.
+struct PrefillPlan {
+  Tensor token_lens, token_rows;  // i32 [tokens]: causal context length and block-table row
+  int64_t sequences = 0, tokens = 0;
+  int max_context = 0;
+};
+PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens);
+void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                       const Tensor& block_tables, const PrefillPlan& plan, float scale, const Tensor& out);
 
 }  // namespace lw::ops
