@@ -54,72 +54,84 @@ void destroy_layout(cublasLtMatrixLayout_t l) { cublasLtMatrixLayoutDestroy(l); 
 void destroy_pref(cublasLtMatmulPreference_t p) { cublasLtMatmulPreferenceDestroy(p); }
 
 using ProblemKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                              bool, bool, int, uint32_t>;
+                              bool, bool, int, uint32_t, float>;
 
-// Per-context handle, workspace and the heuristic's choice per problem shape.
+// Everything a problem shape needs, made once: the descriptors and the heuristic's algorithm
+// (creating descriptors on every call costs more host time than a small GEMM takes on the GPU).
+struct Plan {
+  Owned<cublasLtMatmulDesc_t, destroy_desc> desc;
+  Owned<cublasLtMatrixLayout_t, destroy_layout> la, lb, lc;
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  bool found = false;
+};
+
+// Per-context handle, workspace and the plans of the problems seen.
 class BlasLt {
  public:
   explicit BlasLt(Context& ctx) : workspace_(ctx.empty({static_cast<int64_t>(kWorkspaceBytes)}, DType::i8)) {
     LW_BLASLT_CHECK(cublasLtCreate(&handle_));
   }
-  ~BlasLt() { cublasLtDestroy(handle_); }
+  ~BlasLt() {
+    plans_.clear();
+    cublasLtDestroy(handle_);
+  }
 
   bool run(Context& ctx, const VendorGemm& g) {
+    const bool int8 = g.in == DType::i8;
+    const uint32_t align = std::min({alignment_of(g.a), alignment_of(g.b), alignment_of(g.c),
+                                     g.bias ? alignment_of(g.bias) : 256u});
+    const ProblemKey key{static_cast<int>(g.in), g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.stride_a, g.stride_b, g.stride_c,
+                         g.b_kn, g.bias != nullptr, g.batch, align, g.alpha};
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, make_plan(g, align)).first;
+    Plan& p = *it->second;
+    if (!p.found) return false;
+    if (g.bias)
+      LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+    const float alpha_f = g.alpha, beta_f = 0.0f;
+    const int32_t alpha_i = 1, beta_i = 0;
+    const void* alpha = int8 ? static_cast<const void*>(&alpha_i) : &alpha_f;
+    const void* beta = int8 ? static_cast<const void*>(&beta_i) : &beta_f;
+    LW_BLASLT_CHECK(cublasLtMatmul(handle_, p.desc.h, alpha, g.b, p.la.h, g.a, p.lb.h, beta, g.c, p.lc.h, g.c, p.lc.h,
+                                   &p.heuristic.algo, workspace_.data_ptr(), kWorkspaceBytes, ctx.stream().get()));
+    return true;
+  }
+
+ private:
+  std::unique_ptr<Plan> make_plan(const VendorGemm& g, uint32_t align) {
+    auto p = std::make_unique<Plan>();
     const bool int8 = g.in == DType::i8;
     const DType out = int8 ? DType::i32 : g.in;
     const cudaDataType io = data_type(g.in), ct = data_type(out);
     const cublasComputeType_t compute = int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F;
     const cudaDataType scale = int8 ? CUDA_R_32I : CUDA_R_32F;
-
-    Owned<cublasLtMatmulDesc_t, destroy_desc> desc;
-    LW_BLASLT_CHECK(cublasLtMatmulDescCreate(&desc.h, compute, scale));
+    LW_BLASLT_CHECK(cublasLtMatmulDescCreate(&p->desc.h, compute, scale));
     const cublasOperation_t op_b = g.b_kn ? CUBLAS_OP_N : CUBLAS_OP_T, op_a = CUBLAS_OP_N;
-    LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)));
-    LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)));
+    LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)));
+    LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)));
     if (g.bias) {
       const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-      LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-      LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+      LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+      LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
       const int32_t bias_type = static_cast<int32_t>(ct);
-      LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+      LW_BLASLT_CHECK(
+          cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
     }
     // Library "A" is B (n x k after op), library "B" is A^T (k x m), library "C" is C^T (n x m).
-    Owned<cublasLtMatrixLayout_t, destroy_layout> la, lb, lc;
-    if (g.b_kn) LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&la.h, io, g.n, g.k, g.ldb));
-    else LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&la.h, io, g.k, g.n, g.ldb));
-    LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&lb.h, io, g.k, g.m, g.lda));
-    LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&lc.h, ct, g.n, g.m, g.ldc));
+    if (g.b_kn) LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->la.h, io, g.n, g.k, g.ldb));
+    else LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->la.h, io, g.k, g.n, g.ldb));
+    LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->lb.h, io, g.k, g.m, g.lda));
+    LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->lc.h, ct, g.n, g.m, g.ldc));
     if (g.batch > 1) {
       const int32_t count = g.batch;
-      const std::tuple<cublasLtMatrixLayout_t, int64_t> strides[] = {{la.h, g.stride_b}, {lb.h, g.stride_a}, {lc.h, g.stride_c}};
+      const std::tuple<cublasLtMatrixLayout_t, int64_t> strides[] = {
+          {p->la.h, g.stride_b}, {p->lb.h, g.stride_a}, {p->lc.h, g.stride_c}};
       for (const auto& [layout, stride] : strides) {
         LW_BLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-        LW_BLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+        LW_BLASLT_CHECK(
+            cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
       }
     }
-
-    const uint32_t align = std::min({alignment_of(g.a), alignment_of(g.b), alignment_of(g.c),
-                                     g.bias ? alignment_of(g.bias) : 256u});
-    const ProblemKey key{static_cast<int>(g.in), g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.stride_a, g.stride_b, g.stride_c,
-                         g.b_kn, g.bias != nullptr, g.batch, align};
-    auto it = algos_.find(key);
-    if (it == algos_.end()) it = algos_.emplace(key, choose(desc.h, la.h, lb.h, lc.h, align)).first;
-    if (!it->second) return false;
-
-    const float alpha_f = g.alpha, beta_f = 0.0f;
-    const int32_t alpha_i = 1, beta_i = 0;
-    const void* alpha = int8 ? static_cast<const void*>(&alpha_i) : &alpha_f;
-    const void* beta = int8 ? static_cast<const void*>(&beta_i) : &beta_f;
-    LW_BLASLT_CHECK(cublasLtMatmul(handle_, desc.h, alpha, g.b, la.h, g.a, lb.h, beta, g.c, lc.h, g.c, lc.h,
-                                   &it->second->algo, workspace_.data_ptr(), kWorkspaceBytes, ctx.stream().get()));
-    return true;
-  }
-
- private:
-  // The heuristic's first choice, or nothing when the library has no kernel for the problem.
-  std::shared_ptr<cublasLtMatmulHeuristicResult_t> choose(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
-                                                           cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
-                                                           uint32_t align) {
     Owned<cublasLtMatmulPreference_t, destroy_pref> pref;
     LW_BLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
     const uint64_t ws = kWorkspaceBytes;
@@ -132,19 +144,18 @@ class BlasLt {
 #else
     (void)align;
 #endif
-    auto result = std::make_shared<cublasLtMatmulHeuristicResult_t>();
     int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, desc, la, lb, lc, lc, pref.h, 1, result.get(), &found);
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p->desc.h, p->la.h, p->lb.h, p->lc.h, p->lc.h, pref.h, 1,
+                                                             &p->heuristic, &found);
+    p->found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (!p->found)
       lw::log().debug("{}: no algorithm for this problem (status {})", vendor_gemm_name(), static_cast<int>(st));
-      return nullptr;
-    }
-    return result;
+    return p;
   }
 
   cublasLtHandle_t handle_ = nullptr;
   Tensor workspace_;
-  std::map<ProblemKey, std::shared_ptr<cublasLtMatmulHeuristicResult_t>> algos_;
+  std::map<ProblemKey, std::unique_ptr<Plan>> plans_;
 };
 
 }  // namespace
