@@ -6,7 +6,7 @@
 
 #include "engine/block_manager.h"
 #include "engine/engine.h"
-#include "model/generator.h"
+#include "engine/generator.h"
 #include "model_fixture.h"
 #include "test_util.h"
 
@@ -228,7 +228,7 @@ TEST(Engine, StopStringsAcrossTokenBoundaries) {
   const std::string gguf = LW_SMOLLM2_GGUF;
   if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " is absent (scripts/fetch_model.sh fetches it)";
   // SmolLM2's tokenizer over a random model of its vocabulary size.
-  model::Generator smol(ctx(), gguf, DType::bf16);
+  engine::Generator smol(ctx(), gguf, DType::bf16);
   const text::Tokenizer& tok = smol.tokenizer();
   model::ModelConfig cfg = tiny_llama_config(smol.config().vocab);
   auto ckpt = random_checkpoint(cfg, 99);

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "model/generator.h"
+#include "engine/generator.h"
 #include "test_util.h"
 
 namespace lw::test {
@@ -30,7 +30,7 @@ class TempDir {
 
 void expect_open_error(const std::string& path, const std::string& text) {
   try {
-    model::Generator g(ctx(), path, DType::f32);
+    engine::Generator g(ctx(), path, DType::f32);
     ADD_FAILURE() << "opening '" << path << "' succeeded; expected an error containing '" << text << "'";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
@@ -92,7 +92,7 @@ TEST(Model, TruncatedGgufIsNamed) {
 TEST(Model, SmolLM2ConfigFromGgufMetadata) {
   const std::string path = smollm2_path();
   if (!fs::exists(path)) GTEST_SKIP() << path << " is absent (scripts/fetch_model.sh fetches it)";
-  model::Generator g(ctx(), path, DType::bf16);
+  engine::Generator g(ctx(), path, DType::bf16);
   const model::ModelConfig& c = g.config();
   EXPECT_EQ(c.family, model::Family::llama);
   EXPECT_EQ(c.layers, 30);
@@ -107,7 +107,7 @@ TEST(Model, SmolLM2ConfigFromGgufMetadata) {
   EXPECT_DOUBLE_EQ(c.rope.theta, 100000.0);
   EXPECT_TRUE(g.has_chat_template());
   // Greedy answers are the same token for token when run twice.
-  model::GenerateOptions opt;
+  engine::GenerateOptions opt;
   opt.max_tokens = 4;
   const std::vector<int32_t> prompt = g.encode_prompt("Hello", false);
   EXPECT_EQ(g.generate(prompt, opt).tokens, g.generate(prompt, opt).tokens);

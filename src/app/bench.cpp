@@ -14,7 +14,7 @@
 #include "core/context.h"
 #include "core/stream.h"
 #include "engine/engine.h"
-#include "model/generator.h"
+#include "engine/generator.h"
 
 namespace lw::app {
 
@@ -93,7 +93,7 @@ std::vector<Timing> run_requests(engine::Engine& e, int n, int64_t vocab, std::m
 int run() {
   Context ctx;
   const DType dtype = parse_dtype(args.dtype);
-  std::unique_ptr<model::Generator> gen;
+  std::unique_ptr<engine::Generator> gen;
   std::unique_ptr<model::Model> random_model;
   model::Model* m = nullptr;
   std::string what;
@@ -103,7 +103,7 @@ int run() {
     what = args.shape + " (random weights)";
   } else {
     LW_CHECK(!args.model.empty(), "bench: give --model PATH or --shape NAME");
-    gen = std::make_unique<model::Generator>(ctx, args.model, dtype);
+    gen = std::make_unique<engine::Generator>(ctx, args.model, dtype);
     m = &gen->model();
     what = args.model;
   }

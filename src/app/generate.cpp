@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/context.h"
-#include "model/generator.h"
+#include "engine/generator.h"
 
 namespace lw::app {
 
@@ -29,15 +29,15 @@ struct ScoreArgs {
 
 int run_generate(int device) {
   Context ctx(device);
-  model::Generator g(ctx, gen.model, parse_dtype(gen.dtype));
+  engine::Generator g(ctx, gen.model, parse_dtype(gen.dtype));
   const std::vector<int32_t> prompt = g.encode_prompt(gen.prompt, gen.chat);
-  model::GenerateOptions opt;
+  engine::GenerateOptions opt;
   opt.max_tokens = gen.max_tokens;
   opt.sampling.temperature = gen.temperature;
   opt.sampling.top_k = gen.top_k;
   opt.sampling.top_p = gen.top_p;
   opt.sampling.seed = gen.seed;
-  const model::Generation result = g.generate(prompt, opt, [](const std::string& s) {
+  const engine::Generation result = g.generate(prompt, opt, [](const std::string& s) {
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
   });
@@ -57,7 +57,7 @@ int run_score(int device) {
   const nlohmann::json req = nlohmann::json::parse(in);
   const int greedy = req.value("greedy_tokens", 0);
   Context ctx(device);
-  model::Generator g(ctx, score.model, parse_dtype(score.dtype));
+  engine::Generator g(ctx, score.model, parse_dtype(score.dtype));
   std::filesystem::create_directories(score.out);
   nlohmann::json result;
   result["vocab"] = g.config().vocab;
@@ -68,7 +68,7 @@ int run_score(int device) {
     const std::vector<float> logits = g.score(ids);
     std::ofstream out(score.out + "/logits_" + std::to_string(i++) + ".f32", std::ios::binary);
     out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
-    model::GenerateOptions opt;
+    engine::GenerateOptions opt;
     opt.max_tokens = greedy;
     opt.sampling.temperature = 0.0f;
     opt.stop_at_eos = false;

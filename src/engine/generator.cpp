@@ -1,4 +1,4 @@
-#include "model/generator.h"
+#include "engine/generator.h"
 
 #include <nlohmann/json.hpp>
 
@@ -8,11 +8,11 @@
 #include <numeric>
 
 #include "core/logging.h"
+#include "engine/engine.h"
 #include "ops/elementwise.h"
-#include "text/stream_decoder.h"
 #include "weights/gguf.h"
 
-namespace lw::model {
+namespace lw::engine {
 
 namespace {
 
@@ -54,10 +54,10 @@ std::vector<int32_t> json_ids(const nlohmann::json& v) {
 
 Generator::Generator(Context& ctx, const std::string& path, DType dtype) : ctx_(ctx) {
   LW_CHECK(fs::exists(path), "model '" << path << "' does not exist (expected a model directory or a .gguf file)");
-  ModelConfig config;
+  model::ModelConfig config;
   if (fs::is_directory(path)) {
     const fs::path dir(path);
-    config = ModelConfig::from_hf((dir / "config.json").string());
+    config = model::ModelConfig::from_hf((dir / "config.json").string());
     const fs::path tok = dir / "tokenizer.json";
     LW_CHECK(fs::exists(tok), "model directory '" << path << "' has no tokenizer.json");
     tokenizer_.emplace(text::Tokenizer::from_hf(tok, dir / "tokenizer_config.json"));
@@ -77,7 +77,7 @@ Generator::Generator(Context& ctx, const std::string& path, DType dtype) : ctx_(
     checkpoint_ = weights::open_checkpoint(path);
     const auto* g = dynamic_cast<const weights::GgufFile*>(checkpoint_.get());
     LW_CHECK(g, "model '" << path << "' is a single weights file without its config; pass the model directory");
-    config = ModelConfig::from_gguf(*g);
+    config = model::ModelConfig::from_gguf(*g);
     tokenizer_.emplace(gguf_tokenizer(*g));
     eos_ids_ = config.eos_ids;
   }
@@ -95,7 +95,7 @@ Generator::Generator(Context& ctx, const std::string& path, DType dtype) : ctx_(
     chat_.emplace(tmpl, bos, eos);
   }
   log().info("model {}: {}", path, config.summary());
-  model_ = Model::load(ctx, *checkpoint_, config, dtype);
+  model_ = model::Model::load(ctx, *checkpoint_, config, dtype);
 }
 
 std::vector<int32_t> Generator::encode_prompt(const std::string& prompt, bool chat) const {
@@ -106,59 +106,49 @@ std::vector<int32_t> Generator::encode_prompt(const std::string& prompt, bool ch
   return tokenizer_->encode(text, false);
 }
 
+const text::ChatTemplate& Generator::chat_template() const {
+  LW_CHECK(chat_.has_value(), "this model has no chat template");
+  return *chat_;
+}
+
 Generation Generator::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
                                const std::function<void(const std::string&)>& on_text) {
   LW_CHECK(!prompt.empty(), "generate: the prompt has no tokens");
   LW_CHECK(options.max_tokens >= 0, "generate: max_tokens " << options.max_tokens << " must be >= 0");
-  const int64_t capacity = static_cast<int64_t>(prompt.size()) + options.max_tokens;
-  LW_CHECK(capacity <= config().max_position, "generate: " << prompt.size() << " prompt tokens + " << options.max_tokens
-                                                           << " new tokens exceed the model's context of "
-                                                           << config().max_position);
-  const int bs = 16;
-  KvCache cache(ctx_, config(), model_->dtype(), KvCache::blocks_for(capacity, bs), bs);
-  std::vector<int32_t> blocks(static_cast<size_t>(cache.num_blocks()));
-  std::iota(blocks.begin(), blocks.end(), 0);
   Generation out;
-  text::StreamDecoder decoder(*tokenizer_);
-  auto emit = [&](const std::string& s) {
-    out.text += s;
-    if (on_text && !s.empty()) on_text(s);
-  };
-  std::vector<int32_t> history = prompt;
-  Tensor logits = model_->forward(ctx_, cache, {{prompt, 0, blocks, SequenceChunk::Logits::last}});
   out.finish_reason = "length";
-  for (int i = 0; i < options.max_tokens; ++i) {
-    ops::SamplingOptions so = options.sampling;
-    so.step = static_cast<uint64_t>(i);
-    const int32_t token = ops::sample(ctx_, logits, {so}, {history}).tokens[0];
-    if (options.stop_at_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
-      out.finish_reason = "stop";
-      break;
-    }
-    out.tokens.push_back(token);
-    history.push_back(token);
-    // A model's vocabulary may be padded past the tokenizer's: such ids have no text.
-    if (token < tokenizer_->vocab_size()) emit(decoder.push(token));
-    else log().warn("generate: token {} has no text (the tokenizer has {} tokens)", token, tokenizer_->vocab_size());
-    if (i + 1 == options.max_tokens) break;
-    const int64_t position = static_cast<int64_t>(history.size()) - 1;
-    logits = model_->forward(ctx_, cache, {{std::span<const int32_t>(&token, 1), position, blocks, SequenceChunk::Logits::last}});
-  }
-  emit(decoder.finish());
+  if (options.max_tokens == 0) return out;
+  // An engine with just the blocks this one sequence can reach.
+  EngineOptions eo;
+  eo.num_blocks = model::KvCache::blocks_for(static_cast<int64_t>(prompt.size()) + options.max_tokens, eo.block_size);
+  eo.prefix_caching = false;
+  Engine engine(ctx_, *model_, &*tokenizer_, eos_ids_, eo);
+  Request r;
+  r.prompt = prompt;
+  r.max_tokens = options.max_tokens;
+  r.sampling = options.sampling;
+  r.ignore_eos = !options.stop_at_eos;
+  engine.add(std::move(r), [&](const RequestOutput& o) {
+    out.tokens.insert(out.tokens.end(), o.tokens.begin(), o.tokens.end());
+    out.text += o.text;
+    if (on_text && !o.text.empty()) on_text(o.text);
+    if (o.finished) out.finish_reason = o.finish_reason;
+  });
+  engine.run();
   return out;
 }
 
 std::vector<float> Generator::score(const std::vector<int32_t>& tokens) {
   LW_CHECK(!tokens.empty(), "score: no tokens");
   const int bs = 16;
-  KvCache cache(ctx_, config(), model_->dtype(), KvCache::blocks_for(static_cast<int64_t>(tokens.size()), bs), bs);
+  model::KvCache cache(ctx_, config(), model_->dtype(), model::KvCache::blocks_for(static_cast<int64_t>(tokens.size()), bs), bs);
   std::vector<int32_t> blocks(static_cast<size_t>(cache.num_blocks()));
   std::iota(blocks.begin(), blocks.end(), 0);
-  const Tensor logits = model_->forward(ctx_, cache, {{tokens, 0, blocks, SequenceChunk::Logits::all}});
+  const Tensor logits = model_->forward(ctx_, cache, {{tokens, 0, blocks, model::SequenceChunk::Logits::all}});
   Tensor f32 = ctx_.empty(logits.shape(), DType::f32);
   ops::cast(ctx_, logits, f32);
   const Tensor host = ctx_.to_host(f32);
   return std::vector<float>(host.data<float>(), host.data<float>() + host.numel());
 }
 
-}  // namespace lw::model
+}  // namespace lw::engine

@@ -1,6 +1,6 @@
 // A model ready to generate text: the weights, the tokenizer and chat template, and the stop
-// tokens, opened from a Hugging Face directory or a GGUF file; and single-sequence generation
-// (prefill, then one decode step per token) with streamed, UTF-8-whole text.
+// tokens, opened from a Hugging Face directory or a GGUF file; and the generation of one
+// completion through the engine, with streamed, UTF-8-whole text.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -10,13 +10,14 @@
 #include <vector>
 
 #include "core/context.h"
+#include "model/config.h"
 #include "model/model.h"
 #include "ops/sampling.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "weights/checkpoint.h"
 
-namespace lw::model {
+namespace lw::engine {
 
 struct GenerateOptions {
   int max_tokens = 128;
@@ -36,11 +37,13 @@ class Generator {
   // file. Every file is checked (and the tokenizer built) before the weights are loaded.
   Generator(Context& ctx, const std::string& path, DType dtype);
 
-  const ModelConfig& config() const { return model_->config(); }
-  const Model& model() const { return *model_; }
-  Model& model() { return *model_; }
+  const model::ModelConfig& config() const { return model_->config(); }
+  const model::Model& model() const { return *model_; }
+  model::Model& model() { return *model_; }
   const text::Tokenizer& tokenizer() const { return *tokenizer_; }
   bool has_chat_template() const { return chat_.has_value(); }
+  const text::ChatTemplate& chat_template() const;
+  const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
 
   // The prompt's token ids: the text itself, or with chat, one user message rendered with the
   // model's chat template (and the generation prompt).
@@ -57,7 +60,7 @@ class Generator {
   std::optional<text::Tokenizer> tokenizer_;
   std::optional<text::ChatTemplate> chat_;
   std::vector<int32_t> eos_ids_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<model::Model> model_;
 };
 
-}  // namespace lw::model
+}  // namespace lw::engine
