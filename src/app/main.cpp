@@ -1,6 +1,6 @@
 // The lightwave command line: `info` (the build target and the device), `check` (runs the
 // kernels on fresh random inputs against a float64 reference on this device), `generate` and
-// `score` (app/generate.cpp), `bench` (app/bench.cpp).
+// `score` (app/generate.cpp), `bench` (app/bench.cpp), `serve` (app/serve.cpp).
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -9,6 +9,7 @@
 
 #include "app/bench.h"
 #include "app/generate.h"
+#include "app/serve.h"
 #include "core/context.h"
 #include "core/logging.h"
 #include "gpu/numeric.h"
@@ -117,12 +118,14 @@ int main(int argc, char** argv) {
 
   lw::app::add_model_commands(app);
   lw::app::add_bench_command(app);
+  lw::app::add_serve_command(app);
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (app.got_subcommand("info")) return cmd_info(device);
     if (const int status = lw::app::run_model_command(app, device); status >= 0) return status;
     if (const int status = lw::app::run_bench_command(app, device); status >= 0) return status;
+    if (const int status = lw::app::run_serve_command(app, device); status >= 0) return status;
     return cmd_check(device, seed);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lightwave: error: %s\n", e.what());

@@ -48,7 +48,7 @@ Engine::Engine(Context& ctx, model::Model& model, const text::Tokenizer* tokeniz
 
 Engine::~Engine() = default;
 
-int64_t Engine::add(Request request, Callback on_output) {
+void Engine::validate(const Request& request) const {
   const int64_t n = static_cast<int64_t>(request.prompt.size());
   LW_CHECK(n > 0, "request: the prompt has no tokens");
   LW_CHECK(request.max_tokens >= 1, "request: max_tokens " << request.max_tokens << " must be at least 1");
@@ -65,13 +65,16 @@ int64_t Engine::add(Request request, Callback on_output) {
     LW_CHECK(t >= 0 && t < model_.config().vocab, "request: prompt token " << t << " is outside the vocabulary of "
                                                                             << model_.config().vocab);
   LW_CHECK(request.stop_strings.empty() || tokenizer_, "request: stop strings need a tokenizer");
+  for (const std::string& stop : request.stop_strings) LW_CHECK(!stop.empty(), "request: an empty stop string");
+}
+
+int64_t Engine::add(Request request, Callback on_output) {
+  validate(request);
+  const int64_t n = static_cast<int64_t>(request.prompt.size());
   auto s = std::make_unique<Sequence>();
   s->id = next_id_++;
   s->tokens = request.prompt;
-  for (const std::string& stop : request.stop_strings) {
-    LW_CHECK(!stop.empty(), "request: an empty stop string");
-    s->hold = std::max(s->hold, stop.size() - 1);
-  }
+  for (const std::string& stop : request.stop_strings) s->hold = std::max(s->hold, stop.size() - 1);
   if (tokenizer_) s->decoder.emplace(*tokenizer_);
   s->req = std::move(request);
   s->callback = std::move(on_output);
@@ -91,6 +94,18 @@ void Engine::cancel(int64_t id) {
   if (s.callback) s.callback(s.out);
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
   sequences_.erase(it);
+}
+
+void Engine::cancel_all() {
+  std::vector<int64_t> ids;
+  for (const auto& e : sequences_) ids.push_back(e.first);
+  for (int64_t id : ids) cancel(id);
+}
+
+int64_t Engine::running() const {
+  int64_t n = 0;
+  for (const auto& e : sequences_) n += e.second->running;
+  return n;
 }
 
 bool Engine::grow(Sequence& s, int64_t tokens) {

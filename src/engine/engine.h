@@ -71,8 +71,13 @@ class Engine {
   // Queues a request; returns its id. A prompt that cannot fit in the whole KV cache, or bad
   // parameters, throw lw::Error.
   int64_t add(Request request, Callback on_output);
+  // The checks of add() alone; reads only what never changes, so any thread may call it.
+  void validate(const Request& request) const;
   // Ends a request at once (its callback gets finish_reason "abort") and frees its blocks.
   void cancel(int64_t id);
+  void cancel_all();
+  int64_t running() const;
+  int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   // One scheduling step; false when there was nothing to do.
   bool step();
   // Steps until every request has finished.

@@ -1,0 +1,106 @@
+#include "app/serve.h"
+
+#include <csignal>
+#include <filesystem>
+#include <string>
+
+#include "gpu/error.h"
+
+#if defined(LW_HAVE_SERVER)
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "core/context.h"
+#include "engine/engine.h"
+#include "engine/generator.h"
+#include "server/engine_loop.h"
+#include "server/http_server.h"
+#endif
+
+namespace lw::app {
+
+namespace {
+
+struct ServeArgs {
+  std::string model, dtype = "bf16";
+  std::string host = "127.0.0.1", name, api_key;
+  int port = 8000;
+  int64_t max_num_seqs = 256, max_batch_tokens = 2048, max_in_flight = 512;
+  double kv_fraction = 0.9, grace = 10;
+  size_t max_body_bytes = size_t{4} << 20;
+} args;
+
+#if defined(LW_HAVE_SERVER)
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int sig) { g_signal = sig; }
+
+int run_serve(int device) {
+  Context ctx(device);
+  engine::Generator gen(ctx, args.model, parse_dtype(args.dtype));
+  engine::EngineOptions eo;
+  eo.memory_fraction = args.kv_fraction;
+  eo.max_sequences = args.max_num_seqs;
+  eo.max_batch_tokens = args.max_batch_tokens;
+  engine::Engine engine(ctx, gen.model(), &gen.tokenizer(), gen.eos_ids(), eo);
+  server::EngineLoop loop(engine, args.max_in_flight);
+  server::ServerOptions so;
+  so.host = args.host;
+  so.port = args.port;
+  so.model_name = args.name.empty() ? std::filesystem::path(args.model).filename().string() : args.name;
+  so.api_key = args.api_key;
+  so.max_in_flight = args.max_in_flight;
+  so.max_body_bytes = args.max_body_bytes;
+  so.grace_seconds = args.grace;
+  server::HttpServer http(gen, loop, so);
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done && g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (g_signal != 0) http.stop();
+  });
+  try {
+    http.run();
+  } catch (...) {
+    done = true;
+    watcher.join();
+    throw;
+  }
+  done = true;
+  watcher.join();
+  loop.shutdown();
+  std::fprintf(stderr, "lightwave serve: stopped\n");
+  return 0;
+}
+#endif
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto* s = app.add_subcommand("serve", "Serve a model over the OpenAI HTTP API");
+  s->add_option("--model", args.model, "Model directory or .gguf file")->required();
+  s->add_option("--dtype", args.dtype, "Compute dtype: bf16, f16 or f32");
+  s->add_option("--host", args.host, "Address to listen on");
+  s->add_option("--port", args.port, "Port to listen on")->check(CLI::Range(1, 65535));
+  s->add_option("--served-model-name", args.name, "The model's name in the API (default: the path's last part)");
+  s->add_option("--api-key", args.api_key, "Require 'Authorization: Bearer KEY' (default: none)");
+  s->add_option("--max-num-seqs", args.max_num_seqs, "Sequences per engine step")->check(CLI::PositiveNumber);
+  s->add_option("--max-batch-tokens", args.max_batch_tokens, "Tokens per engine step")->check(CLI::PositiveNumber);
+  s->add_option("--max-queued", args.max_in_flight, "Requests in flight before new ones get 503")->check(CLI::PositiveNumber);
+  s->add_option("--kv-fraction", args.kv_fraction, "Fraction of free device memory for the KV cache")->check(CLI::Range(0.01, 1.0));
+  s->add_option("--max-body-bytes", args.max_body_bytes, "Largest request body accepted");
+  s->add_option("--grace", args.grace, "Seconds in-flight requests get after SIGINT/SIGTERM")->check(CLI::NonNegativeNumber);
+}
+
+int run_serve_command(CLI::App& app, int device) {
+  if (!app.got_subcommand("serve")) return -1;
+#if defined(LW_HAVE_SERVER)
+  return run_serve(device);
+#else
+  (void)device;
+  LW_FAIL("serve: this lightwave was built without the HTTP server (cpp-httplib, Debian libcpp-httplib-dev, was not found)");
+#endif
+}
+
+}  // namespace lw::app

@@ -1,0 +1,395 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <array>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <mutex>
+#include <sstream>
+
+#include "core/logging.h"
+
+namespace lw::server {
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+
+// Equal strings, in time that depends only on their lengths.
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+std::string random_id(const char* prefix) {
+  static std::mt19937_64 rng(std::random_device{}());
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  std::ostringstream s;
+  s << prefix << std::hex << rng();
+  return s.str();
+}
+
+// Log-probability details of new tokens, in the completions or the chat shape.
+json completion_logprobs(const text::Tokenizer& tok, const engine::RequestOutput& o, int top) {
+  json r = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+            {"text_offset", json::array()}};
+  for (size_t i = 0; i < o.tokens.size(); ++i) {
+    const int32_t id = o.tokens[i];
+    r["tokens"].push_back(tok.decode(std::span<const int32_t>(&id, 1), false));
+    r["token_logprobs"].push_back(o.logprobs[i]);
+    json alt = json::object();
+    for (int j = 0; j < top && i < o.top_logprobs.size(); ++j) {
+      const int32_t t = o.top_logprobs[i][static_cast<size_t>(j)].first;
+      alt[tok.decode(std::span<const int32_t>(&t, 1), false)] = o.top_logprobs[i][static_cast<size_t>(j)].second;
+    }
+    r["top_logprobs"].push_back(alt);
+    r["text_offset"].push_back(0);
+  }
+  return r;
+}
+
+json chat_logprobs(const text::Tokenizer& tok, const engine::RequestOutput& o, int top) {
+  json content = json::array();
+  auto entry = [&](int32_t id, float lp) {
+    const std::string s = tok.decode(std::span<const int32_t>(&id, 1), false);
+    return json{{"token", s}, {"logprob", lp}, {"bytes", std::vector<int>(s.begin(), s.end())}};
+  };
+  for (size_t i = 0; i < o.tokens.size(); ++i) {
+    json e = entry(o.tokens[i], o.logprobs[i]);
+    e["top_logprobs"] = json::array();
+    for (int j = 0; j < top && i < o.top_logprobs.size(); ++j)
+      e["top_logprobs"].push_back(entry(o.top_logprobs[i][static_cast<size_t>(j)].first, o.top_logprobs[i][static_cast<size_t>(j)].second));
+    content.push_back(e);
+  }
+  return {{"content", content}};
+}
+
+void reply_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(error_json(e).dump(), "application/json");
+}
+
+// A cumulative histogram in Prometheus form.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+  void observe(double v) {
+    std::lock_guard lock(mu_);
+    size_t i = 0;
+    while (i < bounds_.size() && v > bounds_[i]) ++i;
+    ++counts_[i];
+    sum_ += v;
+    ++n_;
+  }
+  void write(std::ostringstream& out, const std::string& name, const std::string& help) {
+    std::lock_guard lock(mu_);
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
+    uint64_t cum = 0;
+    for (size_t i = 0; i < bounds_.size(); ++i) {
+      cum += counts_[i];
+      out << name << "_bucket{le=\"" << bounds_[i] << "\"} " << cum << "\n";
+    }
+    out << name << "_bucket{le=\"+Inf\"} " << n_ << "\n" << name << "_sum " << sum_ << "\n" << name << "_count " << n_ << "\n";
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;
+  double sum_ = 0;
+  uint64_t n_ = 0;
+};
+
+}  // namespace
+
+struct HttpServer::Metrics {
+  Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
+  Histogram tpot{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
+  std::atomic<int64_t> http_requests{0}, errors{0};
+};
+
+HttpServer::HttpServer(engine::Generator& generator, EngineLoop& loop, ServerOptions options)
+    : generator_(generator), loop_(loop), options_(std::move(options)), http_(std::make_unique<httplib::Server>()),
+      metrics_(std::make_unique<Metrics>()) {
+  model_.name = options_.model_name;
+  model_.tokenizer = &generator.tokenizer();
+  model_.chat = generator.has_chat_template() ? &generator.chat_template() : nullptr;
+  model_.context = generator.config().max_position;
+  const int threads = options_.threads > 0 ? options_.threads : static_cast<int>(options_.max_in_flight) + 8;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_payload_max_length(options_.max_body_bytes);
+  http_->set_read_timeout(10, 0);  // a client that sends its body slower than this is dropped
+  http_->set_write_timeout(30, 0);
+  routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::routes() {
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    ++metrics_->http_requests;
+    if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string want = "Bearer " + options_.api_key;
+    if (constant_time_equal(auth, want)) return httplib::Server::HandlerResponse::Unhandled;
+    reply_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer <key>)", "", "authentication_error"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    if (res.status >= 400) ++metrics_->errors;
+    log().info("access remote={} method={} path={} status={} request_bytes={}", req.remote_addr, req.method, req.path,
+               res.status, req.body.size());
+  });
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const int status = res.status;
+    const std::string what = status == 404 ? "no route " + req.method + " " + req.path
+                             : status == 413 ? "the request body is too large"
+                                             : "the request failed (HTTP " + std::to_string(status) + ")";
+    reply_error(res, ApiError(status, what, "", status == 404 ? "not_found_error" : "invalid_request_error"));
+  });
+  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    log().error("request failed: {}", what);
+    reply_error(res, ApiError(500, what, "", "server_error"));
+  });
+
+  http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    const json body = {{"object", "list"},
+                       {"data", {{{"id", model_.name}, {"object", "model"}, {"created", std::time(nullptr)},
+                                  {"owned_by", "lightwave"}, {"max_model_len", model_.context}}}}};
+    res.set_content(body.dump(), "application/json");
+  });
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    const LoopStats s = loop_.stats();
+    std::ostringstream out;
+    auto gauge = [&](const char* name, const char* type, const char* help, int64_t v) {
+      out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
+    };
+    gauge("lightwave_http_requests_total", "counter", "HTTP requests received", metrics_->http_requests.load());
+    gauge("lightwave_http_errors_total", "counter", "HTTP responses with a 4xx or 5xx status", metrics_->errors.load());
+    gauge("lightwave_requests_total", "counter", "Generation requests accepted", s.requests);
+    gauge("lightwave_requests_in_flight", "gauge", "Generation requests not yet finished", s.in_flight);
+    gauge("lightwave_sequences_running", "gauge", "Sequences holding KV blocks", s.running);
+    gauge("lightwave_sequences_waiting", "gauge", "Sequences waiting for KV blocks", s.waiting);
+    gauge("lightwave_kv_blocks_total", "gauge", "KV cache blocks", s.kv_blocks);
+    gauge("lightwave_kv_blocks_used", "gauge", "KV cache blocks held by sequences", s.kv_blocks_used);
+    gauge("lightwave_generated_tokens_total", "counter", "Tokens generated", s.generated_tokens);
+    metrics_->ttft.write(out, "lightwave_time_to_first_token_seconds", "Time from request to its first token");
+    metrics_->tpot.write(out, "lightwave_time_per_output_token_seconds", "Mean time between a request's tokens");
+    res.set_content(out.str(), "text/plain; version=0.0.4");
+  });
+
+  auto generate = [this](bool chat) {
+    return [this, chat](const httplib::Request& req, httplib::Response& res) {
+      if (stopping_) return reply_error(res, ApiError(503, "the server is shutting down", "", "server_error"));
+      json body;
+      try {
+        body = json::parse(req.body);
+      } catch (const json::exception& e) {
+        return reply_error(res, ApiError(400, std::string("the body is not valid JSON: ") + e.what()));
+      }
+      ParsedRequest p;
+      try {
+        p = parse_request(body, chat, model_);
+      } catch (const ApiError& e) {
+        return reply_error(res, e);
+      }
+      auto queue = std::make_shared<OutputQueue>();
+      std::vector<int64_t> handles;
+      try {
+        for (int i = 0; i < p.n; ++i) {
+          engine::Request r = p.request;
+          r.sampling.seed += static_cast<uint64_t>(i);
+          const int64_t h = loop_.submit(std::move(r), queue);
+          if (h < 0) {
+            for (int64_t x : handles) loop_.cancel(x);
+            res.set_header("Retry-After", "1");
+            return reply_error(res, ApiError(503, "too many requests in flight; retry later", "", "server_error"));
+          }
+          handles.push_back(h);
+        }
+      } catch (const Error& e) {
+        for (int64_t x : handles) loop_.cancel(x);
+        return reply_error(res, ApiError(400, e.what()));
+      }
+
+      // Per choice: its index, text so far, token count, finish reason.
+      struct Choice {
+        std::string text;
+        int tokens = 0;
+        std::string finish;
+        json logprobs = nullptr;
+        bool done = false;
+      };
+      struct State {
+        std::vector<Choice> choices;
+        std::map<int64_t, size_t> index;
+        int64_t prompt_tokens = 0;
+        Clock::time_point start = Clock::now(), first, last;
+        bool started = false, role_sent = false, usage_sent = false;
+        size_t finished = 0;
+      };
+      auto st = std::make_shared<State>();
+      st->choices.resize(static_cast<size_t>(p.n));
+      for (size_t i = 0; i < handles.size(); ++i) st->index[handles[i]] = i;
+      st->prompt_tokens = static_cast<int64_t>(p.request.prompt.size());
+      const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
+      const int64_t created = std::time(nullptr);
+      const text::Tokenizer* tok = model_.tokenizer;
+      const bool want_logprobs = p.logprobs;
+      const int top = p.top_logprobs;
+
+      // Applies one output to its choice; returns the stream chunk it makes (null when none).
+      auto apply = [this, st, want_logprobs, top, chat, id, created, tok](const engine::RequestOutput& o) -> json {
+        Choice& c = st->choices[st->index.at(o.id)];
+        const size_t idx = st->index.at(o.id);
+        if (!o.tokens.empty()) {
+          const auto now = Clock::now();
+          if (!st->started) st->first = now, st->started = true;
+          st->last = now;
+        }
+        c.text += o.text;
+        c.tokens += static_cast<int>(o.tokens.size());
+        json lp = nullptr;
+        if (want_logprobs && !o.tokens.empty()) {
+          lp = chat ? chat_logprobs(*tok, o, top) : completion_logprobs(*tok, o, top);
+          if (c.logprobs.is_null()) c.logprobs = lp;
+          else if (chat) for (auto& e : lp["content"]) c.logprobs["content"].push_back(e);
+          else for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) for (auto& e : lp[k]) c.logprobs[k].push_back(e);
+        }
+        if (o.finished) {
+          c.done = true;
+          ++st->finished;
+          c.finish = o.finish_reason == "abort" ? "abort" : o.finish_reason;
+        }
+        if (o.text.empty() && !o.finished && lp.is_null()) return nullptr;
+        json choice = {{"index", idx}, {"logprobs", lp}, {"finish_reason", o.finished ? json(c.finish) : json(nullptr)}};
+        if (chat) choice["delta"] = o.text.empty() && o.finished ? json::object() : json{{"content", o.text}};
+        else choice["text"] = o.text;
+        return {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
+                {"model", model_.name}, {"choices", json::array({choice})}};
+      };
+      auto usage = [st] {
+        int64_t completion = 0;
+        for (const Choice& c : st->choices) completion += c.tokens;
+        return json{{"prompt_tokens", st->prompt_tokens}, {"completion_tokens", completion},
+                    {"total_tokens", st->prompt_tokens + completion}};
+      };
+      auto record_timing = [this, st] {
+        if (!st->started) return;
+        metrics_->ttft.observe(std::chrono::duration<double>(st->first - st->start).count());
+        int tokens = 0;
+        for (const Choice& c : st->choices) tokens = std::max(tokens, c.tokens);
+        if (tokens > 1) metrics_->tpot.observe(std::chrono::duration<double>(st->last - st->first).count() / (tokens - 1));
+      };
+      auto past_deadline = [this] {
+        const int64_t d = deadline_ns_.load();
+        return d != 0 && now_ns() > d;
+      };
+
+      if (!p.stream) {
+        engine::RequestOutput o;
+        while (st->finished < handles.size()) {
+          if (past_deadline())
+            for (int64_t h : handles) loop_.cancel(h);
+          if (queue->pop(o, std::chrono::milliseconds(100))) apply(o);
+        }
+        record_timing();
+        json choices = json::array();
+        for (size_t i = 0; i < st->choices.size(); ++i) {
+          const Choice& c = st->choices[i];
+          json ch = {{"index", i}, {"logprobs", c.logprobs}, {"finish_reason", c.finish}};
+          if (chat) ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+          else ch["text"] = c.text;
+          choices.push_back(ch);
+        }
+        const json out = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
+                          {"model", model_.name}, {"choices", choices}, {"usage", usage()}};
+        res.set_content(out.dump(), "application/json");
+        return;
+      }
+
+      res.set_header("Cache-Control", "no-cache");
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [this, st, queue, handles, apply, usage, record_timing, past_deadline, chat, id, created,
+           include_usage = p.include_usage](size_t, httplib::DataSink& sink) {
+            auto send = [&](const json& j) {
+              const std::string s = "data: " + j.dump() + "\n\n";
+              return sink.write(s.data(), s.size());
+            };
+            if (chat && !st->role_sent) {
+              st->role_sent = true;
+              json first = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model_.name},
+                            {"choices", json::array()}};
+              for (size_t i = 0; i < st->choices.size(); ++i)
+                first["choices"].push_back({{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                            {"logprobs", nullptr}, {"finish_reason", nullptr}});
+              if (!send(first)) return false;
+            }
+            if (past_deadline())
+              for (int64_t h : handles) loop_.cancel(h);
+            engine::RequestOutput o;
+            if (queue->pop(o, std::chrono::milliseconds(100))) {
+              const json chunk = apply(o);
+              if (!chunk.is_null() && !send(chunk)) return false;
+            } else if (!sink.is_writable()) {
+              return false;
+            }
+            if (st->finished == st->choices.size()) {
+              record_timing();
+              if (include_usage) {
+                const json u = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                                {"created", created}, {"model", model_.name}, {"choices", json::array()},
+                                {"usage", usage()}};
+                if (!send(u)) return false;
+              }
+              static const std::string done = "data: [DONE]\n\n";
+              if (!sink.write(done.data(), done.size())) return false;
+              sink.done();
+            }
+            return true;
+          },
+          [this, st, handles](bool success) {
+            // A client that went away mid-stream: its requests are cancelled, their blocks freed.
+            if (!success || st->finished < st->choices.size())
+              for (int64_t h : handles) loop_.cancel(h);
+          });
+    };
+  };
+  http_->Post("/v1/completions", generate(false));
+  http_->Post("/v1/chat/completions", generate(true));
+}
+
+void HttpServer::run() {
+  LW_CHECK(http_->bind_to_port(options_.host, options_.port), "serve: cannot listen on " << options_.host << ":"
+                                                                                          << options_.port);
+  bound_port_ = options_.port;
+  log().warn("lightwave serve: model '{}' on http://{}:{}", model_.name, options_.host, options_.port);
+  http_->listen_after_bind();
+}
+
+void HttpServer::stop() {
+  if (stopping_.exchange(true)) return;
+  deadline_ns_ = now_ns() + static_cast<int64_t>(options_.grace_seconds * 1e9);
+  http_->stop();
+}
+
+}  // namespace lw::server

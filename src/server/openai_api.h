@@ -1,0 +1,45 @@
+// The OpenAI API's request and response shapes: parsing and validating /v1/completions and
+// /v1/chat/completions bodies into engine requests, and the error object. Every bad input is
+// an ApiError with the HTTP status and the offending parameter.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace lw::server {
+
+struct ApiError : std::runtime_error {
+  ApiError(int status, const std::string& message, std::string param = "", std::string type = "invalid_request_error")
+      : std::runtime_error(message), status(status), param(std::move(param)), type(std::move(type)) {}
+  int status;
+  std::string param, type;
+};
+
+// {"error": {"message", "type", "param", "code"}}
+nlohmann::json error_json(const ApiError& e);
+
+struct ApiModel {
+  std::string name;
+  const text::Tokenizer* tokenizer = nullptr;
+  const text::ChatTemplate* chat = nullptr;  // null: the model has none
+  int64_t context = 0;
+};
+
+struct ParsedRequest {
+  bool chat = false, stream = false, include_usage = false;
+  int n = 1;
+  bool logprobs = false;  // return log-probabilities of the chosen tokens
+  int top_logprobs = 0;
+  engine::Request request;  // the per-choice request; choice i has seed + i
+};
+
+// Throws ApiError. `body` is the parsed JSON body.
+ParsedRequest parse_request(const nlohmann::json& body, bool chat, const ApiModel& model);
+
+}  // namespace lw::server
