@@ -1,6 +1,7 @@
 #include "app/serve.h"
 
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "core/context.h"
+#include "core/logging.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "server/engine_loop.h"
@@ -36,6 +38,8 @@ std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) { g_signal = sig; }
 
 int run_serve(int device) {
+  // The access log is at info level: on unless LW_LOG_LEVEL says otherwise.
+  if (!std::getenv("LW_LOG_LEVEL")) log().set_level(spdlog::level::info);
   Context ctx(device);
   engine::Generator gen(ctx, args.model, parse_dtype(args.dtype));
   engine::EngineOptions eo;

@@ -73,7 +73,7 @@ json chat_logprobs(const text::Tokenizer& tok, const engine::RequestOutput& o, i
 
 void reply_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
-  res.set_content(error_json(e).dump(), "application/json");
+  res.set_content(error_json(e).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 // A cumulative histogram in Prometheus form.
@@ -135,7 +135,8 @@ HttpServer::~HttpServer() = default;
 void HttpServer::routes() {
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     ++metrics_->http_requests;
-    if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    // The key guards the API; health checks and metric scrapers go without it.
+    if (options_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     const std::string want = "Bearer " + options_.api_key;
     if (constant_time_equal(auth, want)) return httplib::Server::HandlerResponse::Unhandled;
@@ -202,14 +203,17 @@ void HttpServer::routes() {
       json body;
       try {
         body = json::parse(req.body);
+        (void)body.dump();  // strings with invalid UTF-8 parse, but do not serialise
       } catch (const json::exception& e) {
-        return reply_error(res, ApiError(400, std::string("the body is not valid JSON: ") + e.what()));
+        return reply_error(res, ApiError(400, std::string("the body is not valid UTF-8 JSON: ") + e.what()));
       }
       ParsedRequest p;
       try {
         p = parse_request(body, chat, model_);
       } catch (const ApiError& e) {
         return reply_error(res, e);
+      } catch (const Error& e) {  // the tokenizer or the chat template refused the text
+        return reply_error(res, ApiError(400, e.what()));
       }
       auto queue = std::make_shared<OutputQueue>();
       std::vector<int64_t> handles;
@@ -322,7 +326,7 @@ void HttpServer::routes() {
         }
         const json out = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
                           {"model", model_.name}, {"choices", choices}, {"usage", usage()}};
-        res.set_content(out.dump(), "application/json");
+        res.set_content(out.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
         return;
       }
 
@@ -332,7 +336,7 @@ void HttpServer::routes() {
           [this, st, queue, handles, apply, usage, record_timing, past_deadline, chat, id, created,
            include_usage = p.include_usage](size_t, httplib::DataSink& sink) {
             auto send = [&](const json& j) {
-              const std::string s = "data: " + j.dump() + "\n\n";
+              const std::string s = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
               return sink.write(s.data(), s.size());
             };
             if (chat && !st->role_sent) {

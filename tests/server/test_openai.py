@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""lightwave serve against the official openai client, hostile requests, concurrency,
+disconnects and shutdown. Starts the server on a free port with the given model.
+
+    test_openai.py --lightwave build/src/app/lightwave --model SmolLM2-135M-Instruct.Q4_1.gguf
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import openai
+
+FAILURES = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        FAILURES.append(what)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(port, method, path, body=None, headers=None, raw=None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def metric(port, name):
+    _, text = http(port, "GET", "/metrics")
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def hostile(port, key):
+    auth = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    ok_prompt = {"prompt": "Hi", "max_tokens": 1}
+    cases = [
+        ("malformed JSON", "/v1/completions", b"{\"prompt\": ", 400),
+        ("empty body", "/v1/completions", b"", 400),
+        ("body is an array", "/v1/completions", b"[1, 2]", 400),
+        ("body is a string", "/v1/completions", b"\"hello\"", 400),
+        ("invalid UTF-8", "/v1/completions", b"{\"prompt\": \"\xff\xfe\"}", 400),
+        ("missing prompt", "/v1/completions", {"max_tokens": 3}, 400),
+        ("prompt is a number", "/v1/completions", {"prompt": 5}, 400),
+        ("prompt token out of range", "/v1/completions", {"prompt": [1, 99999999]}, 400),
+        ("negative token", "/v1/completions", {"prompt": [-1]}, 400),
+        ("unknown model", "/v1/completions", dict(ok_prompt, model="gpt-4"), 404),
+        ("model is a number", "/v1/completions", dict(ok_prompt, model=3), 400),
+        ("max_tokens negative", "/v1/completions", dict(ok_prompt, max_tokens=-1), 400),
+        ("max_tokens zero", "/v1/completions", dict(ok_prompt, max_tokens=0), 400),
+        ("max_tokens enormous", "/v1/completions", dict(ok_prompt, max_tokens=10**12), 400),
+        ("max_tokens beyond context", "/v1/completions", dict(ok_prompt, max_tokens=9000), 400),
+        ("max_tokens a string", "/v1/completions", dict(ok_prompt, max_tokens="5"), 400),
+        ("max_tokens a float", "/v1/completions", dict(ok_prompt, max_tokens=2.5), 400),
+        ("temperature negative", "/v1/completions", dict(ok_prompt, temperature=-1), 400),
+        ("temperature huge", "/v1/completions", dict(ok_prompt, temperature=1e9), 400),
+        ("top_p zero", "/v1/completions", dict(ok_prompt, top_p=0), 400),
+        ("top_p above one", "/v1/completions", dict(ok_prompt, top_p=1.5), 400),
+        ("n zero", "/v1/completions", dict(ok_prompt, n=0), 400),
+        ("n enormous", "/v1/completions", dict(ok_prompt, n=1000), 400),
+        ("stop a number", "/v1/completions", dict(ok_prompt, stop=5), 400),
+        ("stop empty string", "/v1/completions", dict(ok_prompt, stop=[""]), 400),
+        ("stream a string", "/v1/completions", dict(ok_prompt, stream="yes"), 400),
+        ("logprobs too many", "/v1/completions", dict(ok_prompt, logprobs=50), 400),
+        ("presence_penalty out of range", "/v1/completions", dict(ok_prompt, presence_penalty=5), 400),
+        ("seed a string", "/v1/completions", dict(ok_prompt, seed="x"), 400),
+        ("messages missing", "/v1/chat/completions", {"max_tokens": 2}, 400),
+        ("messages empty", "/v1/chat/completions", {"messages": []}, 400),
+        ("message without role", "/v1/chat/completions", {"messages": [{"content": "x"}]}, 400),
+        ("message with a bad role", "/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, 400),
+        ("content a number", "/v1/chat/completions", {"messages": [{"role": "user", "content": 7}]}, 400),
+        ("top_logprobs without logprobs", "/v1/chat/completions",
+         {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, 400),
+        ("unknown route", "/v1/nothing", {"a": 1}, 404),
+        ("body over the size limit", "/v1/completions", b"{\"prompt\": \"" + b"a" * (5 << 20) + b"\"}", 413),
+    ]
+    for name, path, body, want in cases:
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        status, text = http(port, "POST", path, raw=raw, headers=auth)
+        shaped = False
+        try:
+            shaped = "message" in json.loads(text)["error"]
+        except Exception:
+            pass
+        check(status == want and shaped, f"hostile: {name} -> {status} (want {want}) with an error object")
+    status, _ = http(port, "POST", "/v1/completions", ok_prompt, headers={"Content-Type": "application/json"})
+    check(status == 401, f"hostile: no API key -> {status} (want 401)")
+    status, _ = http(port, "POST", "/v1/completions", ok_prompt, headers={"Authorization": "Bearer wrong"})
+    check(status == 401, f"hostile: wrong API key -> {status} (want 401)")
+    # A slow client: half a body, then silence; the server drops it and keeps serving.
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"")
+    status, _ = http(port, "GET", "/health")
+    check(status == 200, "hostile: healthy while a client sends half a body")
+    s.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lightwave", required=True)
+    ap.add_argument("--model", required=True)
+    a = ap.parse_args()
+    if not os.path.exists(a.model):
+        print(f"model {a.model} is absent (scripts/fetch_model.sh fetches it)")
+        return 1
+    port, key = free_port(), "test-key"
+    server = subprocess.Popen([a.lightwave, "serve", "--model", a.model, "--port", str(port), "--api-key", key,
+                               "--served-model-name", "smol", "--kv-fraction", "0.02", "--grace", "5"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for _ in range(600):
+            try:
+                if http(port, "GET", "/health")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.2)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0, timeout=300)
+
+        models = client.models.list()
+        check([m.id for m in models.data] == ["smol"], "models: lists the served name")
+
+        chat = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "What is the capital of France?"}],
+                                              max_tokens=12, temperature=0)
+        text = chat.choices[0].message.content
+        check("Paris" in text, f"chat: answers Paris ({text!r})")
+        check(chat.choices[0].finish_reason == "stop", "chat: finish_reason stop at the end-of-turn token")
+        check(chat.usage.prompt_tokens > 10 and chat.usage.completion_tokens == 7 and
+              chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens, f"chat: usage {chat.usage}")
+
+        stream = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "What is the capital of France?"}],
+                                                max_tokens=12, temperature=0, stream=True, stream_options={"include_usage": True})
+        pieces, finish, usage = [], None, None
+        for ch in stream:
+            if ch.usage:
+                usage = ch.usage
+            for c in ch.choices:
+                pieces.append(c.delta.content or "")
+                finish = c.finish_reason or finish
+        check("".join(pieces) == text, "chat stream: the same text as the whole response")
+        check(finish == "stop" and usage is not None and usage.completion_tokens == 7, "chat stream: finish and usage")
+
+        comp = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=6, temperature=0)
+        check(comp.choices[0].finish_reason == "length" and len(comp.choices[0].text) > 0 and comp.usage.completion_tokens == 6,
+              f"completion: 6 tokens ({comp.choices[0].text!r})")
+        one = comp.choices[0].text
+        stopped = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=6, temperature=0,
+                                            stop=[one[2:4]])
+        check(stopped.choices[0].text == one[:one.find(one[2:4])] and stopped.choices[0].finish_reason == "stop",
+              f"completion: stop string {one[2:4]!r} cuts the text ({stopped.choices[0].text!r})")
+
+        s1 = client.completions.create(model="smol", prompt="Once upon a time", max_tokens=6, temperature=1.0, seed=7)
+        s2 = client.completions.create(model="smol", prompt="Once upon a time", max_tokens=6, temperature=1.0, seed=7)
+        check(s1.choices[0].text == s2.choices[0].text, "completion: the same seed gives the same text")
+
+        multi = client.completions.create(model="smol", prompt="Once upon a time", max_tokens=4, temperature=1.0, n=3, seed=11)
+        check(len(multi.choices) == 3 and sorted(c.index for c in multi.choices) == [0, 1, 2] and
+              multi.usage.completion_tokens == 12, "completion: n = 3 gives three choices")
+
+        lp = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=3, temperature=0, logprobs=2)
+        l = lp.choices[0].logprobs
+        check(len(l.tokens) == 3 and all(x <= 0 for x in l.token_logprobs) and all(len(t) == 2 for t in l.top_logprobs) and
+              "".join(l.tokens) == lp.choices[0].text, "completion: logprobs of each token with 2 alternatives")
+        clp = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+                                             temperature=0, logprobs=True, top_logprobs=3)
+        c = clp.choices[0].logprobs.content
+        check(len(c) == 2 and all(len(e.top_logprobs) == 3 and e.logprob <= 0 for e in c), "chat: logprobs with top 3")
+
+        hostile(port, key)
+
+        # Concurrent streaming clients, each equal to the same request alone.
+        prompts = [f"Tell me about the number {i}." for i in range(16)]
+        alone = {p: client.completions.create(model="smol", prompt=p, max_tokens=5, temperature=0).choices[0].text
+                 for p in prompts[:4]}
+
+        def streamed(p):
+            out, finish = [], None
+            for ch in client.completions.create(model="smol", prompt=p, max_tokens=5, temperature=0, stream=True):
+                out.extend(c.text for c in ch.choices)
+                finish = next((c.finish_reason for c in ch.choices if c.finish_reason), finish)
+            return "".join(out), finish
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            results = dict(zip(prompts, pool.map(streamed, prompts)))
+        got = {p: r[0] for p, r in results.items()}
+        check(all(r[1] in ("stop", "length") for r in results.values()), "concurrency: 16 streams complete with a finish reason")
+        check(all(got[p] == alone[p] for p in alone), "concurrency: streams equal the same requests alone")
+
+        # A client that disconnects mid-stream: its request is cancelled and its blocks freed.
+        for _ in range(200):
+            if metric(port, "lightwave_requests_in_flight") == 0:
+                break
+            time.sleep(0.25)
+        before = metric(port, "lightwave_kv_blocks_used")
+        s = socket.create_connection(("127.0.0.1", port))
+        body = json.dumps({"prompt": "Count to one hundred:", "max_tokens": 400, "stream": True}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer "
+                  + key.encode() + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s.recv(200)
+        s.close()
+        freed = False
+        for _ in range(200):
+            if metric(port, "lightwave_requests_in_flight") == 0 and metric(port, "lightwave_kv_blocks_used") == before:
+                freed = True
+                break
+            time.sleep(0.25)
+        check(freed, f"disconnect: the request is cancelled and its KV blocks freed (in flight "
+                     f"{metric(port, 'lightwave_requests_in_flight')}, blocks used {metric(port, 'lightwave_kv_blocks_used')}, "
+                     f"before {before})")
+        status, _ = http(port, "GET", "/health")
+        check(status == 200, "the server is healthy after everything")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            code = server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            code = None
+        log = server.stdout.read()
+    check(code == 0, f"SIGTERM: the server exits 0 (got {code})")
+    check(log.count(" access remote=") >= 40, "access log: a line per request")
+    if FAILURES:
+        print(log[-3000:])
+        print(f"{len(FAILURES)} check(s) failed")
+        return 1
+    print("all server checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
