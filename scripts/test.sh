@@ -40,9 +40,8 @@ run_step() {  # run_step NAME COMMAND...
 
 # Under AddressSanitizer every fiber switch is a swapcontext system call: the statistical
 # sampling test (800 blocks of 1024 threads) and the HTTP server's end-to-end run (hundreds of
-# forward passes of SmolLM2) would take many minutes there; ASan adds nothing to a
-# distribution check, and the server's C++ runs under ASan in the engine tests, so the ASan
-# steps leave those two to the plain builds.
+# forward passes of SmolLM2) would take many minutes there. ASan adds nothing to a
+# distribution check; the server's own code is left to the plain builds for time.
 asan_exclude="Sampling.FrequenciesFollowTheFilteredDistribution|server.openai_client"
 
 host_step() {  # host_step NAME WARP [CMAKE_ARG...]
