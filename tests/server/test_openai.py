@@ -187,20 +187,20 @@ def main():
         hostile(port, key)
 
         # Concurrent streaming clients, each equal to the same request alone.
-        prompts = [f"Tell me about the number {i}." for i in range(16)]
-        alone = {p: client.completions.create(model="smol", prompt=p, max_tokens=5, temperature=0).choices[0].text
-                 for p in prompts[:4]}
+        prompts = [f"Tell me about the number {i}." for i in range(64)]
+        alone = {p: client.completions.create(model="smol", prompt=p, max_tokens=4, temperature=0).choices[0].text
+                 for p in prompts[::16]}
 
         def streamed(p):
             out, finish = [], None
-            for ch in client.completions.create(model="smol", prompt=p, max_tokens=5, temperature=0, stream=True):
+            for ch in client.completions.create(model="smol", prompt=p, max_tokens=4, temperature=0, stream=True):
                 out.extend(c.text for c in ch.choices)
                 finish = next((c.finish_reason for c in ch.choices if c.finish_reason), finish)
             return "".join(out), finish
         with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
             results = dict(zip(prompts, pool.map(streamed, prompts)))
         got = {p: r[0] for p, r in results.items()}
-        check(all(r[1] in ("stop", "length") for r in results.values()), "concurrency: 16 streams complete with a finish reason")
+        check(all(r[1] in ("stop", "length") for r in results.values()), "concurrency: 64 streams complete with a finish reason")
         check(all(got[p] == alone[p] for p in alone), "concurrency: streams equal the same requests alone")
 
         # A client that disconnects mid-stream: its request is cancelled and its blocks freed.

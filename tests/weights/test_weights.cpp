@@ -294,7 +294,7 @@ TEST(Weights, FileErrorsNameThePath) {
 }
 
 TEST(Weights, SmolLM2Q4_1) {
-  const std::string path = "/var/cache/lightwave/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string path = LW_SMOLLM2_GGUF;
   if (!fs::exists(path)) GTEST_SKIP() << path << " is not present";
   GgufFile g = GgufFile::open(path);
   EXPECT_EQ(g.get_string("general.architecture"), "llama");
