@@ -309,8 +309,13 @@ TEST(Weights, SmolLM2Q4_1) {
   // One block of a real tensor, against a host decode of its first block.
   Tensor t = ctx().to_host(load_tensor(ctx(), k, DType::f32));
   const auto* b = reinterpret_cast<const uint8_t*>(k.data);
-  const float d = gpu::to_float(__ushort_as_half(static_cast<unsigned short>(b[0] | (b[1] << 8))));
-  const float m = gpu::to_float(__ushort_as_half(static_cast<unsigned short>(b[2] | (b[3] << 8))));
+  // fp16 bits (little-endian in the file) to a half, on the host of every target.
+  auto f16 = [](const uint8_t* p) {
+    half h;
+    std::memcpy(&h, p, sizeof(h));
+    return gpu::to_float(h);
+  };
+  const float d = f16(b), m = f16(b + 2);
   EXPECT_EQ(t.data<float>()[0], d * static_cast<float>(b[4] & 15) + m);
   EXPECT_EQ(t.data<float>()[16], d * static_cast<float>(b[4] >> 4) + m);
 }

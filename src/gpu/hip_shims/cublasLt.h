@@ -23,8 +23,25 @@
 #define cublasLtMatmulHeuristicResult_t hipblasLtMatmulHeuristicResult_t
 #define cublasLtMatmulAlgoGetHeuristic hipblasLtMatmulAlgoGetHeuristic
 #define cublasLtMatmul hipblasLtMatmul
-#define cublasLtGetStatusString hipblasStatusToString
-#define cublasLtGetStatusName hipblasStatusToString
+// hipBLASLt has no status-to-string call of its own (hipblasStatusToString is in hipBLAS).
+inline const char* lw_hipblas_status_name(hipblasStatus_t s) {
+  switch (s) {
+    case HIPBLAS_STATUS_SUCCESS: return "HIPBLAS_STATUS_SUCCESS";
+    case HIPBLAS_STATUS_NOT_INITIALIZED: return "HIPBLAS_STATUS_NOT_INITIALIZED";
+    case HIPBLAS_STATUS_ALLOC_FAILED: return "HIPBLAS_STATUS_ALLOC_FAILED";
+    case HIPBLAS_STATUS_INVALID_VALUE: return "HIPBLAS_STATUS_INVALID_VALUE";
+    case HIPBLAS_STATUS_MAPPING_ERROR: return "HIPBLAS_STATUS_MAPPING_ERROR";
+    case HIPBLAS_STATUS_EXECUTION_FAILED: return "HIPBLAS_STATUS_EXECUTION_FAILED";
+    case HIPBLAS_STATUS_INTERNAL_ERROR: return "HIPBLAS_STATUS_INTERNAL_ERROR";
+    case HIPBLAS_STATUS_NOT_SUPPORTED: return "HIPBLAS_STATUS_NOT_SUPPORTED";
+    case HIPBLAS_STATUS_ARCH_MISMATCH: return "HIPBLAS_STATUS_ARCH_MISMATCH";
+    case HIPBLAS_STATUS_HANDLE_IS_NULLPTR: return "HIPBLAS_STATUS_HANDLE_IS_NULLPTR";
+    case HIPBLAS_STATUS_INVALID_ENUM: return "HIPBLAS_STATUS_INVALID_ENUM";
+    default: return "HIPBLAS_STATUS_UNKNOWN";
+  }
+}
+#define cublasLtGetStatusString lw_hipblas_status_name
+#define cublasLtGetStatusName lw_hipblas_status_name
 #define cublasLtMatmulDescAttributes_t hipblasLtMatmulDescAttributes_t
 #define cublasLtEpilogue_t hipblasLtEpilogue_t
 #define cublasOperation_t hipblasOperation_t
