@@ -1,4 +1,5 @@
 // Embedding lookup: exact rows, both id types, misaligned hidden sizes, out-of-vocabulary ids.
+#include "ops/copy.h"
 #include "ops/embedding.h"
 #include "test_util.h"
 
@@ -30,6 +31,33 @@ TEST(Embedding, GathersExactRows) {
       }
     }
   }
+}
+
+TEST(Embedding, ShardsSumToTheWholeLookup) {
+  // Three shards of a vocabulary of 50 (17 + 17 + 16 rows): each id is found in exactly one.
+  const int64_t vocab = 50, hidden = 24, tokens = 40;
+  Tensor table_h = random_host({vocab, hidden}, DType::f32);
+  Tensor ids_h = Tensor::empty_host({tokens}, DType::i32);
+  for (int64_t t = 0; t < tokens; ++t) ids_h.data<int32_t>()[t] = static_cast<int32_t>(rng()() % vocab);
+  const Tensor table = ctx().to_device(table_h), ids = ctx().to_device(ids_h);
+  std::vector<double> sum(static_cast<size_t>(tokens * hidden), 0.0);
+  for (int64_t first = 0; first < vocab; first += 17) {
+    const int64_t rows = std::min<int64_t>(17, vocab - first);
+    Tensor out = ctx().empty({tokens, hidden}, DType::f32);
+    poison(out);
+    ops::embedding_shard(ctx(), ops::contiguous(ctx(), table.slice(0, first, first + rows)), first, ids, out);
+    const std::vector<double> part = to_doubles(ctx().to_host(out));
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+  }
+  const std::vector<double> all = to_doubles(table_h);
+  std::vector<double> want;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t id = ids_h.data<int32_t>()[t];
+    want.insert(want.end(), all.begin() + id * hidden, all.begin() + (id + 1) * hidden);
+  }
+  Tensor sum_h = Tensor::empty_host({tokens, hidden}, DType::f32);
+  for (size_t i = 0; i < sum.size(); ++i) sum_h.data<float>()[i] = static_cast<float>(sum[i]);
+  EXPECT_TRUE(all_close(sum_h, want, 0, 0));
 }
 
 TEST(Embedding, OutOfVocabularyIdIsAnErrorNamingIt) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "app/parallel.h"
 #include "core/context.h"
 #include "core/stream.h"
 #include "engine/engine.h"
@@ -29,6 +30,7 @@ struct BenchArgs {
   double kv_fraction = 0.9;
   uint64_t seed = 1;
   bool skip_latency = false, skip_throughput = false;
+  ParallelArgs parallel;
 } args;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -94,30 +96,35 @@ int run() {
   Context ctx;
   const DType dtype = parse_dtype(args.dtype);
   std::unique_ptr<engine::Generator> gen;
-  std::unique_ptr<model::Model> random_model;
-  model::Model* m = nullptr;
+  std::unique_ptr<engine::ModelRunner> random_model;
+  engine::ModelRunner* m = nullptr;
   std::string what;
+  const int tp = args.parallel.tensor_parallel;
   if (!args.shape.empty()) {
-    random_model = model::Model::random(ctx, model::ModelConfig::named(args.shape), dtype, args.seed);
+    const model::ModelConfig config = model::ModelConfig::named(args.shape);
+    random_model = engine::make_runner(ctx, tp, [&](Context& c, const model::Shard& shard) {
+      return model::Model::random(c, config, dtype, args.seed, shard);
+    });
     m = random_model.get();
     what = args.shape + " (random weights)";
   } else {
     LW_CHECK(!args.model.empty(), "bench: give --model PATH or --shape NAME");
-    gen = std::make_unique<engine::Generator>(ctx, args.model, dtype);
-    m = &gen->model();
+    gen = std::make_unique<engine::Generator>(ctx, args.model, dtype, tp);
+    m = &gen->runner();
     what = args.model;
   }
+  if (tp > 1) what += ", tensor parallel " + std::to_string(tp);
   const model::ModelConfig& c = m->config();
   const double bw = copy_gbs(ctx);
   engine::EngineOptions opt;
   opt.memory_fraction = args.kv_fraction;
   opt.max_batch_tokens = args.max_batch_tokens;
   opt.prefix_caching = false;  // random prompts share nothing; keep the measurement pure
-  engine::Engine e(ctx, *m, nullptr, {}, opt);
+  engine::Engine e(*m, nullptr, {}, opt);
   std::mt19937_64 rng(args.seed);
   nlohmann::json out = {{"model", what}, {"device", ctx.device_name()}, {"dtype", args.dtype},
                         {"copy_gbs", bw}, {"kv_blocks", e.num_blocks()}, {"input_len", args.input_len},
-                        {"output_len", args.output_len}};
+                        {"output_len", args.output_len}, {"tensor_parallel", tp}};
   std::printf("lightwave bench: %s, %s on %s; copy %.0f GB/s; KV cache %lld blocks of 16\n", what.c_str(),
               args.dtype.c_str(), ctx.device_name().c_str(), bw, static_cast<long long>(e.num_blocks()));
 
@@ -135,11 +142,12 @@ int run() {
     const double ttft = std::chrono::duration<double>(t[0].first - t[0].added).count();
     const double tpot = std::chrono::duration<double>(t[0].last - t[0].first).count() / std::max(1, t[0].tokens - 1);
     // Bytes one decode step reads: every weight but the embedding table (one row of it), and
-    // the K/V of the context at its mean length.
+    // the K/V of the context at its mean length; with tensor parallelism each rank reads its
+    // share over its own copy bandwidth.
     const double embed = c.tie_embeddings ? 0.0 : static_cast<double>(c.vocab * c.hidden) * static_cast<double>(dtype_size(dtype));
     const double kv = 2.0 * c.layers * c.kv_heads * c.head_dim * dtype_size(dtype) * (args.input_len + args.output_len / 2.0);
     const double step_bytes = static_cast<double>(m->weight_bytes()) - embed + kv;
-    const double roofline = bw * 1e9 / step_bytes;
+    const double roofline = bw * 1e9 * tp / step_bytes;
     std::printf("batch 1: TTFT %.1f ms (%d prompt tokens), TPOT %.2f ms = %.1f tokens/s; roofline %.1f tokens/s "
                 "(%.2f GB per step) -> %.1f%%\n",
                 ttft * 1e3, args.input_len, tpot * 1e3, 1.0 / tpot, roofline, step_bytes / 1e9, 100.0 / tpot / roofline);
@@ -189,6 +197,7 @@ void add_bench_command(CLI::App& app) {
   b->add_flag("--no-latency", args.skip_latency, "Skip the batch-1 run");
   b->add_flag("--no-throughput", args.skip_throughput, "Skip the many-request run");
   b->add_option("--json", args.json, "Also write the results as JSON");
+  add_parallel_options(b, args.parallel);
 }
 
 int run_bench_command(CLI::App& app, int device) {

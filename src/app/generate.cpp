@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "app/parallel.h"
 #include "core/context.h"
 #include "engine/generator.h"
 
@@ -21,15 +22,17 @@ struct GenerateArgs {
   int top_k = 0;
   uint64_t seed = 0;
   bool chat = false;
+  ParallelArgs parallel;
 } gen;
 
 struct ScoreArgs {
   std::string model, input, out, dtype = "f32";
+  ParallelArgs parallel;
 } score;
 
 int run_generate(int device) {
   Context ctx(device);
-  engine::Generator g(ctx, gen.model, parse_dtype(gen.dtype));
+  engine::Generator g(ctx, gen.model, parse_dtype(gen.dtype), gen.parallel.tensor_parallel);
   const std::vector<int32_t> prompt = g.encode_prompt(gen.prompt, gen.chat);
   engine::GenerateOptions opt;
   opt.max_tokens = gen.max_tokens;
@@ -57,7 +60,7 @@ int run_score(int device) {
   const nlohmann::json req = nlohmann::json::parse(in);
   const int greedy = req.value("greedy_tokens", 0);
   Context ctx(device);
-  engine::Generator g(ctx, score.model, parse_dtype(score.dtype));
+  engine::Generator g(ctx, score.model, parse_dtype(score.dtype), score.parallel.tensor_parallel);
   std::filesystem::create_directories(score.out);
   nlohmann::json result;
   result["vocab"] = g.config().vocab;
@@ -91,12 +94,14 @@ void add_model_commands(CLI::App& app) {
   g->add_option("--seed", gen.seed, "Random seed of the sampler");
   g->add_option("--dtype", gen.dtype, "Compute dtype: bf16, f16 or f32");
   g->add_flag("--chat", gen.chat, "Wrap the prompt in the model's chat template as a user message");
+  add_parallel_options(g, gen.parallel);
 
   auto* s = app.add_subcommand("score", "Write the logits and greedy continuations of token prompts (model comparisons)");
   s->add_option("--model", score.model, "Model directory or .gguf file")->required();
   s->add_option("--input", score.input, "JSON file: {\"prompts\": [[ids...]...], \"greedy_tokens\": N}")->required();
   s->add_option("--out", score.out, "Output directory")->required();
   s->add_option("--dtype", score.dtype, "Compute dtype: f32, bf16 or f16");
+  add_parallel_options(s, score.parallel);
 }
 
 int run_model_command(CLI::App& app, int device) {

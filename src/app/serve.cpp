@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "app/parallel.h"
 #include "gpu/error.h"
 
 #if defined(LW_HAVE_SERVER)
@@ -31,6 +32,7 @@ struct ServeArgs {
   int64_t max_num_seqs = 256, max_batch_tokens = 2048, max_in_flight = 512;
   double kv_fraction = 0.9, grace = 10;
   size_t max_body_bytes = size_t{4} << 20;
+  ParallelArgs parallel;
 } args;
 
 #if defined(LW_HAVE_SERVER)
@@ -41,12 +43,12 @@ int run_serve(int device) {
   // The access log is at info level: on unless LW_LOG_LEVEL says otherwise.
   if (!std::getenv("LW_LOG_LEVEL")) log().set_level(spdlog::level::info);
   Context ctx(device);
-  engine::Generator gen(ctx, args.model, parse_dtype(args.dtype));
+  engine::Generator gen(ctx, args.model, parse_dtype(args.dtype), args.parallel.tensor_parallel);
   engine::EngineOptions eo;
   eo.memory_fraction = args.kv_fraction;
   eo.max_sequences = args.max_num_seqs;
   eo.max_batch_tokens = args.max_batch_tokens;
-  engine::Engine engine(ctx, gen.model(), &gen.tokenizer(), gen.eos_ids(), eo);
+  engine::Engine engine(gen.runner(), &gen.tokenizer(), gen.eos_ids(), eo);
   server::EngineLoop loop(engine, args.max_in_flight);
   server::ServerOptions so;
   so.host = args.host;
@@ -85,6 +87,7 @@ void add_serve_command(CLI::App& app) {
   auto* s = app.add_subcommand("serve", "Serve a model over the OpenAI HTTP API");
   s->add_option("--model", args.model, "Model directory or .gguf file")->required();
   s->add_option("--dtype", args.dtype, "Compute dtype: bf16, f16 or f32");
+  add_parallel_options(s, args.parallel);
   s->add_option("--host", args.host, "Address to listen on");
   s->add_option("--port", args.port, "Port to listen on")->check(CLI::Range(1, 65535));
   s->add_option("--served-model-name", args.name, "The model's name in the API (default: the path's last part)");

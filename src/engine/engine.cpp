@@ -27,22 +27,28 @@ struct Engine::Sequence {
 
 Engine::Engine(Context& ctx, model::Model& model, const text::Tokenizer* tokenizer, std::vector<int32_t> eos_ids,
                const EngineOptions& options)
-    : ctx_(ctx), model_(model), tokenizer_(tokenizer), eos_ids_(std::move(eos_ids)), options_(options) {
+    : own_runner_(std::make_unique<SingleDeviceRunner>(ctx, model)),
+      runner_(*own_runner_),
+      tokenizer_(tokenizer),
+      eos_ids_(std::move(eos_ids)),
+      options_(options) {
+  init();
+}
+
+Engine::Engine(ModelRunner& runner, const text::Tokenizer* tokenizer, std::vector<int32_t> eos_ids,
+               const EngineOptions& options)
+    : runner_(runner), tokenizer_(tokenizer), eos_ids_(std::move(eos_ids)), options_(options) {
+  init();
+}
+
+void Engine::init() {
+  const EngineOptions& options = options_;
   LW_CHECK(options.block_size > 0 && options.max_batch_tokens > 0 && options.max_sequences > 0,
            "engine: block size " << options.block_size << ", tokens per step " << options.max_batch_tokens
                                  << " and sequences per step " << options.max_sequences << " must be positive");
-  int64_t blocks = options.num_blocks;
-  if (blocks <= 0) {
-    LW_CHECK(options.memory_fraction > 0 && options.memory_fraction <= 1,
-             "engine: memory fraction " << options.memory_fraction << " must be in (0, 1]");
-    size_t free_bytes = 0, total_bytes = 0;
-    LW_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const size_t per_block = model::KvCache::block_bytes(model.config(), model.dtype(), options.block_size);
-    blocks = static_cast<int64_t>(static_cast<double>(free_bytes) * options.memory_fraction / static_cast<double>(per_block));
-    LW_CHECK(blocks > 0, "engine: no device memory left for the KV cache (" << free_bytes / (1 << 20) << " MiB free, "
-                                                                           << per_block << " bytes per block)");
-  }
-  cache_ = std::make_unique<model::KvCache>(ctx, model.config(), model.dtype(), blocks, options.block_size);
+  const int64_t blocks =
+      options.num_blocks > 0 ? options.num_blocks : runner_.blocks_that_fit(options.memory_fraction, options.block_size);
+  runner_.allocate_cache(blocks, options.block_size);
   blocks_ = std::make_unique<BlockManager>(blocks, options.block_size, options.prefix_caching);
 }
 
@@ -54,7 +60,7 @@ void Engine::validate(const Request& request) const {
   LW_CHECK(request.max_tokens >= 1, "request: max_tokens " << request.max_tokens << " must be at least 1");
   LW_CHECK(request.top_logprobs >= 0 && request.top_logprobs <= 20,
            "request: top_logprobs " << request.top_logprobs << " must be in 0..20");
-  const int64_t context = model_.config().max_position;
+  const int64_t context = runner_.config().max_position;
   LW_CHECK(n + request.max_tokens <= context, "request: " << n << " prompt tokens + " << request.max_tokens
                                                           << " new tokens exceed the model's context of " << context);
   const int64_t need = model::KvCache::blocks_for(n, options_.block_size);
@@ -62,8 +68,8 @@ void Engine::validate(const Request& request) const {
                                                                     << " KV blocks; the whole cache has "
                                                                     << blocks_->total_blocks());
   for (int32_t t : request.prompt)
-    LW_CHECK(t >= 0 && t < model_.config().vocab, "request: prompt token " << t << " is outside the vocabulary of "
-                                                                            << model_.config().vocab);
+    LW_CHECK(t >= 0 && t < runner_.config().vocab, "request: prompt token " << t << " is outside the vocabulary of "
+                                                                            << runner_.config().vocab);
   LW_CHECK(request.stop_strings.empty() || tokenizer_, "request: stop strings need a tokenizer");
   for (const std::string& stop : request.stop_strings) LW_CHECK(!stop.empty(), "request: an empty stop string");
 }
@@ -287,7 +293,7 @@ bool Engine::step() {
                         s.blocks, last ? model::SequenceChunk::Logits::last : model::SequenceChunk::Logits::none});
       if (last) sampled.push_back(&s);
     }
-    const Tensor logits = model_.forward(ctx_, *cache_, chunks);
+    const Tensor logits = runner_.forward(chunks);
     ++stats_.steps;
     for (size_t i = 0; i < batch.size(); ++i) {
       Sequence& s = *batch[i];
@@ -307,7 +313,7 @@ bool Engine::step() {
         history.push_back(s->tokens);
         top = std::max(top, s->req.top_logprobs);
       }
-      const ops::SampleResult r = ops::sample(ctx_, logits, options, history, top);
+      const ops::SampleResult r = ops::sample(runner_.context(), logits, options, history, top);
       for (size_t i = 0; i < sampled.size(); ++i) {
         std::vector<std::pair<int32_t, float>> tl;
         for (int j = 0; j < sampled[i]->req.top_logprobs; ++j) tl.emplace_back(r.top_ids[i][j], r.top_logprobs[i][j]);

@@ -16,6 +16,7 @@
 
 #include "core/context.h"
 #include "engine/block_manager.h"
+#include "engine/model_runner.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "ops/sampling.h"
@@ -66,6 +67,10 @@ class Engine {
   // tokenizer may be null: then outputs carry no text and stop strings are refused.
   Engine(Context& ctx, model::Model& model, const text::Tokenizer* tokenizer, std::vector<int32_t> eos_ids,
          const EngineOptions& options = {});
+  // Over a runner (a tensor-parallel group, say), which must outlive the engine; the engine
+  // (re)allocates the runner's KV cache.
+  Engine(ModelRunner& runner, const text::Tokenizer* tokenizer, std::vector<int32_t> eos_ids,
+         const EngineOptions& options = {});
   ~Engine();
 
   // Queues a request; returns its id. A prompt that cannot fit in the whole KV cache, or bad
@@ -86,10 +91,11 @@ class Engine {
 
   const EngineStats& stats() const { return stats_; }
   const BlockManager& blocks() const { return *blocks_; }
-  int64_t num_blocks() const { return cache_->num_blocks(); }
+  int64_t num_blocks() const { return runner_.cache_blocks(); }
 
  private:
   struct Sequence;
+  void init();
   bool schedule_decode(Sequence& s, std::vector<Sequence*>& batch, int64_t& budget);
   bool grow(Sequence& s, int64_t tokens);
   void reuse_prefix(Sequence& s);
@@ -99,12 +105,11 @@ class Engine {
   // flush: send the text held back for stop strings (not when a stop string ended it).
   void finish(Sequence& s, const std::string& reason, bool flush = true);
 
-  Context& ctx_;
-  model::Model& model_;
+  std::unique_ptr<ModelRunner> own_runner_;  // the runner of the (ctx, model) constructor
+  ModelRunner& runner_;
   const text::Tokenizer* tokenizer_;
   std::vector<int32_t> eos_ids_;
   EngineOptions options_;
-  std::unique_ptr<model::KvCache> cache_;
   std::unique_ptr<BlockManager> blocks_;
   std::map<int64_t, std::unique_ptr<Sequence>> sequences_;  // by id: arrival order
   std::deque<int64_t> waiting_;

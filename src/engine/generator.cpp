@@ -52,7 +52,7 @@ std::vector<int32_t> json_ids(const nlohmann::json& v) {
 
 }  // namespace
 
-Generator::Generator(Context& ctx, const std::string& path, DType dtype) : ctx_(ctx) {
+Generator::Generator(Context& ctx, const std::string& path, DType dtype, int tensor_parallel) {
   LW_CHECK(fs::exists(path), "model '" << path << "' does not exist (expected a model directory or a .gguf file)");
   model::ModelConfig config;
   if (fs::is_directory(path)) {
@@ -95,7 +95,9 @@ Generator::Generator(Context& ctx, const std::string& path, DType dtype) : ctx_(
     chat_.emplace(tmpl, bos, eos);
   }
   log().info("model {}: {}", path, config.summary());
-  model_ = model::Model::load(ctx, *checkpoint_, config, dtype);
+  runner_ = make_runner(ctx, tensor_parallel, [&](Context& c, const model::Shard& shard) {
+    return model::Model::load(c, *checkpoint_, config, dtype, shard);
+  });
 }
 
 std::vector<int32_t> Generator::encode_prompt(const std::string& prompt, bool chat) const {
@@ -122,7 +124,7 @@ Generation Generator::generate(const std::vector<int32_t>& prompt, const Generat
   EngineOptions eo;
   eo.num_blocks = model::KvCache::blocks_for(static_cast<int64_t>(prompt.size()) + options.max_tokens, eo.block_size);
   eo.prefix_caching = false;
-  Engine engine(ctx_, *model_, &*tokenizer_, eos_ids_, eo);
+  Engine engine(*runner_, &*tokenizer_, eos_ids_, eo);
   Request r;
   r.prompt = prompt;
   r.max_tokens = options.max_tokens;
@@ -141,13 +143,15 @@ Generation Generator::generate(const std::vector<int32_t>& prompt, const Generat
 std::vector<float> Generator::score(const std::vector<int32_t>& tokens) {
   LW_CHECK(!tokens.empty(), "score: no tokens");
   const int bs = 16;
-  model::KvCache cache(ctx_, config(), model_->dtype(), model::KvCache::blocks_for(static_cast<int64_t>(tokens.size()), bs), bs);
-  std::vector<int32_t> blocks(static_cast<size_t>(cache.num_blocks()));
-  std::iota(blocks.begin(), blocks.end(), 0);
-  const Tensor logits = model_->forward(ctx_, cache, {{tokens, 0, blocks, model::SequenceChunk::Logits::all}});
-  Tensor f32 = ctx_.empty(logits.shape(), DType::f32);
-  ops::cast(ctx_, logits, f32);
-  const Tensor host = ctx_.to_host(f32);
+  const int64_t blocks = model::KvCache::blocks_for(static_cast<int64_t>(tokens.size()), bs);
+  runner_->allocate_cache(blocks, bs);
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  std::iota(table.begin(), table.end(), 0);
+  const Tensor logits = runner_->forward({{tokens, 0, table, model::SequenceChunk::Logits::all}});
+  Context& ctx = runner_->context();
+  Tensor f32 = ctx.empty(logits.shape(), DType::f32);
+  ops::cast(ctx, logits, f32);
+  const Tensor host = ctx.to_host(f32);
   return std::vector<float>(host.data<float>(), host.data<float>() + host.numel());
 }
 

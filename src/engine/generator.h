@@ -11,6 +11,7 @@
 
 #include "core/context.h"
 #include "model/config.h"
+#include "engine/model_runner.h"
 #include "model/model.h"
 #include "ops/sampling.h"
 #include "text/chat_template.h"
@@ -35,11 +36,12 @@ class Generator {
  public:
   // path: a directory with config.json, tokenizer.json and safetensors weights, or a .gguf
   // file. Every file is checked (and the tokenizer built) before the weights are loaded.
-  Generator(Context& ctx, const std::string& path, DType dtype);
+  // tensor_parallel > 1 splits the model over that many ranks (GPUs 0..n-1).
+  Generator(Context& ctx, const std::string& path, DType dtype, int tensor_parallel = 1);
 
-  const model::ModelConfig& config() const { return model_->config(); }
-  const model::Model& model() const { return *model_; }
-  model::Model& model() { return *model_; }
+  const model::ModelConfig& config() const { return runner_->config(); }
+  // Where the forward passes run; an Engine over it serves many requests.
+  ModelRunner& runner() { return *runner_; }
   const text::Tokenizer& tokenizer() const { return *tokenizer_; }
   bool has_chat_template() const { return chat_.has_value(); }
   const text::ChatTemplate& chat_template() const;
@@ -55,12 +57,11 @@ class Generator {
   std::vector<float> score(const std::vector<int32_t>& tokens);
 
  private:
-  Context& ctx_;
   std::unique_ptr<weights::Checkpoint> checkpoint_;
   std::optional<text::Tokenizer> tokenizer_;
   std::optional<text::ChatTemplate> chat_;
   std::vector<int32_t> eos_ids_;
-  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<ModelRunner> runner_;
 };
 
 }  // namespace lw::engine

@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
 
+#include "dist/communicator.h"
 #include "ops/attention.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
@@ -39,6 +41,35 @@ class Loader {
     return ckpt_->find(name) != nullptr;
   }
 
+  // The tensor `name` of the whole model's `shape`, or only rows/columns [start, end) of
+  // dimension part.dim (a rank's shard: the whole tensor is read, sliced and freed).
+  struct Part {
+    int dim = -1;
+    int64_t start = 0, end = 0;
+  };
+  Tensor get(const std::string& name, const std::vector<int64_t>& shape, Part part) {
+    if (part.dim < 0) return get(name, shape);
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    const size_t before = bytes_;
+    Tensor whole = get(name, shape);
+    bytes_ = before + static_cast<size_t>(n / shape[static_cast<size_t>(part.dim)] * (part.end - part.start)) * dtype_size(dtype_);
+    if (dry_) return Tensor();
+    return ops::contiguous(ctx_, whole.slice(part.dim, part.start, part.end));
+  }
+  // Rows [start, end) of a [rows, cols] tensor, zero-padded to `padded` rows (a rank's share
+  // of the vocabulary).
+  Tensor get_padded(const std::string& name, const std::vector<int64_t>& shape, int64_t start, int64_t end, int64_t padded) {
+    const size_t before = bytes_;
+    Tensor part = get(name, shape, {0, start, end});
+    bytes_ = before + static_cast<size_t>(padded * shape[1]) * dtype_size(dtype_);
+    if (dry_ || end - start == padded) return part;
+    Tensor t = ctx_.empty({padded, shape[1]}, dtype_);
+    LW_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, t.nbytes(), ctx_.stream().get()));
+    if (end > start) ops::copy(ctx_, part, t.slice(0, 0, end - start));
+    return t;
+  }
+
   Tensor get(const std::string& name, const std::vector<int64_t>& shape) {
     if (!ckpt_) return random(name, shape);
     const weights::TensorRecord& rec = ckpt_->get(name);
@@ -60,10 +91,10 @@ class Loader {
   Tensor get_optional(const std::string& name, const std::vector<int64_t>& shape) {
     return has(name) ? get(name, shape) : Tensor();
   }
-  // Parts concatenated along dimension 0, viewed as `shape`.
-  Tensor fuse(const std::vector<Tensor>& parts, const std::vector<int64_t>& shape) {
+  // Parts concatenated along dimension `dim`, viewed as `shape`.
+  Tensor fuse(const std::vector<Tensor>& parts, const std::vector<int64_t>& shape, int dim = 0) {
     if (dry_) return Tensor();
-    return ops::concat(ctx_, parts, 0).view(shape);
+    return ops::concat(ctx_, parts, dim).view(shape);
   }
   size_t bytes() const { return bytes_; }
 
@@ -107,15 +138,29 @@ class Loader {
 std::string hf_layer(int64_t l, const std::string& rest) { return "model.layers." + std::to_string(l) + "." + rest; }
 std::string gguf_layer(int64_t l, const std::string& rest) { return "blk." + std::to_string(l) + "." + rest; }
 
-// Every tensor of the model, in the order and layout the forward pass uses.
-void load_all(Loader& ld, const ModelConfig& c, Tensor& embed, Tensor& final_norm, Tensor& lm_head,
-              std::vector<LayerWeights>& layers) {
+// Every tensor of the model (or of one rank's shard: `local` has its shapes), in the order
+// and layout the forward pass uses.
+void load_all(Loader& ld, const ModelConfig& c, const ModelConfig& local, const Shard& shard, Tensor& embed,
+              Tensor& final_norm, Tensor& lm_head, std::vector<LayerWeights>& layers) {
+  using Part = Loader::Part;
   const bool g = c.gguf;
+  const int r = shard.rank;
   const int64_t h = c.hidden, d = c.head_dim, qd = c.heads * d, kvd = c.kv_heads * d;
-  embed = ld.get(g ? "token_embd.weight" : "model.embed_tokens.weight", {c.vocab, h});
+  // This rank's share of a dimension of `whole` elements split `shard.size` ways.
+  auto share = [&](int dim, int64_t whole, int64_t offset = 0) {
+    const int64_t n = whole / shard.size;
+    return Part{dim, offset + n * r, offset + n * (r + 1)};
+  };
+  // Its KV heads: a share, or with fewer KV heads than ranks the one its query heads read.
+  const int64_t kv_first = c.kv_heads % shard.size == 0 ? local.kv_heads * r : local.heads * r / (c.heads / c.kv_heads);
+  const Part kv_rows = shard.size == 1 ? Part{} : Part{0, kv_first * d, (kv_first + local.kv_heads) * d};
+  const Part q_rows = shard.size == 1 ? Part{} : share(0, qd);
+
+  const int64_t vs = local.vocab, v0 = std::min(c.vocab, vs * r), v1 = std::min(c.vocab, vs * (r + 1));
+  embed = ld.get_padded(g ? "token_embd.weight" : "model.embed_tokens.weight", {c.vocab, h}, v0, v1, vs);
   final_norm = ld.get(g ? "output_norm.weight" : "model.norm.weight", {h});
   if (c.tie_embeddings) lm_head = embed;
-  else lm_head = ld.get(g ? "output.weight" : "lm_head.weight", {c.vocab, h});
+  else lm_head = ld.get_padded(g ? "output.weight" : "lm_head.weight", {c.vocab, h}, v0, v1, vs);
 
   layers.resize(static_cast<size_t>(c.layers));
   for (int64_t l = 0; l < c.layers; ++l) {
@@ -123,57 +168,71 @@ void load_all(Loader& ld, const ModelConfig& c, Tensor& embed, Tensor& final_nor
     auto name = [&](const char* hf, const char* gg) { return g ? gguf_layer(l, gg) : hf_layer(l, hf); };
     w.attn_norm = ld.get(name("input_layernorm.weight", "attn_norm.weight"), {h});
     w.mlp_norm = ld.get(name("post_attention_layernorm.weight", "ffn_norm.weight"), {h});
-    const Tensor q = ld.get(name("self_attn.q_proj.weight", "attn_q.weight"), {qd, h});
-    const Tensor k = ld.get(name("self_attn.k_proj.weight", "attn_k.weight"), {kvd, h});
-    const Tensor v = ld.get(name("self_attn.v_proj.weight", "attn_v.weight"), {kvd, h});
-    w.qkv = ld.fuse({q, k, v}, {qd + 2 * kvd, h});
+    const Tensor q = ld.get(name("self_attn.q_proj.weight", "attn_q.weight"), {qd, h}, q_rows);
+    const Tensor k = ld.get(name("self_attn.k_proj.weight", "attn_k.weight"), {kvd, h}, kv_rows);
+    const Tensor v = ld.get(name("self_attn.v_proj.weight", "attn_v.weight"), {kvd, h}, kv_rows);
+    const int64_t lqd = local.heads * d, lkvd = local.kv_heads * d;
+    w.qkv = ld.fuse({q, k, v}, {lqd + 2 * lkvd, h});
     if (c.qkv_bias) {
-      const Tensor qb = ld.get(name("self_attn.q_proj.bias", "attn_q.bias"), {qd});
-      const Tensor kb = ld.get(name("self_attn.k_proj.bias", "attn_k.bias"), {kvd});
-      const Tensor vb = ld.get(name("self_attn.v_proj.bias", "attn_v.bias"), {kvd});
-      w.qkv_bias = ld.fuse({qb, kb, vb}, {qd + 2 * kvd});
+      const Tensor qb = ld.get(name("self_attn.q_proj.bias", "attn_q.bias"), {qd}, q_rows);
+      const Tensor kb = ld.get(name("self_attn.k_proj.bias", "attn_k.bias"), {kvd}, kv_rows);
+      const Tensor vb = ld.get(name("self_attn.v_proj.bias", "attn_v.bias"), {kvd}, kv_rows);
+      w.qkv_bias = ld.fuse({qb, kb, vb}, {lqd + 2 * lkvd});
     }
     if (c.qk_norm) {
       w.q_norm = ld.get(name("self_attn.q_norm.weight", "attn_q_norm.weight"), {d});
       w.k_norm = ld.get(name("self_attn.k_norm.weight", "attn_k_norm.weight"), {d});
     }
-    w.o = ld.get(name("self_attn.o_proj.weight", "attn_output.weight"), {h, qd});
-    if (c.o_bias) w.o_bias = ld.get(name("self_attn.o_proj.bias", "attn_output.bias"), {h});
+    w.o = ld.get(name("self_attn.o_proj.weight", "attn_output.weight"), {h, qd}, shard.size == 1 ? Part{} : share(1, qd));
+    // The bias of a row-parallel projection is added once, by rank 0, before the sum.
+    if (c.o_bias && r == 0) w.o_bias = ld.get(name("self_attn.o_proj.bias", "attn_output.bias"), {h});
 
     if (!c.moe_layer[static_cast<size_t>(l)]) {
-      const int64_t i = c.intermediate;
-      const Tensor gate = ld.get(name("mlp.gate_proj.weight", "ffn_gate.weight"), {i, h});
-      const Tensor up = ld.get(name("mlp.up_proj.weight", "ffn_up.weight"), {i, h});
-      w.gate_up = ld.fuse({gate, up}, {2 * i, h});
-      w.down = ld.get(name("mlp.down_proj.weight", "ffn_down.weight"), {h, i});
+      const int64_t i = c.intermediate, li = local.intermediate;
+      const bool split = shard.size > 1;
+      const Tensor gate = ld.get(name("mlp.gate_proj.weight", "ffn_gate.weight"), {i, h}, split ? share(0, i) : Part{});
+      const Tensor up = ld.get(name("mlp.up_proj.weight", "ffn_up.weight"), {i, h}, split ? share(0, i) : Part{});
+      w.gate_up = ld.fuse({gate, up}, {2 * li, h});
+      w.down = ld.get(name("mlp.down_proj.weight", "ffn_down.weight"), {h, i}, split ? share(1, i) : Part{});
       continue;
     }
     // Mixture of experts: Mixtral's block_sparse_moe names or the mlp names of Qwen-MoE and
-    // of transformers 5, per-expert matrices or the experts stacked in one tensor.
-    const int64_t e = c.experts, i = c.moe_intermediate;
+    // of transformers 5, per-expert matrices or the experts stacked in one tensor. Every rank
+    // holds every expert's share of the expert width; the router is whole on each.
+    const int64_t e = c.experts, i = c.moe_intermediate, li = local.moe_intermediate;
+    const bool split = shard.size > 1;
     const std::string moe = ld.has(hf_layer(l, "block_sparse_moe.gate.weight")) ? "block_sparse_moe." : "mlp.";
     w.router = ld.get(hf_layer(l, moe + "gate.weight"), {e, h});
     if (ld.has(hf_layer(l, moe + "experts.gate_up_proj"))) {
-      w.experts_gate_up = ld.get(hf_layer(l, moe + "experts.gate_up_proj"), {e, 2 * i, h});
-      w.experts_down = ld.get(hf_layer(l, moe + "experts.down_proj"), {e, h, i});
+      const std::string gu = hf_layer(l, moe + "experts.gate_up_proj");
+      if (split) {
+        const Tensor gate = ld.get(gu, {e, 2 * i, h}, share(1, i));
+        const Tensor up = ld.get(gu, {e, 2 * i, h}, share(1, i, i));
+        w.experts_gate_up = ld.fuse({gate, up}, {e, 2 * li, h}, 1);
+      } else {
+        w.experts_gate_up = ld.get(gu, {e, 2 * i, h});
+      }
+      w.experts_down = ld.get(hf_layer(l, moe + "experts.down_proj"), {e, h, i}, split ? share(2, i) : Part{});
     } else {
       const bool mixtral_names = ld.has(hf_layer(l, moe + "experts.0.w1.weight"));
       std::vector<Tensor> gate_up, down;
       for (int64_t x = 0; x < e; ++x) {
         const std::string p = moe + "experts." + std::to_string(x) + ".";
-        gate_up.push_back(ld.get(hf_layer(l, p + (mixtral_names ? "w1.weight" : "gate_proj.weight")), {i, h}));
-        gate_up.push_back(ld.get(hf_layer(l, p + (mixtral_names ? "w3.weight" : "up_proj.weight")), {i, h}));
-        down.push_back(ld.get(hf_layer(l, p + (mixtral_names ? "w2.weight" : "down_proj.weight")), {h, i}));
+        const Part rows = split ? share(0, i) : Part{}, cols = split ? share(1, i) : Part{};
+        gate_up.push_back(ld.get(hf_layer(l, p + (mixtral_names ? "w1.weight" : "gate_proj.weight")), {i, h}, rows));
+        gate_up.push_back(ld.get(hf_layer(l, p + (mixtral_names ? "w3.weight" : "up_proj.weight")), {i, h}, rows));
+        down.push_back(ld.get(hf_layer(l, p + (mixtral_names ? "w2.weight" : "down_proj.weight")), {h, i}, cols));
       }
-      w.experts_gate_up = ld.fuse(gate_up, {e, 2 * i, h});
-      w.experts_down = ld.fuse(down, {e, h, i});
+      w.experts_gate_up = ld.fuse(gate_up, {e, 2 * li, h});
+      w.experts_down = ld.fuse(down, {e, h, li}, 0);
     }
     if (c.shared_intermediate > 0) {
-      const int64_t s = c.shared_intermediate;
-      const Tensor gate = ld.get(hf_layer(l, "mlp.shared_expert.gate_proj.weight"), {s, h});
-      const Tensor up = ld.get(hf_layer(l, "mlp.shared_expert.up_proj.weight"), {s, h});
-      w.shared_gate_up = ld.fuse({gate, up}, {2 * s, h});
-      w.shared_down = ld.get(hf_layer(l, "mlp.shared_expert.down_proj.weight"), {h, s});
+      const int64_t sw = c.shared_intermediate, ls = local.shared_intermediate;
+      const Part rows = split ? share(0, sw) : Part{}, cols = split ? share(1, sw) : Part{};
+      const Tensor gate = ld.get(hf_layer(l, "mlp.shared_expert.gate_proj.weight"), {sw, h}, rows);
+      const Tensor up = ld.get(hf_layer(l, "mlp.shared_expert.up_proj.weight"), {sw, h}, rows);
+      w.shared_gate_up = ld.fuse({gate, up}, {2 * ls, h});
+      w.shared_down = ld.get(hf_layer(l, "mlp.shared_expert.down_proj.weight"), {h, sw}, cols);
       w.shared_gate = ld.get(hf_layer(l, "mlp.shared_expert_gate.weight"), {1, h});
     }
   }
@@ -240,44 +299,79 @@ struct Model::BatchLayout {
   }
 };
 
-Model::Model(Context& ctx, const ModelConfig& config, DType dtype) : config_(config), dtype_(dtype) {
+ModelConfig shard_config(const ModelConfig& c, int size) {
+  LW_CHECK(size >= 1, "tensor parallelism over " << size << " ranks");
+  ModelConfig s = c;
+  if (size == 1) return s;
+  auto divide = [&](int64_t v, const char* what) {
+    LW_CHECK(v % size == 0, "tensor parallelism over " << size << " ranks: the model's " << what << " (" << v
+                                                       << ") does not divide among them");
+    return v / size;
+  };
+  s.heads = divide(c.heads, "attention heads");
+  if (c.kv_heads % size == 0) {
+    s.kv_heads = c.kv_heads / size;
+  } else {
+    LW_CHECK(size % c.kv_heads == 0, "tensor parallelism over " << size << " ranks: the model's " << c.kv_heads
+                                                                << " KV heads neither divide among the ranks nor divide them");
+    s.kv_heads = 1;  // each rank keeps the KV head its query heads read
+  }
+  const bool dense = std::find(c.moe_layer.begin(), c.moe_layer.end(), false) != c.moe_layer.end();
+  if (dense) s.intermediate = divide(c.intermediate, "MLP width (intermediate_size)");
+  if (c.experts > 0) s.moe_intermediate = divide(c.moe_intermediate, "expert width (moe_intermediate_size)");
+  if (c.shared_intermediate > 0) s.shared_intermediate = divide(c.shared_intermediate, "shared expert width");
+  s.vocab = (c.vocab + size - 1) / size;
+  return s;
+}
+
+Model::Model(Context& ctx, const ModelConfig& config, DType dtype, const Shard& shard)
+    : config_(config), local_(model::shard_config(config, shard.size)), shard_(shard), dtype_(dtype) {
   rope_.emplace(ctx, config.rope);
 }
 
-std::unique_ptr<Model> Model::load(Context& ctx, const weights::Checkpoint& ckpt, const ModelConfig& config, DType dtype) {
-  return build(ctx, &ckpt, config, dtype, 0);
+std::unique_ptr<Model> Model::load(Context& ctx, const weights::Checkpoint& ckpt, const ModelConfig& config, DType dtype,
+                                   const Shard& shard) {
+  return build(ctx, &ckpt, config, dtype, 0, shard);
 }
 
-std::unique_ptr<Model> Model::random(Context& ctx, const ModelConfig& config, DType dtype, uint64_t seed) {
-  return build(ctx, nullptr, config, dtype, seed);
+std::unique_ptr<Model> Model::random(Context& ctx, const ModelConfig& config, DType dtype, uint64_t seed, const Shard& shard) {
+  return build(ctx, nullptr, config, dtype, seed, shard);
 }
 
 std::unique_ptr<Model> Model::build(Context& ctx, const weights::Checkpoint* ckpt, const ModelConfig& config, DType dtype,
-                                    uint64_t seed) {
+                                    uint64_t seed, const Shard& shard) {
   LW_CHECK(is_float(dtype), "model dtype " << dtype_name(dtype) << " must be f32, f16 or bf16");
+  LW_CHECK(shard.size >= 1 && shard.rank >= 0 && shard.rank < shard.size && (shard.size == 1 || shard.comm),
+           "model shard: rank " << shard.rank << " of " << shard.size << (shard.comm ? "" : " without a communicator"));
+  const ModelConfig local = model::shard_config(config, shard.size);
   std::vector<LayerWeights> layers;
   Tensor embed, final_norm, lm_head;
   Loader dry(ctx, ckpt, dtype, true);
-  load_all(dry, config, embed, final_norm, lm_head, layers);
+  load_all(dry, config, local, shard, embed, final_norm, lm_head, layers);
   size_t free_bytes = 0, total_bytes = 0;
   LW_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const std::string what = ckpt ? ckpt->description() : "the random " + config.summary() + " model";
+  std::string what = ckpt ? ckpt->description() : "the random " + config.summary() + " model";
+  if (shard.size > 1) what = "rank " + std::to_string(shard.rank) + "'s shard of " + what;
   LW_CHECK(dry.bytes() < free_bytes, "the weights of " << what << " take " << dry.bytes() / (1 << 20) << " MiB in "
-                                                       << dtype_name(dtype) << " but the device has "
+                                                       << dtype_name(dtype) << " but device " << ctx.device() << " has "
                                                        << free_bytes / (1 << 20) << " MiB free");
 
-  std::unique_ptr<Model> m(new Model(ctx, config, dtype));
-  Loader ld(ctx, ckpt, dtype, false, dry.bytes(), seed);
-  load_all(ld, config, m->embed_, m->final_norm_, m->lm_head_, m->layers_);
+  std::unique_ptr<Model> m(new Model(ctx, config, dtype, shard));
+  Loader ld(ctx, ckpt, dtype, false, shard.rank == 0 ? dry.bytes() : 0, seed);
+  load_all(ld, config, local, shard, m->embed_, m->final_norm_, m->lm_head_, m->layers_);
   m->weight_bytes_ = ld.bytes();
   ctx.synchronize();
   return m;
 }
 
+void Model::reduce(Context& ctx, const Tensor& x) {
+  if (shard_.size > 1) shard_.comm->all_reduce_sum(ctx, x);
+}
+
 void Model::attention(Context& ctx, KvCache& cache, int64_t layer, const Tensor& x, const BatchLayout& b,
                       const Tensor& out) {
   const LayerWeights& w = layers_[static_cast<size_t>(layer)];
-  const int64_t t = x.size(0), d = config_.head_dim, nq = config_.heads, nkv = config_.kv_heads;
+  const int64_t t = x.size(0), d = config_.head_dim, nq = local_.heads, nkv = local_.kv_heads;
   Tensor qkv = ctx.empty({t, (nq + 2 * nkv) * d}, dtype_);
   ops::linear(ctx, x, w.qkv, w.qkv_bias, qkv);
   Tensor q = qkv.slice(1, 0, nq * d).unflatten(1, {nq, d});
@@ -309,7 +403,7 @@ void Model::dense_mlp(Context& ctx, const Tensor& gate_up, const Tensor& down, c
 }
 
 void Model::moe_mlp(Context& ctx, const LayerWeights& w, const Tensor& x, const Tensor& out) {
-  const int64_t t = x.size(0), h = config_.hidden, i = config_.moe_intermediate, e = config_.experts;
+  const int64_t t = x.size(0), h = config_.hidden, i = local_.moe_intermediate, e = config_.experts;
   const int k = config_.experts_per_token;
   Tensor logits = ctx.empty({t, e}, dtype_);
   ops::linear(ctx, x, w.router, Tensor(), logits);
@@ -340,15 +434,22 @@ Tensor Model::forward(Context& ctx, KvCache& cache, const std::vector<SequenceCh
   const int64_t t = b.tokens, h = config_.hidden;
   Tensor residual = ctx.empty({t, h}, dtype_), normed = ctx.empty({t, h}, dtype_), delta = ctx.empty({t, h}, dtype_);
   const float eps = static_cast<float>(config_.rms_eps);
-  ops::embedding(ctx, embed_, b.ids, residual, false);  // ids checked in BatchLayout
+  if (shard_.size == 1) {
+    ops::embedding(ctx, embed_, b.ids, residual, false);  // ids checked in BatchLayout
+  } else {
+    ops::embedding_shard(ctx, embed_, local_.vocab * shard_.rank, b.ids, residual);
+    reduce(ctx, residual);
+  }
   for (int64_t l = 0; l < config_.layers; ++l) {
     const LayerWeights& w = layers_[static_cast<size_t>(l)];
     if (l == 0) ops::rms_norm(ctx, residual, w.attn_norm, eps, normed);
     else ops::add_rms_norm(ctx, delta, residual, w.attn_norm, eps, normed);
     attention(ctx, cache, l, normed, b, delta);
+    reduce(ctx, delta);
     ops::add_rms_norm(ctx, delta, residual, w.mlp_norm, eps, normed);
     if (w.router.defined()) moe_mlp(ctx, w, normed, delta);
     else dense_mlp(ctx, w.gate_up, w.down, normed, delta);
+    reduce(ctx, delta);
   }
   if (b.logits == 0) return Tensor();
   ops::add_rms_norm(ctx, delta, residual, final_norm_, eps, normed);
@@ -358,8 +459,22 @@ Tensor Model::forward(Context& ctx, KvCache& cache, const std::vector<SequenceCh
     rows = ctx.empty({b.logits, h}, dtype_);
     ops::embedding(ctx, normed, b.logit_rows, rows, false);
   }
+  if (shard_.size == 1) {
+    Tensor logits = ctx.empty({b.logits, config_.vocab}, dtype_);
+    ops::linear(ctx, rows, lm_head_, Tensor(), logits);
+    return logits;
+  }
+  // Each rank's columns of the logits, gathered [ranks, rows, shard] and laid out as
+  // [rows, vocab] (the padding of the last shard dropped).
+  const int64_t n = shard_.size, vs = local_.vocab;
+  Tensor part = ctx.empty({b.logits, vs}, dtype_), all = ctx.empty({n, b.logits, vs}, dtype_);
+  ops::linear(ctx, rows, lm_head_, Tensor(), part);
+  shard_.comm->all_gather(ctx, part, all);
+  Tensor gathered = ctx.empty({b.logits, n, vs}, dtype_);
+  ops::copy(ctx, all.transpose(0, 1), gathered);
+  if (n * vs == config_.vocab) return gathered.view({b.logits, config_.vocab});
   Tensor logits = ctx.empty({b.logits, config_.vocab}, dtype_);
-  ops::linear(ctx, rows, lm_head_, Tensor(), logits);
+  ops::copy(ctx, gathered.view({b.logits, n * vs}).slice(1, 0, config_.vocab), logits);
   return logits;
 }
 

@@ -15,7 +15,26 @@
 #include "ops/rope.h"
 #include "weights/checkpoint.h"
 
+namespace lw::dist {
+class Communicator;
+}
+
 namespace lw::model {
+
+// The part of a model one rank of a tensor-parallel group holds: attention heads, MLP and
+// expert widths and the vocabulary divided among `size` ranks (column-parallel QKV and
+// gate/up, row-parallel o and down with an all-reduce after each, vocabulary-parallel
+// embedding and LM head). With fewer KV heads than ranks each rank keeps the one KV head its
+// query heads read.
+struct Shard {
+  int rank = 0, size = 1;
+  dist::Communicator* comm = nullptr;  // needed when size > 1
+};
+
+// The shapes one rank of a group of `size` holds (heads, kv_heads, intermediate,
+// moe_intermediate, shared_intermediate divided; vocab the padded shard, ceil(vocab / size)).
+// Throws naming the dimension that does not divide.
+ModelConfig shard_config(const ModelConfig& config, int size);
 
 struct LayerWeights {
   Tensor attn_norm, mlp_norm;
@@ -42,32 +61,45 @@ struct SequenceChunk {
 class Model {
  public:
   // Checks every tensor's presence and shape and the device memory first, then loads the
-  // weights converted to `dtype` (f32, f16 or bf16).
-  static std::unique_ptr<Model> load(Context& ctx, const weights::Checkpoint& ckpt, const ModelConfig& config, DType dtype);
+  // weights converted to `dtype` (f32, f16 or bf16): the whole model, or the slices of one
+  // rank's shard (each tensor is read whole, sliced and the rest freed, so no rank ever holds
+  // the whole model).
+  static std::unique_ptr<Model> load(Context& ctx, const weights::Checkpoint& ckpt, const ModelConfig& config, DType dtype,
+                                     const Shard& shard = {});
   // Random weights of the config's shape (benchmarks without a checkpoint): uniform, norm
-  // weights near 1, matrices within +-1/sqrt(fan-in); the same for the same seed everywhere.
-  static std::unique_ptr<Model> random(Context& ctx, const ModelConfig& config, DType dtype, uint64_t seed = 1);
+  // weights near 1, matrices within +-1/sqrt(fan-in); the same for the same seed everywhere,
+  // and a shard holds the same values as the slice of the whole model.
+  static std::unique_ptr<Model> random(Context& ctx, const ModelConfig& config, DType dtype, uint64_t seed = 1,
+                                       const Shard& shard = {});
 
+  // The whole model's configuration, and the shapes this rank holds (the same without
+  // tensor parallelism); the KV cache of this rank takes the shard's shapes.
   const ModelConfig& config() const { return config_; }
+  const ModelConfig& shard_config() const { return local_; }
+  const Shard& shard() const { return shard_; }
   DType dtype() const { return dtype_; }
   // Bytes the weights take on the device.
   size_t weight_bytes() const { return weight_bytes_; }
 
   // Runs a batch of sequence chunks (prefill chunks and decode tokens alike), writing their
   // K/V into `cache`, and returns the logits the chunks asked for, in batch order, as
-  // [rows, vocab] in the model's dtype.
+  // [rows, vocab] in the model's dtype. Every rank of a group runs the same batch; each gets
+  // the whole logits.
   Tensor forward(Context& ctx, KvCache& cache, const std::vector<SequenceChunk>& batch);
 
  private:
-  Model(Context& ctx, const ModelConfig& config, DType dtype);
+  Model(Context& ctx, const ModelConfig& config, DType dtype, const Shard& shard);
   static std::unique_ptr<Model> build(Context& ctx, const weights::Checkpoint* ckpt, const ModelConfig& config, DType dtype,
-                                      uint64_t seed);
+                                      uint64_t seed, const Shard& shard);
+  // The sum of every rank's partial result (row-parallel projections, the embedding shards).
+  void reduce(Context& ctx, const Tensor& x);
   struct BatchLayout;
   void attention(Context& ctx, KvCache& cache, int64_t layer, const Tensor& x, const BatchLayout& b, const Tensor& out);
   void dense_mlp(Context& ctx, const Tensor& gate_up, const Tensor& down, const Tensor& x, const Tensor& out);
   void moe_mlp(Context& ctx, const LayerWeights& w, const Tensor& x, const Tensor& out);
 
-  ModelConfig config_;
+  ModelConfig config_, local_;
+  Shard shard_;
   DType dtype_;
   size_t weight_bytes_ = 0;
   Tensor embed_, final_norm_, lm_head_;

@@ -1,0 +1,226 @@
+// Tensor parallelism: a model split over ranks of the in-process group gives the logits and
+// the greedy tokens of the whole model (dense, grouped-query with KV heads replicated, biased,
+// mixture-of-experts with and without a shared expert, a vocabulary that does not divide), and a
+// failing rank stops the group with its message instead of hanging it.
+#include <chrono>
+#include <cstdlib>
+#include <future>
+#include <numeric>
+#include <thread>
+
+#include "dist/local_group.h"
+#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "model_fixture.h"
+#include "ops/elementwise.h"
+#include "test_util.h"
+
+namespace lw::test {
+namespace {
+
+using engine::ModelRunner;
+using model::ModelConfig;
+using model::SequenceChunk;
+
+template <class F>
+void expect_error(F&& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing '" << part << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// Logits of two sequences of different lengths (every position), then of one decode token
+// each, as f32 on the host.
+std::vector<float> two_step_logits(ModelRunner& runner) {
+  const std::vector<int32_t> a = {3, 17, 42, 5, 9, 77, 1, 2, 60, 33, 12}, b = {8, 91, 4, 4, 50};
+  const std::vector<int32_t> ta = {0, 1}, tb = {2};
+  runner.allocate_cache(4, 8);
+  std::vector<float> out;
+  auto take = [&](const Tensor& logits) {
+    Context& ctx = runner.context();
+    Tensor f = ctx.empty(logits.shape(), DType::f32);
+    ops::cast(ctx, logits, f);
+    const Tensor h = ctx.to_host(f);
+    out.insert(out.end(), h.data<float>(), h.data<float>() + h.numel());
+  };
+  take(runner.forward({{a, 0, ta, SequenceChunk::Logits::all}, {b, 0, tb, SequenceChunk::Logits::all}}));
+  const std::vector<int32_t> na = {70}, nb = {6};
+  take(runner.forward({{na, static_cast<int64_t>(a.size()), ta}, {nb, static_cast<int64_t>(b.size()), tb}}));
+  return out;
+}
+
+// Tensor parallelism sums the partial products in another order: the fp32 bound is a few
+// units in the last place of the largest logit.
+void expect_same_logits(const std::vector<float>& whole, const std::vector<float>& split) {
+  ASSERT_EQ(whole.size(), split.size());
+  double scale = 0, worst = 0;
+  for (size_t i = 0; i < whole.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(split[i])) << "logit " << i;
+    scale = std::max(scale, std::abs(static_cast<double>(whole[i])));
+    worst = std::max(worst, std::abs(static_cast<double>(whole[i]) - split[i]));
+  }
+  EXPECT_GT(scale, 0.1);
+  EXPECT_LE(worst, 2e-5 * scale) << "largest logit " << scale;
+}
+
+std::unique_ptr<ModelRunner> random_runner(const ModelConfig& c, int ranks, uint64_t seed = 7) {
+  return engine::make_runner(ctx(), ranks, [&](Context& rc, const model::Shard& s) {
+    return model::Model::random(rc, c, DType::f32, seed, s);
+  });
+}
+
+void expect_split_matches_whole(const ModelConfig& c, int ranks) {
+  const std::vector<float> whole = two_step_logits(*random_runner(c, 1));
+  const std::vector<float> split = two_step_logits(*random_runner(c, ranks));
+  expect_same_logits(whole, split);
+}
+
+ModelConfig moe_config(int64_t shared) {
+  ModelConfig c = tiny_llama_config(103);
+  c.family = shared ? model::Family::qwen2_moe : model::Family::mixtral;
+  c.experts = 4;
+  c.experts_per_token = 2;
+  c.moe_intermediate = 32;
+  c.shared_intermediate = shared;
+  c.moe_layer.assign(static_cast<size_t>(c.layers), true);
+  c.tie_embeddings = false;
+  return c;
+}
+
+TEST(TensorParallel, DenseCheckpointMatchesTheWholeModel) {
+  // Grouped-query attention (4 query heads over 2 KV heads), tied embeddings and an odd
+  // vocabulary (the last rank's share padded), loaded from a checkpoint.
+  const ModelConfig c = tiny_llama_config(101);
+  const auto ckpt = random_checkpoint(c, 11);
+  auto build = [&](Context& rc, const model::Shard& s) { return model::Model::load(rc, *ckpt, c, DType::f32, s); };
+  const std::vector<float> whole = two_step_logits(*engine::make_runner(ctx(), 1, build));
+  const std::vector<float> split = two_step_logits(*engine::make_runner(ctx(), 2, build));
+  expect_same_logits(whole, split);
+}
+
+TEST(TensorParallel, ReplicatedKvHeadsAndBiasesMatchTheWholeModel) {
+  ModelConfig c = tiny_llama_config(96);
+  c.kv_heads = 1;  // fewer KV heads than ranks: each rank keeps the one its queries read
+  c.qkv_bias = c.o_bias = true;
+  c.tie_embeddings = false;
+  expect_split_matches_whole(c, 2);
+  c.kv_heads = 2;
+  expect_split_matches_whole(c, 4);  // two ranks per KV head
+}
+
+TEST(TensorParallel, MixtureOfExpertsMatchesTheWholeModel) {
+  expect_split_matches_whole(moe_config(0), 2);   // Mixtral-shaped
+  expect_split_matches_whole(moe_config(48), 2);  // Qwen2-MoE-shaped: a gated shared expert
+}
+
+TEST(TensorParallel, EngineGreedyTokensMatchTheWholeModel) {
+  const ModelConfig c = tiny_llama_config(101);
+  const auto ckpt = random_checkpoint(c, 5);
+  auto build = [&](Context& rc, const model::Shard& s) { return model::Model::load(rc, *ckpt, c, DType::f32, s); };
+  auto generate = [&](ModelRunner& runner) {
+    engine::EngineOptions eo;
+    eo.num_blocks = 32;
+    eo.block_size = 4;
+    eo.max_batch_tokens = 8;  // chunked prefill
+    engine::Engine e(runner, nullptr, {}, eo);
+    std::vector<std::vector<int32_t>> out(3);
+    for (int i = 0; i < 3; ++i) {
+      engine::Request r;
+      for (int j = 0; j < 5 + 4 * i; ++j) r.prompt.push_back((j * 13 + i * 7) % 101);
+      r.max_tokens = 10;
+      r.ignore_eos = true;
+      e.add(r, [&out, i](const engine::RequestOutput& o) {
+        out[static_cast<size_t>(i)].insert(out[static_cast<size_t>(i)].end(), o.tokens.begin(), o.tokens.end());
+      });
+    }
+    e.run();
+    return out;
+  };
+  const auto whole = generate(*engine::make_runner(ctx(), 1, build));
+  const auto split = generate(*engine::make_runner(ctx(), 2, build));
+  EXPECT_EQ(whole, split);
+  for (const auto& t : whole) EXPECT_EQ(t.size(), 10u);
+}
+
+TEST(TensorParallel, ShapesThatDoNotDivideAreNamed) {
+  ModelConfig c = tiny_llama_config(101);
+  expect_error([&] { model::shard_config(c, 3); }, "attention heads (4) does not divide");
+  c.kv_heads = 4;
+  c.heads = 8;
+  c.intermediate = 90;
+  expect_error([&] { model::shard_config(c, 4); }, "MLP width (intermediate_size) (90)");
+  c.intermediate = 96;
+  c.kv_heads = 3;
+  c.heads = 6;
+  expect_error([&] { model::shard_config(c, 2); }, "3 KV heads neither divide");
+}
+
+TEST(TensorParallel, AFailingRankStopsTheGroupWithItsMessage) {
+  const ModelConfig c = tiny_llama_config(101);
+  expect_error(
+      [&] {
+        engine::TensorParallelRunner r(2, [&](Context& rc, const model::Shard& s) -> std::unique_ptr<model::Model> {
+          if (s.rank == 1) LW_FAIL("no weights for this rank");
+          return model::Model::random(rc, c, DType::f32, 1, s);
+        });
+      },
+      "rank 1: no weights for this rank");
+}
+
+TEST(TensorParallel, AnAbortedGroupEndsAPendingCollective) {
+  dist::LocalGroup g(2);
+  auto c0 = g.communicator(0), c1 = g.communicator(1);
+  Tensor x = ctx().to_device(random_host({8}, DType::f32));
+  auto pending = std::async(std::launch::async, [&] { c0->all_reduce_sum(ctx(), x); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  c1->abort("rank 1 lost its device");
+  expect_error([&] { pending.get(); }, "rank 1 lost its device");
+  expect_error([&] { c1->all_reduce_sum(ctx(), x); }, "the group was stopped");
+}
+
+TEST(TensorParallel, AMissingPeerTimesOut) {
+  setenv("LW_DIST_TIMEOUT", "0.2", 1);
+  dist::LocalGroup g(2);
+  auto c0 = g.communicator(0);
+  Tensor x = ctx().to_device(random_host({8}, DType::f32));
+  expect_error([&] { c0->all_reduce_sum(ctx(), x); }, "for the other ranks");
+  unsetenv("LW_DIST_TIMEOUT");
+}
+
+TEST(TensorParallel, AllReduceAndAllGatherAreExact) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    dist::LocalGroup g(3);
+    std::vector<Tensor> xs, hs;
+    for (int r = 0; r < 3; ++r) {
+      hs.push_back(random_host({5, 7}, dt));
+      xs.push_back(ctx().to_device(hs.back()));
+    }
+    std::vector<Tensor> gathered;
+    for (int r = 0; r < 3; ++r) gathered.push_back(ctx().empty({15, 7}, dt));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r)
+      threads.emplace_back([&, r] {
+        auto c = g.communicator(r);
+        c->all_gather(ctx(), xs[static_cast<size_t>(r)], gathered[static_cast<size_t>(r)]);
+        c->all_reduce_sum(ctx(), xs[static_cast<size_t>(r)]);
+      });
+    for (auto& t : threads) t.join();
+    std::vector<double> cat, sum(35, 0.0);
+    for (const Tensor& h : hs) {
+      const std::vector<double> v = to_doubles(h);
+      cat.insert(cat.end(), v.begin(), v.end());
+      for (size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
+    }
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_TRUE(all_close(ctx().to_host(gathered[static_cast<size_t>(r)]), cat, 0, 0));
+      // Summed in float and rounded once: within half a unit of the dtype.
+      EXPECT_TRUE(all_close(ctx().to_host(xs[static_cast<size_t>(r)]), sum, dt == DType::bf16 ? 4e-3 : 1e-6, 1e-6));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lw::test
