@@ -4,6 +4,11 @@ every supported architecture: logits of a batch of prompts in fp32 and bf16, and
 continuations in fp32. Needs torch and transformers (the GPU machine has both).
 
     python3 tools/compare_hf.py --lightwave build/device/src/app/lightwave [--arch llama,qwen3] [--keep DIR]
+                                [--tp N [--nnodes M]]
+
+--tp N runs lightwave with tensor parallelism over N GPUs; --nnodes M splits those ranks over M
+processes on this host (each sees its own GPUs through CUDA_VISIBLE_DEVICES and node 0 meets
+the others over TCP on 127.0.0.1), as a group spanning hosts would run.
 
 Each model: a few layers, grouped-query attention, odd intermediate sizes; saved with
 save_pretrained (safetensors) beside a small BPE tokenizer.json, loaded by `lightwave score`.
@@ -18,6 +23,7 @@ Exit status 1 if any architecture fails."""
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -55,6 +61,35 @@ def configs():
     return c
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_lightwave(cmd, tp, nnodes):
+    """Runs a lightwave command on tp ranks over nnodes processes; node 0's result, with the
+    other nodes' failures added."""
+    if tp == 1:
+        return subprocess.run(cmd, capture_output=True, text=True)
+    cmd = cmd + ["--tensor-parallel-size", str(tp)]
+    if nnodes == 1:
+        return subprocess.run(cmd, capture_output=True, text=True)
+    per = tp // nnodes
+    dist = ["--nnodes", str(nnodes), "--dist-init-addr", f"127.0.0.1:{free_port()}"]
+    def env(node):
+        return dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(str(node * per + i) for i in range(per)))
+    followers = [subprocess.Popen(cmd + dist + ["--node-rank", str(n)], env=env(n), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for n in range(1, nnodes)]
+    r = subprocess.run(cmd + dist + ["--node-rank", "0"], env=env(0), capture_output=True, text=True)
+    for n, f in enumerate(followers, 1):
+        _, err = f.communicate(timeout=300)
+        if f.returncode != 0:
+            r.returncode = r.returncode or f.returncode
+            r.stderr += f"\nnode {n}: {err.strip()[-800:]}"
+    return r
+
+
 def save_tokenizer(path):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -66,7 +101,7 @@ def save_tokenizer(path):
     tok.save(os.path.join(path, "tokenizer.json"))
 
 
-def compare(arch, cfg, lightwave, root, rng):
+def compare(arch, cfg, lightwave, root, rng, tp=1, nnodes=1):
     d = os.path.join(root, arch)
     os.makedirs(d, exist_ok=True)
     torch.manual_seed(0)
@@ -94,8 +129,8 @@ def compare(arch, cfg, lightwave, root, rng):
     ref32 = {}
     for dtype, torch_dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
         out = os.path.join(d, "out_" + dtype)
-        r = subprocess.run([lightwave, "score", "--model", d, "--dtype", dtype, "--input", os.path.join(d, "prompts.json"),
-                            "--out", out], capture_output=True, text=True)
+        r = run_lightwave([lightwave, "score", "--model", d, "--dtype", dtype, "--input", os.path.join(d, "prompts.json"),
+                           "--out", out], tp, nnodes)
         if r.returncode != 0:
             keys = sorted(json.load(open(os.path.join(d, "config.json"))))
             return f"lightwave score ({dtype}) failed: {r.stderr.strip()[-800:]}\n  config.json keys: {keys}"
@@ -135,6 +170,8 @@ def main():
     ap.add_argument("--lightwave", required=True)
     ap.add_argument("--arch", default="")
     ap.add_argument("--keep", default="")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--nnodes", type=int, default=1)
     a = ap.parse_args()
     cfgs = configs()
     archs = a.arch.split(",") if a.arch else list(cfgs)
@@ -142,11 +179,11 @@ def main():
     rng = np.random.default_rng(1)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}; bounds: fp32 max |diff| / max |logit| "
           f"<= 1e-4; bf16 ||logits - fp32 logits|| / ||fp32 logits|| <= 1.5 x transformers' own; "
-          f"greedy {GREEDY} tokens identical in fp32")
+          f"greedy {GREEDY} tokens identical in fp32; lightwave on {a.tp} rank(s) over {a.nnodes} process(es)")
     failed = 0
     for arch in archs:
         try:
-            line = compare(arch, cfgs[arch], a.lightwave, root, rng)
+            line = compare(arch, cfgs[arch], a.lightwave, root, rng, a.tp, a.nnodes)
         except Exception as e:  # report and go on to the next architecture
             line = f"FAILED  {type(e).__name__}: {e}"
         failed += not line.startswith("ok")

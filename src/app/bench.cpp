@@ -102,17 +102,18 @@ int run() {
   const int tp = args.parallel.tensor_parallel;
   if (!args.shape.empty()) {
     const model::ModelConfig config = model::ModelConfig::named(args.shape);
-    random_model = engine::make_runner(ctx, tp, [&](Context& c, const model::Shard& shard) {
+    random_model = engine::make_runner(ctx, args.parallel.placement(), [&](Context& c, const model::Shard& shard) {
       return model::Model::random(c, config, dtype, args.seed, shard);
     });
     m = random_model.get();
     what = args.shape + " (random weights)";
   } else {
     LW_CHECK(!args.model.empty(), "bench: give --model PATH or --shape NAME");
-    gen = std::make_unique<engine::Generator>(ctx, args.model, dtype, tp);
+    gen = std::make_unique<engine::Generator>(ctx, args.model, dtype, args.parallel.placement());
     m = &gen->runner();
     what = args.model;
   }
+  if (follow_if_not_leader(*m)) return 0;
   if (tp > 1) what += ", tensor parallel " + std::to_string(tp);
   const model::ModelConfig& c = m->config();
   const double bw = copy_gbs(ctx);

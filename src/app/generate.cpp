@@ -32,7 +32,8 @@ struct ScoreArgs {
 
 int run_generate(int device) {
   Context ctx(device);
-  engine::Generator g(ctx, gen.model, parse_dtype(gen.dtype), gen.parallel.tensor_parallel);
+  engine::Generator g(ctx, gen.model, parse_dtype(gen.dtype), gen.parallel.placement());
+  if (follow_if_not_leader(g.runner())) return 0;
   const std::vector<int32_t> prompt = g.encode_prompt(gen.prompt, gen.chat);
   engine::GenerateOptions opt;
   opt.max_tokens = gen.max_tokens;
@@ -60,7 +61,8 @@ int run_score(int device) {
   const nlohmann::json req = nlohmann::json::parse(in);
   const int greedy = req.value("greedy_tokens", 0);
   Context ctx(device);
-  engine::Generator g(ctx, score.model, parse_dtype(score.dtype), score.parallel.tensor_parallel);
+  engine::Generator g(ctx, score.model, parse_dtype(score.dtype), score.parallel.placement());
+  if (follow_if_not_leader(g.runner())) return 0;
   std::filesystem::create_directories(score.out);
   nlohmann::json result;
   result["vocab"] = g.config().vocab;

@@ -43,7 +43,8 @@ int run_serve(int device) {
   // The access log is at info level: on unless LW_LOG_LEVEL says otherwise.
   if (!std::getenv("LW_LOG_LEVEL")) log().set_level(spdlog::level::info);
   Context ctx(device);
-  engine::Generator gen(ctx, args.model, parse_dtype(args.dtype), args.parallel.tensor_parallel);
+  engine::Generator gen(ctx, args.model, parse_dtype(args.dtype), args.parallel.placement());
+  if (follow_if_not_leader(gen.runner())) return 0;
   engine::EngineOptions eo;
   eo.memory_fraction = args.kv_fraction;
   eo.max_sequences = args.max_num_seqs;

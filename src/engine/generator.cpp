@@ -52,7 +52,7 @@ std::vector<int32_t> json_ids(const nlohmann::json& v) {
 
 }  // namespace
 
-Generator::Generator(Context& ctx, const std::string& path, DType dtype, int tensor_parallel) {
+Generator::Generator(Context& ctx, const std::string& path, DType dtype, const Placement& placement) {
   LW_CHECK(fs::exists(path), "model '" << path << "' does not exist (expected a model directory or a .gguf file)");
   model::ModelConfig config;
   if (fs::is_directory(path)) {
@@ -95,7 +95,7 @@ Generator::Generator(Context& ctx, const std::string& path, DType dtype, int ten
     chat_.emplace(tmpl, bos, eos);
   }
   log().info("model {}: {}", path, config.summary());
-  runner_ = make_runner(ctx, tensor_parallel, [&](Context& c, const model::Shard& shard) {
+  runner_ = make_runner(ctx, placement, [&](Context& c, const model::Shard& shard) {
     return model::Model::load(c, *checkpoint_, config, dtype, shard);
   });
 }

@@ -36,8 +36,8 @@ class Generator {
  public:
   // path: a directory with config.json, tokenizer.json and safetensors weights, or a .gguf
   // file. Every file is checked (and the tokenizer built) before the weights are loaded.
-  // tensor_parallel > 1 splits the model over that many ranks (GPUs 0..n-1).
-  Generator(Context& ctx, const std::string& path, DType dtype, int tensor_parallel = 1);
+  // A placement of more than one rank splits the model over them (tensor parallelism).
+  Generator(Context& ctx, const std::string& path, DType dtype, const Placement& placement = {});
 
   const model::ModelConfig& config() const { return runner_->config(); }
   // Where the forward passes run; an Engine over it serves many requests.

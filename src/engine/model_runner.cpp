@@ -1,6 +1,7 @@
 #include "engine/model_runner.h"
 
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "dist/communicator.h"
 #include "dist/local_group.h"
 #include "dist/nccl_communicator.h"
+#include "dist/rendezvous.h"
 #include "gpu/runtime.h"
 
 namespace lw::engine {
@@ -43,10 +45,67 @@ Tensor SingleDeviceRunner::forward(const std::vector<model::SequenceChunk>& batc
   return model_.forward(ctx_, *cache_, batch);
 }
 
+void ModelRunner::follow() { LW_FAIL("only a node other than node 0 of a multi-node group follows node 0"); }
+
 // ---- the tensor-parallel group ----
 
+namespace {
+
+// The commands node 0 sends the other nodes: an op letter, then the arguments in native
+// byte order (the nodes run the same build).
+class Writer {
+ public:
+  explicit Writer(char op) : s_(1, op) {}
+  template <class T>
+  Writer& put(const T& v) {
+    s_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+    return *this;
+  }
+  Writer& put_ids(std::span<const int32_t> v) {
+    put(static_cast<uint64_t>(v.size()));
+    s_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
+    return *this;
+  }
+  const std::string& str() const { return s_; }
+
+ private:
+  std::string s_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& s) : s_(s) { LW_CHECK(!s.empty(), "a node got an empty command"); }
+  char op() const { return s_[0]; }
+  template <class T>
+  T get() {
+    T v;
+    take(&v, sizeof(T));
+    return v;
+  }
+  std::vector<int32_t> get_ids() {
+    std::vector<int32_t> v(static_cast<size_t>(get<uint64_t>()));
+    take(v.data(), v.size() * sizeof(int32_t));
+    return v;
+  }
+
+ private:
+  void take(void* out, size_t n) {
+    LW_CHECK(pos_ + n <= s_.size(), "a node got a truncated command '" << s_[0] << "'");
+    std::memcpy(out, s_.data() + pos_, n);
+    pos_ += n;
+  }
+  const std::string& s_;
+  size_t pos_ = 1;
+};
+
+constexpr char kFit = 'F', kAllocate = 'A', kForward = 'W', kQuit = 'Q';
+constexpr char kErrorPrefix[] = "error: ";
+
+}  // namespace
+
 struct TensorParallelRunner::Rank {
-  int index = 0, device = 0;
+  int index = 0;  // the rank in the whole group
+  int device = 0;
   std::thread thread;
   std::unique_ptr<Context> ctx;
   std::unique_ptr<dist::Communicator> comm;
@@ -57,9 +116,11 @@ struct TensorParallelRunner::Rank {
 };
 
 struct TensorParallelRunner::Group {
-  int size = 0;
-  std::optional<dist::LocalGroup> local;  // the host target's communicators
-  dist::GroupId nccl_id;                  // the GPUs'
+  Placement placement;
+  int local = 0;  // ranks in this process
+  std::optional<dist::LocalGroup> local_group;  // the host target's communicators
+  std::unique_ptr<dist::Rendezvous> rendezvous; // more than one node
+  dist::GroupId nccl_id;                        // the GPUs'
   std::mutex mu;
   std::condition_variable cv;
   const std::function<void(Rank&)>* job = nullptr;
@@ -70,23 +131,42 @@ struct TensorParallelRunner::Group {
   std::string broken;   // set once a job failed: the group refuses further work
 };
 
-TensorParallelRunner::TensorParallelRunner(int size, const BuildShard& build) : group_(std::make_unique<Group>()) {
+TensorParallelRunner::TensorParallelRunner(const Placement& placement, const BuildShard& build)
+    : group_(std::make_unique<Group>()) {
+  const int size = placement.size, nnodes = placement.nnodes;
   LW_CHECK(size >= 2, "tensor parallelism needs at least 2 ranks, not " << size);
+  LW_CHECK(nnodes >= 1 && size % nnodes == 0 && placement.node_rank >= 0 && placement.node_rank < nnodes,
+           "tensor parallelism over " << size << " ranks on " << nnodes << " nodes (this is node " << placement.node_rank
+                                      << "): the ranks must divide evenly among the nodes");
   Group& g = *group_;
-  g.size = size;
+  g.placement = placement;
+  g.local = size / nnodes;
   const int devices = gpu::device_count();
 #if defined(LW_TARGET_HOST)
-  g.local.emplace(size);
+  LW_CHECK(nnodes == 1, "a group over several nodes needs NCCL / RCCL: the host target runs every rank in one process");
+  g.local_group.emplace(size);
 #else
-  LW_CHECK(devices >= size, "tensor parallelism over " << size << " ranks needs " << size << " GPUs; this machine has "
-                                                        << devices);
+  LW_CHECK(devices >= g.local, "tensor parallelism over " << g.local << " ranks on this node needs " << g.local
+                                                          << " GPUs; it has " << devices);
   LW_CHECK(dist::nccl_available(), "tensor parallelism on GPUs needs NCCL / RCCL, and this build has neither");
-  g.nccl_id = dist::nccl_group_id();
+  if (nnodes > 1) {
+    g.rendezvous = std::make_unique<dist::Rendezvous>(placement.address, nnodes, placement.node_rank);
+    std::string id;
+    if (placement.node_rank == 0) {
+      g.nccl_id = dist::nccl_group_id();
+      id.assign(g.nccl_id.bytes.data(), g.nccl_id.bytes.size());
+    }
+    g.rendezvous->broadcast(id);
+    LW_CHECK(id.size() == g.nccl_id.bytes.size(), "rendezvous: node 0 sent a group id of " << id.size() << " bytes");
+    std::memcpy(g.nccl_id.bytes.data(), id.data(), id.size());
+  } else {
+    g.nccl_id = dist::nccl_group_id();
+  }
 #endif
-  for (int r = 0; r < size; ++r) {
+  for (int i = 0; i < g.local; ++i) {
     auto rank = std::make_unique<Rank>();
-    rank->index = r;
-    rank->device = devices >= size ? r : 0;
+    rank->index = placement.node_rank * g.local + i;
+    rank->device = devices >= g.local ? i : 0;
     ranks_.push_back(std::move(rank));
   }
   for (auto& rank : ranks_) {
@@ -126,19 +206,29 @@ TensorParallelRunner::TensorParallelRunner(int size, const BuildShard& build) : 
   try {
     run([&](Rank& r) {
       r.ctx = std::make_unique<Context>(r.device);
-      r.comm = group_->local ? group_->local->communicator(r.index)
-                             : dist::nccl_communicator(*r.ctx, group_->nccl_id, r.index, size);
+      r.comm = group_->local_group ? group_->local_group->communicator(r.index)
+                                   : dist::nccl_communicator(*r.ctx, group_->nccl_id, r.index, size);
       r.model = build(*r.ctx, model::Shard{r.index, size, r.comm.get()});
     });
   } catch (...) {
     stop();
     throw;
   }
-  log().info("tensor parallelism: {} ranks on devices 0..{}, {} MiB of weights each", size,
-             ranks_.back()->device, ranks_[0]->model->weight_bytes() >> 20);
+  log().info("tensor parallelism: ranks {}..{} of {} on this node's devices 0..{}, {} MiB of weights each",
+             ranks_[0]->index, ranks_.back()->index, size, ranks_.back()->device, ranks_[0]->model->weight_bytes() >> 20);
 }
 
-TensorParallelRunner::~TensorParallelRunner() { stop(); }
+TensorParallelRunner::~TensorParallelRunner() {
+  if (group_->rendezvous && leader() && group_->broken.empty()) {
+    try {
+      std::string quit(1, kQuit);
+      group_->rendezvous->broadcast(quit);
+    } catch (const std::exception& e) {
+      log().warn("ending the multi-node group: {}", e.what());
+    }
+  }
+  stop();
+}
 
 void TensorParallelRunner::stop() {
   {
@@ -156,7 +246,7 @@ void TensorParallelRunner::run(const std::function<void(Rank&)>& job) {
   LW_CHECK(g.broken.empty(), "the tensor-parallel group stopped after an error: " << g.broken);
   g.job = &job;
   g.failure.clear();
-  g.pending = g.size;
+  g.pending = g.local;
   ++g.generation;
   g.cv.notify_all();
   bool aborted = false;
@@ -181,30 +271,63 @@ void TensorParallelRunner::run(const std::function<void(Rank&)>& job) {
   }
 }
 
-const model::ModelConfig& TensorParallelRunner::config() const { return ranks_[0]->model->config(); }
-DType TensorParallelRunner::dtype() const { return ranks_[0]->model->dtype(); }
-int TensorParallelRunner::ranks() const { return group_->size; }
-Context& TensorParallelRunner::context() { return *ranks_[0]->ctx; }
-model::Model& TensorParallelRunner::shard(int r) { return *ranks_.at(static_cast<size_t>(r))->model; }
-
-size_t TensorParallelRunner::weight_bytes() const {
-  size_t total = 0;
-  for (const auto& r : ranks_) total += r->model->weight_bytes();
-  return total;
+std::vector<std::string> TensorParallelRunner::command(const std::string& cmd, const std::function<void(Rank&)>& job) {
+  Group& g = *group_;
+  LW_CHECK(leader(), "node " << g.placement.node_rank << " follows node 0 and takes no commands of its own");
+  LW_CHECK(g.broken.empty(), "the tensor-parallel group stopped after an error: " << g.broken);
+  if (!g.rendezvous) {
+    run(job);
+    return {};
+  }
+  std::string message = cmd;
+  g.rendezvous->broadcast(message);
+  run(job);
+  std::vector<std::string> replies = g.rendezvous->gather("");
+  for (size_t n = 1; n < replies.size(); ++n)
+    if (replies[n].rfind(kErrorPrefix, 0) == 0) {
+      g.broken = "node " + std::to_string(n) + ": " + replies[n].substr(sizeof(kErrorPrefix) - 1);
+      LW_FAIL("tensor-parallel " << g.broken);
+    }
+  return replies;
 }
 
+const model::ModelConfig& TensorParallelRunner::config() const { return ranks_[0]->model->config(); }
+DType TensorParallelRunner::dtype() const { return ranks_[0]->model->dtype(); }
+int TensorParallelRunner::ranks() const { return group_->placement.size; }
+Context& TensorParallelRunner::context() { return *ranks_[0]->ctx; }
+bool TensorParallelRunner::leader() const { return group_->placement.node_rank == 0; }
+
+size_t TensorParallelRunner::weight_bytes() const {
+  size_t local = 0;
+  for (const auto& r : ranks_) local += r->model->weight_bytes();
+  return local * static_cast<size_t>(group_->placement.nnodes);  // the other nodes hold as much
+}
+
+namespace {
+
+// Ranks sharing a device (the host target) share its memory.
+int64_t fit_of(const std::vector<int64_t>& fits, bool shared_device, int ranks) {
+  int64_t fit = fits.at(0);
+  for (int64_t f : fits) fit = std::min(fit, f);
+  return shared_device ? fit / ranks : fit;
+}
+
+}  // namespace
+
 int64_t TensorParallelRunner::blocks_that_fit(double fraction, int block_size) {
-  // Ranks sharing a device (the host target) share its memory.
-  run([&](Rank& r) { r.fit = kv_blocks_that_fit(*r.ctx, *r.model, fraction, block_size); });
-  int64_t fit = ranks_[0]->fit;
-  for (const auto& r : ranks_) fit = std::min(fit, r->fit);
-  if (ranks_.back()->device == ranks_[0]->device) fit /= group_->size;
+  const std::string cmd = Writer(kFit).put(fraction).put(block_size).str();
+  const std::vector<std::string> replies =
+      command(cmd, [&](Rank& r) { r.fit = kv_blocks_that_fit(*r.ctx, *r.model, fraction, block_size); });
+  std::vector<int64_t> fits;
+  for (const auto& r : ranks_) fits.push_back(r->fit);
+  int64_t fit = fit_of(fits, ranks_.back()->device == ranks_[0]->device, group_->local);
+  for (size_t n = 1; n < replies.size(); ++n) fit = std::min<int64_t>(fit, std::stoll(replies[n]));
   LW_CHECK(fit > 0, "engine: no memory left for the KV cache on the tensor-parallel ranks");
   return fit;
 }
 
 void TensorParallelRunner::allocate_cache(int64_t blocks, int block_size) {
-  run([&](Rank& r) {
+  command(Writer(kAllocate).put(blocks).put(block_size).str(), [&](Rank& r) {
     r.cache.reset();
     r.cache = std::make_unique<model::KvCache>(*r.ctx, r.model->shard_config(), r.model->dtype(), blocks, block_size);
   });
@@ -212,8 +335,22 @@ void TensorParallelRunner::allocate_cache(int64_t blocks, int block_size) {
 
 int64_t TensorParallelRunner::cache_blocks() const { return ranks_[0]->cache ? ranks_[0]->cache->num_blocks() : 0; }
 
+namespace {
+
+std::string encode_batch(const std::vector<model::SequenceChunk>& batch) {
+  Writer w(kForward);
+  w.put(static_cast<uint64_t>(batch.size()));
+  for (const model::SequenceChunk& c : batch) {
+    w.put_ids(c.tokens).put(c.start).put_ids(c.blocks).put(static_cast<uint8_t>(c.logits));
+  }
+  return w.str();
+}
+
+}  // namespace
+
 Tensor TensorParallelRunner::forward(const std::vector<model::SequenceChunk>& batch) {
-  run([&](Rank& r) {
+  const std::string cmd = group_->rendezvous ? encode_batch(batch) : std::string();
+  command(cmd, [&](Rank& r) {
     LW_CHECK(r.cache, "forward before the KV cache was allocated");
     Tensor logits = r.model->forward(*r.ctx, *r.cache, batch);
     r.comm->synchronize(*r.ctx);
@@ -225,10 +362,74 @@ Tensor TensorParallelRunner::forward(const std::vector<model::SequenceChunk>& ba
   return logits;
 }
 
-std::unique_ptr<ModelRunner> make_runner(Context& ctx, int tensor_parallel, const TensorParallelRunner::BuildShard& build) {
-  LW_CHECK(tensor_parallel >= 1, "tensor parallel size " << tensor_parallel << " must be at least 1");
-  if (tensor_parallel == 1) return std::make_unique<SingleDeviceRunner>(ctx, build(ctx, model::Shard{}));
-  return std::make_unique<TensorParallelRunner>(tensor_parallel, build);
+std::string TensorParallelRunner::execute(const std::string& cmd) {
+  Reader in(cmd);
+  switch (in.op()) {
+    case kFit: {
+      const auto fraction = in.get<double>();
+      const auto block_size = in.get<int>();
+      run([&](Rank& r) { r.fit = kv_blocks_that_fit(*r.ctx, *r.model, fraction, block_size); });
+      std::vector<int64_t> fits;
+      for (const auto& r : ranks_) fits.push_back(r->fit);
+      return std::to_string(fit_of(fits, false, group_->local));
+    }
+    case kAllocate: {
+      const auto blocks = in.get<int64_t>();
+      const auto block_size = in.get<int>();
+      run([&](Rank& r) {
+        r.cache.reset();
+        r.cache = std::make_unique<model::KvCache>(*r.ctx, r.model->shard_config(), r.model->dtype(), blocks, block_size);
+      });
+      return "";
+    }
+    case kForward: {
+      const auto n = in.get<uint64_t>();
+      std::vector<std::vector<int32_t>> tokens(n), blocks(n);
+      std::vector<model::SequenceChunk> batch(n);
+      for (size_t i = 0; i < n; ++i) {
+        tokens[i] = in.get_ids();
+        batch[i].start = in.get<int64_t>();
+        blocks[i] = in.get_ids();
+        batch[i].logits = static_cast<model::SequenceChunk::Logits>(in.get<uint8_t>());
+        batch[i].tokens = tokens[i];
+        batch[i].blocks = blocks[i];
+      }
+      run([&](Rank& r) {
+        LW_CHECK(r.cache, "forward before the KV cache was allocated");
+        r.model->forward(*r.ctx, *r.cache, batch);
+        r.comm->synchronize(*r.ctx);
+      });
+      return "";
+    }
+    default: LW_FAIL("a node got an unknown command '" << in.op() << "'");
+  }
+}
+
+void TensorParallelRunner::follow() {
+  Group& g = *group_;
+  LW_CHECK(g.rendezvous && !leader(), "only a node other than node 0 of a multi-node group follows node 0");
+  log().info("node {} of {}: following node 0", g.placement.node_rank, g.placement.nnodes);
+  for (;;) {
+    std::string cmd;
+    g.rendezvous->broadcast(cmd);
+    if (!cmd.empty() && cmd[0] == kQuit) return;
+    std::string reply;
+    try {
+      reply = execute(cmd);
+    } catch (const std::exception& e) {
+      g.rendezvous->gather(kErrorPrefix + std::string(e.what()));
+      throw;
+    }
+    g.rendezvous->gather(reply);
+  }
+}
+
+std::unique_ptr<ModelRunner> make_runner(Context& ctx, const Placement& placement,
+                                         const TensorParallelRunner::BuildShard& build) {
+  LW_CHECK(placement.size >= 1, "tensor parallel size " << placement.size << " must be at least 1");
+  LW_CHECK(placement.size > 1 || placement.nnodes == 1, "one rank cannot span " << placement.nnodes << " nodes");
+  if (placement.size == 1) return std::make_unique<SingleDeviceRunner>(ctx, build(ctx, model::Shard{}));
+  return std::make_unique<TensorParallelRunner>(placement, build);
 }
 
 }  // namespace lw::engine

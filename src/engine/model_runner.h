@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/context.h"
@@ -30,6 +31,20 @@ class ModelRunner {
   virtual int64_t cache_blocks() const = 0;
   // Model::forward on every rank; rank 0's logits.
   virtual Tensor forward(const std::vector<model::SequenceChunk>& batch) = 0;
+  // False on the nodes of a multi-node group other than node 0: they run follow() instead
+  // of a scheduler.
+  virtual bool leader() const { return true; }
+  // Runs what node 0 asks of this node's ranks until node 0 ends the group.
+  virtual void follow();
+};
+
+// Where the ranks of a group are: `size` ranks in all, over `nnodes` processes (hosts), each
+// with size / nnodes ranks on its GPUs 0.. ; node 0 listens on `address` (host:port) for the
+// others and runs the scheduler.
+struct Placement {
+  int size = 1;
+  int nnodes = 1, node_rank = 0;
+  std::string address;
 };
 
 // One model on the caller's device (the caller keeps the context and the model alive).
@@ -58,15 +73,18 @@ class SingleDeviceRunner final : public ModelRunner {
 // KV blocks that fit in `fraction` of ctx's free memory for `model`'s shard.
 int64_t kv_blocks_that_fit(Context& ctx, const model::Model& model, double fraction, int block_size);
 
-// A tensor-parallel group in this process: rank r is a thread on device r (every rank on the
-// one emulated device of the host target), talking through NCCL / RCCL on GPUs and the
-// in-process group on the host. A rank that fails stops the whole group (the others' pending
-// collectives are aborted) and the error names the rank; the group then refuses further work.
+// A tensor-parallel group: this process's ranks are threads, local rank i on device i (every
+// rank on the one emulated device of the host target), talking through NCCL / RCCL on GPUs
+// and the in-process group on the host. Over several nodes, node 0 sends each step to the
+// others through the rendezvous channel and gathers their status. A rank that fails stops the
+// group (the others' pending collectives are aborted) and the error names the rank; the group
+// then refuses further work.
 class TensorParallelRunner final : public ModelRunner {
  public:
   // Builds rank r's model shard, on rank r's thread and context.
   using BuildShard = std::function<std::unique_ptr<model::Model>(Context& ctx, const model::Shard& shard)>;
-  TensorParallelRunner(int size, const BuildShard& build);
+  TensorParallelRunner(int size, const BuildShard& build) : TensorParallelRunner(Placement{size}, build) {}
+  TensorParallelRunner(const Placement& placement, const BuildShard& build);
   ~TensorParallelRunner() override;
 
   const model::ModelConfig& config() const override;
@@ -78,23 +96,32 @@ class TensorParallelRunner final : public ModelRunner {
   void allocate_cache(int64_t blocks, int block_size) override;
   int64_t cache_blocks() const override;
   Tensor forward(const std::vector<model::SequenceChunk>& batch) override;
-
-  // The model shard of rank r (tests).
-  model::Model& shard(int r);
+  bool leader() const override;
+  void follow() override;
 
  private:
   struct Rank;
   struct Group;
-  // Runs job on every rank's thread and waits for all; the first failure is rethrown.
+  // Runs job on every local rank's thread and waits for all; the first failure is rethrown.
   void run(const std::function<void(Rank&)>& job);
+  // Node 0: sends `command` to the other nodes, runs job here, and gathers their replies
+  // (the values of a blocks_that_fit); throws when any node failed.
+  std::vector<std::string> command(const std::string& command, const std::function<void(Rank&)>& job);
+  // What a command asks of this node's ranks (on every node); returns the reply.
+  std::string execute(const std::string& command);
   void stop();
 
   std::unique_ptr<Group> group_;
   std::vector<std::unique_ptr<Rank>> ranks_;
 };
 
-// The runner of `tensor_parallel` ranks: the model on ctx's device when it is 1, a
+// The runner of `placement.size` ranks: the model on ctx's device when it is 1, a
 // TensorParallelRunner otherwise.
-std::unique_ptr<ModelRunner> make_runner(Context& ctx, int tensor_parallel, const TensorParallelRunner::BuildShard& build);
+std::unique_ptr<ModelRunner> make_runner(Context& ctx, const Placement& placement,
+                                         const TensorParallelRunner::BuildShard& build);
+inline std::unique_ptr<ModelRunner> make_runner(Context& ctx, int tensor_parallel,
+                                                const TensorParallelRunner::BuildShard& build) {
+  return make_runner(ctx, Placement{tensor_parallel}, build);
+}
 
 }  // namespace lw::engine
