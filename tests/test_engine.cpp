@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 
+#include "core/stream.h"
 #include "engine/block_manager.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
@@ -139,6 +140,28 @@ TEST(Engine, ConcurrentRequestsMatchEachAlone) {
     EXPECT_EQ(together[i].reason, "length");
   }
   EXPECT_EQ(e.blocks().available_blocks(), opt.num_blocks);  // every block back (free or cached)
+}
+
+TEST(Engine, DecodeGraphsGiveTheEagerTokens) {
+  if (!Graph::graphs_supported()) GTEST_SKIP() << "the host target has no graphs";
+  std::mt19937_64& g = rng();
+  std::vector<Request> reqs;
+  for (int i = 0; i < 11; ++i)  // batch sizes 11 down to 1: padded rows of several graphs
+    reqs.push_back(make_request(g, 3 + static_cast<int>(g() % 60), 4 + 3 * i, tiny().config.vocab));
+  auto run = [&](bool graphs) {
+    tiny().model->set_decode_graphs(graphs);
+    EngineOptions opt;
+    opt.num_blocks = 200;
+    opt.block_size = 4;
+    Engine e(ctx(), *tiny().model, nullptr, {}, opt);
+    return run_all(e, reqs);
+  };
+  const std::vector<Result> eager = run(false), graphs = run(true), again = run(true);
+  tiny().model->set_decode_graphs(true);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(graphs[i].tokens, eager[i].tokens) << "request " << i;
+    EXPECT_EQ(again[i].tokens, eager[i].tokens) << "request " << i << " (a new cache: graphs captured again)";
+  }
 }
 
 TEST(Engine, PrefixCacheHitsSkipPrefillAndGiveTheSameTokens) {

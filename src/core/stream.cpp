@@ -20,4 +20,47 @@ float Event::elapsed_ms_since(const Event& start) const {
   return ms;
 }
 
+#if !defined(LW_TARGET_HOST)
+
+bool Graph::graphs_supported() { return true; }
+
+Graph::~Graph() {
+  if (exec_) (void)cudaGraphExecDestroy(exec_);
+  if (graph_) (void)cudaGraphDestroy(graph_);
+}
+
+void Graph::begin(const Stream& stream) {
+  LW_CHECK(!exec_ && !graph_, "a graph is captured once");
+  // Relaxed: the caching allocator may still reach cudaMalloc while the work is recorded.
+  LW_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeRelaxed));
+}
+
+void Graph::end(const Stream& stream) {
+  LW_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph_));
+  LW_CUDA_CHECK(cudaGraphInstantiateWithFlags(&exec_, graph_, 0));
+}
+
+void Graph::abandon(const Stream& stream) {
+  cudaGraph_t partial = nullptr;
+  (void)cudaStreamEndCapture(stream.get(), &partial);
+  if (partial) (void)cudaGraphDestroy(partial);
+  (void)cudaGetLastError();
+}
+
+void Graph::launch(const Stream& stream) const {
+  LW_CHECK(exec_, "launch of a graph that was not captured");
+  LW_CUDA_CHECK(cudaGraphLaunch(exec_, stream.get()));
+}
+
+#else
+
+bool Graph::graphs_supported() { return false; }
+Graph::~Graph() = default;
+void Graph::begin(const Stream&) { LW_FAIL("the host target has no graphs"); }
+void Graph::end(const Stream&) {}
+void Graph::abandon(const Stream&) {}
+void Graph::launch(const Stream&) const { LW_FAIL("the host target has no graphs"); }
+
+#endif
+
 }  // namespace lw

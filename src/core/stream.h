@@ -33,4 +33,40 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
+// A captured sequence of stream work (a CUDA graph, a HIP graph), replayed with one launch.
+// The host target has none: graphs_supported() says so and capture() throws there.
+class Graph {
+ public:
+  static bool graphs_supported();
+  Graph() = default;
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  // Records what `work` queues on `stream` (nothing runs) and instantiates it.
+  template <class F>
+  void capture(const Stream& stream, F&& work) {
+    begin(stream);
+    try {
+      work();
+    } catch (...) {
+      abandon(stream);
+      throw;
+    }
+    end(stream);
+  }
+  bool ready() const { return exec_ != nullptr; }
+  void launch(const Stream& stream) const;
+
+ private:
+  void begin(const Stream& stream);
+  void end(const Stream& stream);
+  void abandon(const Stream& stream);
+#if !defined(LW_TARGET_HOST)
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+#else
+  void* exec_ = nullptr;
+#endif
+};
+
 }  // namespace lw

@@ -82,6 +82,15 @@ using __nv_bfloat162 = __hip_bfloat162;
 #define cudaEventSynchronize hipEventSynchronize
 #define cudaEventQuery hipEventQuery
 #define cudaEventElapsedTime hipEventElapsedTime
+#define cudaGraph_t hipGraph_t
+#define cudaGraphExec_t hipGraphExec_t
+#define cudaStreamBeginCapture hipStreamBeginCapture
+#define cudaStreamEndCapture hipStreamEndCapture
+#define cudaStreamCaptureModeRelaxed hipStreamCaptureModeRelaxed
+#define cudaGraphInstantiateWithFlags hipGraphInstantiateWithFlags
+#define cudaGraphLaunch hipGraphLaunch
+#define cudaGraphDestroy hipGraphDestroy
+#define cudaGraphExecDestroy hipGraphExecDestroy
 #define cudaFuncSetAttribute(f, attr, v) hipFuncSetAttribute(reinterpret_cast<const void*>(f), attr, v)
 #define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
 

@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <map>
+#include <numeric>
 #include <cstdio>
 #include <string>
 
+#include "core/stream.h"
 #include "dist/communicator.h"
 #include "ops/attention.h"
 #include "ops/copy.h"
@@ -247,22 +251,20 @@ Tensor host_vector(const std::vector<T>& v) {
 
 }  // namespace
 
-// Where each token of a batch goes: device ids, positions and cache slots, the sequences'
-// block tables and lengths, and the rows whose logits are wanted.
-struct Model::BatchLayout {
-  Tensor ids, positions, slots, block_tables, logit_rows;
-  ops::PrefillPlan attention;
-  std::vector<int32_t> query_lens, context_lens;
-  int64_t tokens = 0, logits = 0;
+namespace {
 
-  BatchLayout(Context& ctx, const KvCache& cache, const std::vector<SequenceChunk>& batch, int64_t vocab) {
+// Where each token of a batch goes, on the host and checked: ids, positions and cache slots,
+// the sequences' block tables and lengths, and the rows whose logits are wanted.
+struct HostLayout {
+  std::vector<int32_t> ids, rows, query_lens, context_lens, tables;  // tables: [sequences, max_blocks]
+  std::vector<int64_t> positions, slots;
+  size_t max_blocks = 1;
+  int64_t tokens = 0;
+
+  HostLayout(const KvCache& cache, const std::vector<SequenceChunk>& batch, int64_t vocab) {
     const int bs = cache.block_size();
-    std::vector<int32_t> ids_h, rows_h;
-    std::vector<int64_t> pos_h, slot_h;
-    size_t max_blocks = 1;
     for (const SequenceChunk& c : batch) max_blocks = std::max(max_blocks, c.blocks.size());
-    Tensor tables = Tensor::empty_host({static_cast<int64_t>(batch.size()), static_cast<int64_t>(max_blocks)}, DType::i32);
-    std::fill(tables.data<int32_t>(), tables.data<int32_t>() + tables.numel(), 0);
+    tables.assign(batch.size() * max_blocks, 0);
     for (size_t s = 0; s < batch.size(); ++s) {
       const SequenceChunk& c = batch[s];
       const int64_t n = static_cast<int64_t>(c.tokens.size()), end = c.start + n;
@@ -273,30 +275,147 @@ struct Model::BatchLayout {
       for (size_t b = 0; b < c.blocks.size(); ++b) {
         LW_CHECK(c.blocks[b] >= 0 && c.blocks[b] < cache.num_blocks(),
                  "forward: sequence " << s << " names block " << c.blocks[b] << " of a cache of " << cache.num_blocks());
-        tables.data<int32_t>()[s * max_blocks + b] = c.blocks[b];
+        tables[s * max_blocks + b] = c.blocks[b];
       }
       for (int64_t j = 0; j < n; ++j) {
         const int64_t p = c.start + j;
         const int32_t id = c.tokens[static_cast<size_t>(j)];
         LW_CHECK(id >= 0 && id < vocab, "forward: token " << id << " of sequence " << s << " is outside the vocabulary of " << vocab);
-        ids_h.push_back(id);
-        pos_h.push_back(p);
-        slot_h.push_back(static_cast<int64_t>(c.blocks[static_cast<size_t>(p / bs)]) * bs + p % bs);
+        ids.push_back(id);
+        positions.push_back(p);
+        slots.push_back(static_cast<int64_t>(c.blocks[static_cast<size_t>(p / bs)]) * bs + p % bs);
         if (c.logits == SequenceChunk::Logits::all || (c.logits == SequenceChunk::Logits::last && j == n - 1))
-          rows_h.push_back(static_cast<int32_t>(tokens + j));
+          rows.push_back(static_cast<int32_t>(tokens + j));
       }
       query_lens.push_back(static_cast<int32_t>(n));
       context_lens.push_back(static_cast<int32_t>(end));
       tokens += n;
     }
-    ids = ctx.to_device(host_vector(ids_h));
-    positions = ctx.to_device(host_vector(pos_h));
-    slots = ctx.to_device(host_vector(slot_h));
-    block_tables = ctx.to_device(tables);
-    logits = static_cast<int64_t>(rows_h.size());
-    if (logits > 0) logit_rows = ctx.to_device(host_vector(rows_h));
-    attention = ops::plan_prefill(ctx, query_lens, context_lens);
   }
+};
+
+}  // namespace
+
+// The device side of a batch, as the layers read it.
+struct Model::BatchLayout {
+  Tensor ids, positions, slots, block_tables, logit_rows;
+  ops::PrefillPlan attention;
+  int64_t tokens = 0, logits = 0;
+
+  BatchLayout() = default;
+  BatchLayout(Context& ctx, const HostLayout& h, size_t sequences) {
+    ids = ctx.to_device(host_vector(h.ids));
+    positions = ctx.to_device(host_vector(h.positions));
+    slots = ctx.to_device(host_vector(h.slots));
+    block_tables = ctx.to_device(host_vector(h.tables)).view({static_cast<int64_t>(sequences), static_cast<int64_t>(h.max_blocks)});
+    tokens = h.tokens;
+    logits = static_cast<int64_t>(h.rows.size());
+    if (logits > 0) logit_rows = ctx.to_device(host_vector(h.rows));
+    attention = ops::plan_prefill(ctx, h.query_lens, h.context_lens);
+  }
+};
+
+// Decode steps replayed from graphs (CUDA or HIP), one per batch size (padded up to a power
+// of two) and context bucket (the longest context padded up to a power of two, at least 256;
+// attention's launch is sized by it). The step that first meets a bucket runs eagerly (the
+// GEMM path choice and the allocator's first uses happen there) and is then captured; later
+// steps of the bucket copy their inputs into the graph's buffers and replay it. Padding rows
+// write no K/V (slot -1) and their logits are dropped. MoE models decode eagerly: the grouped
+// expert GEMM reads the expert offsets on the host.
+class Model::DecodeGraphs {
+ public:
+  static constexpr int64_t kMaxBatch = 256;
+
+  static bool applies(const ModelConfig& c, const std::vector<SequenceChunk>& batch) {
+    if (!Graph::graphs_supported() || c.experts > 0 || static_cast<int64_t>(batch.size()) > kMaxBatch) return false;
+    for (const SequenceChunk& s : batch)
+      if (s.tokens.size() != 1 || s.logits != SequenceChunk::Logits::last) return false;
+    return true;
+  }
+
+  template <class Compute>
+  Tensor run(Context& ctx, const KvCache& cache, const HostLayout& h, int64_t max_position, Compute&& compute) {
+    const void* cache_id = cache.k(0).data_ptr();
+    if (cache_id != cache_ || cache.num_blocks() != cache_blocks_) {
+      entries_.clear();  // the graphs hold the old cache's addresses
+      cache_ = cache_id;
+      cache_blocks_ = cache.num_blocks();
+    }
+    const int64_t n = h.tokens, rows = pow2_at_least(n, 1);
+    int64_t longest = 0;
+    for (int32_t c : h.context_lens) longest = std::max<int64_t>(longest, c);
+    const int64_t bucket = std::min(pow2_at_least(longest, 256), std::max(longest, max_position));
+    const int bs = cache.block_size();
+    const int64_t width = KvCache::blocks_for(bucket, bs);
+    std::unique_ptr<Entry>& e = entries_[{rows, bucket}];
+    const bool fresh = !e;
+    if (fresh) e = make_entry(ctx, rows, bucket, width);
+
+    // This step's inputs, padded, into the graph's buffers.
+    std::vector<int32_t> ids(static_cast<size_t>(rows), 0), lens(static_cast<size_t>(rows), 1), tables(static_cast<size_t>(rows * width), 0);
+    std::vector<int64_t> positions(static_cast<size_t>(rows), 0), slots(static_cast<size_t>(rows), -1);
+    for (int64_t i = 0; i < n; ++i) {
+      const auto r = static_cast<size_t>(i);
+      ids[r] = h.ids[r];
+      positions[r] = h.positions[r];
+      slots[r] = h.slots[r];
+      lens[r] = h.context_lens[r];
+      const size_t used = std::min(h.max_blocks, static_cast<size_t>(width));
+      std::copy_n(h.tables.begin() + static_cast<int64_t>(r * h.max_blocks), used, tables.begin() + static_cast<int64_t>(r) * width);
+    }
+    upload(ctx, ids, e->layout.ids);
+    upload(ctx, positions, e->layout.positions);
+    upload(ctx, slots, e->layout.slots);
+    upload(ctx, tables, e->layout.block_tables);
+    upload(ctx, lens, e->layout.attention.token_lens);
+
+    if (fresh) {
+      Tensor eager = compute(e->layout);
+      e->graph.capture(ctx.stream(), [&] { e->logits = compute(e->layout); });
+      return eager.slice(0, 0, n);
+    }
+    e->graph.launch(ctx.stream());
+    return e->logits.slice(0, 0, n);
+  }
+
+ private:
+  struct Entry {
+    BatchLayout layout;
+    Graph graph;
+    Tensor logits;
+  };
+
+  static int64_t pow2_at_least(int64_t v, int64_t floor) {
+    int64_t p = floor;
+    while (p < v) p *= 2;
+    return p;
+  }
+
+  template <class T>
+  static void upload(Context& ctx, const std::vector<T>& v, const Tensor& dst) {
+    LW_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, ctx.stream().get()));
+  }
+
+  static std::unique_ptr<Entry> make_entry(Context& ctx, int64_t rows, int64_t bucket, int64_t width) {
+    auto e = std::make_unique<Entry>();
+    BatchLayout& b = e->layout;
+    b.ids = ctx.empty({rows}, DType::i32);
+    b.positions = ctx.empty({rows}, DType::i64);
+    b.slots = ctx.empty({rows}, DType::i64);
+    b.block_tables = ctx.empty({rows, width}, DType::i32);
+    b.tokens = b.logits = rows;
+    b.attention.sequences = b.attention.tokens = rows;
+    b.attention.max_context = static_cast<int>(bucket);
+    b.attention.token_lens = ctx.empty({rows}, DType::i32);
+    std::vector<int32_t> identity(static_cast<size_t>(rows));
+    std::iota(identity.begin(), identity.end(), 0);
+    b.attention.token_rows = ctx.to_device(host_vector(identity));
+    return e;
+  }
+
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Entry>> entries_;
+  const void* cache_ = nullptr;
+  int64_t cache_blocks_ = 0;
 };
 
 ModelConfig shard_config(const ModelConfig& c, int size) {
@@ -327,7 +446,16 @@ ModelConfig shard_config(const ModelConfig& c, int size) {
 Model::Model(Context& ctx, const ModelConfig& config, DType dtype, const Shard& shard)
     : config_(config), local_(model::shard_config(config, shard.size)), shard_(shard), dtype_(dtype) {
   rope_.emplace(ctx, config.rope);
+  const char* graphs = std::getenv("LW_CUDA_GRAPHS");
+  decode_graphs_ = !graphs || std::string(graphs) != "0";
 }
+
+void Model::set_decode_graphs(bool on) {
+  decode_graphs_ = on;
+  if (!on) graphs_.reset();
+}
+
+Model::~Model() = default;
 
 std::unique_ptr<Model> Model::load(Context& ctx, const weights::Checkpoint& ckpt, const ModelConfig& config, DType dtype,
                                    const Shard& shard) {
@@ -430,7 +558,16 @@ void Model::moe_mlp(Context& ctx, const LayerWeights& w, const Tensor& x, const 
 
 Tensor Model::forward(Context& ctx, KvCache& cache, const std::vector<SequenceChunk>& batch) {
   LW_CHECK(!batch.empty(), "forward: an empty batch");
-  const BatchLayout b(ctx, cache, batch, config_.vocab);
+  const HostLayout host(cache, batch, config_.vocab);
+  if (decode_graphs_ && DecodeGraphs::applies(config_, batch)) {
+    if (!graphs_) graphs_ = std::make_unique<DecodeGraphs>();
+    return graphs_->run(ctx, cache, host, config_.max_position,
+                        [&](const BatchLayout& b) { return compute(ctx, cache, b); });
+  }
+  return compute(ctx, cache, BatchLayout(ctx, host, batch.size()));
+}
+
+Tensor Model::compute(Context& ctx, KvCache& cache, const BatchLayout& b) {
   const int64_t t = b.tokens, h = config_.hidden;
   Tensor residual = ctx.empty({t, h}, dtype_), normed = ctx.empty({t, h}, dtype_), delta = ctx.empty({t, h}, dtype_);
   const float eps = static_cast<float>(config_.rms_eps);

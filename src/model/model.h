@@ -74,12 +74,18 @@ class Model {
 
   // The whole model's configuration, and the shapes this rank holds (the same without
   // tensor parallelism); the KV cache of this rank takes the shard's shapes.
+  ~Model();
+
   const ModelConfig& config() const { return config_; }
   const ModelConfig& shard_config() const { return local_; }
   const Shard& shard() const { return shard_; }
   DType dtype() const { return dtype_; }
   // Bytes the weights take on the device.
   size_t weight_bytes() const { return weight_bytes_; }
+
+  // Decode steps (one new token per sequence) replayed from CUDA / HIP graphs, where the
+  // target has them: on unless LW_CUDA_GRAPHS=0.
+  void set_decode_graphs(bool on);
 
   // Runs a batch of sequence chunks (prefill chunks and decode tokens alike), writing their
   // K/V into `cache`, and returns the logits the chunks asked for, in batch order, as
@@ -94,6 +100,9 @@ class Model {
   // The sum of every rank's partial result (row-parallel projections, the embedding shards).
   void reduce(Context& ctx, const Tensor& x);
   struct BatchLayout;
+  class DecodeGraphs;
+  // The layers over a batch laid out on the device.
+  Tensor compute(Context& ctx, KvCache& cache, const BatchLayout& b);
   void attention(Context& ctx, KvCache& cache, int64_t layer, const Tensor& x, const BatchLayout& b, const Tensor& out);
   void dense_mlp(Context& ctx, const Tensor& gate_up, const Tensor& down, const Tensor& x, const Tensor& out);
   void moe_mlp(Context& ctx, const LayerWeights& w, const Tensor& x, const Tensor& out);
@@ -105,6 +114,8 @@ class Model {
   Tensor embed_, final_norm_, lm_head_;
   std::vector<LayerWeights> layers_;
   std::optional<ops::Rope> rope_;
+  std::unique_ptr<DecodeGraphs> graphs_;
+  bool decode_graphs_ = true;
 };
 
 }  // namespace lw::model
