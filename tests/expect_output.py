@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Runs a command and checks its exit status and output (stdout and stderr together).
 
-    expect_output.py [--fail] [--contains TEXT]... -- CMD [ARG]...
+    expect_output.py [--fail] [--contains TEXT]... [--needs PATH] -- CMD [ARG]...
 
 --fail: the command must exit non-zero (and not be killed by a signal other than abort);
-otherwise it must exit 0. Each TEXT must occur in the output.
+otherwise it must exit 0. Each TEXT must occur in the output. --needs: when PATH does not
+exist, the test is skipped (exit status 77, ctest's SKIP_RETURN_CODE).
 """
+import os
 import subprocess
 import sys
 
@@ -15,6 +17,10 @@ def main(argv):
     opts, cmd = argv[:sep], argv[sep + 1:]
     must_fail = "--fail" in opts
     wanted = [opts[i + 1] for i, o in enumerate(opts) if o == "--contains"]
+    for needed in [opts[i + 1] for i, o in enumerate(opts) if o == "--needs"]:
+        if not os.path.exists(needed):
+            print(f"expect_output: skipped: {needed} is absent (scripts/fetch_model.sh fetches it)")
+            return 77
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     out = proc.stdout
     ok = (proc.returncode != 0) if must_fail else (proc.returncode == 0)

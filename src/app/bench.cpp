@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -92,6 +93,27 @@ std::vector<Timing> run_requests(engine::Engine& e, int n, int64_t vocab, std::m
   return t;
 }
 
+// Seconds of one batch-1 decode forward pass at context `position`, waited for: the engine's
+// step without its scheduling and sampling. It writes K/V into the first blocks of the cache,
+// which the engine (idle, without prefix caching) does not keep.
+double decode_forward_seconds(engine::ModelRunner& m, int64_t position) {
+  const int bs = 16;
+  std::vector<int32_t> blocks(static_cast<size_t>(model::KvCache::blocks_for(position + 1, bs)));
+  std::iota(blocks.begin(), blocks.end(), 0);
+  LW_CHECK(static_cast<int64_t>(blocks.size()) <= m.cache_blocks(), "bench: the KV cache is too small");
+  const std::vector<int32_t> token = {1};
+  const std::vector<model::SequenceChunk> step = {{token, position, blocks}};
+  auto once = [&] {
+    m.forward(step);
+    m.context().synchronize();
+  };
+  for (int i = 0; i < 3; ++i) once();
+  const int reps = 20;
+  const auto start = Clock::now();
+  for (int i = 0; i < reps; ++i) once();
+  return seconds_since(start) / reps;
+}
+
 int run() {
   Context ctx;
   const DType dtype = parse_dtype(args.dtype);
@@ -152,9 +174,13 @@ int run() {
     std::printf("batch 1: TTFT %.1f ms (%d prompt tokens), TPOT %.2f ms = %.1f tokens/s; roofline %.1f tokens/s "
                 "(%.2f GB per step) -> %.1f%%\n",
                 ttft * 1e3, args.input_len, tpot * 1e3, 1.0 / tpot, roofline, step_bytes / 1e9, 100.0 / tpot / roofline);
+    const double forward = decode_forward_seconds(*m, args.input_len + args.output_len / 2);
+    std::printf("batch 1: the forward pass alone %.2f ms (%.0f%% of the step; the rest is scheduling, sampling and "
+                "streaming)\n",
+                forward * 1e3, 100.0 * forward / tpot);
     out["latency"] = {{"ttft_ms", ttft * 1e3}, {"tpot_ms", tpot * 1e3}, {"tokens_per_s", 1.0 / tpot},
                       {"roofline_tokens_per_s", roofline}, {"roofline_percent", 100.0 / tpot / roofline},
-                      {"bytes_per_step", step_bytes}};
+                      {"bytes_per_step", step_bytes}, {"forward_ms", forward * 1e3}};
   }
   if (!args.skip_throughput) {
     const auto steps0 = e.stats().steps;

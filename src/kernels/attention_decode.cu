@@ -14,7 +14,16 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kTokenLanes = 16;  // lanes that share one key row in the QK stage
 
-int partition_size(int group) { return group <= 8 ? 512 : 128; }
+// Tokens per partition: 512 (128 for wide head groups, whose scores take more shared memory),
+// halved down to 64 while the launch would have fewer than kFillBlocks blocks, so that a small
+// batch of short contexts still spreads over the device.
+constexpr int64_t kFillBlocks = 256;
+int partition_size(const DecodeAttentionArgs& a) {
+  int part = a.q_heads / a.kv_heads <= 8 ? 512 : 128;
+  const int64_t rows = static_cast<int64_t>(a.seqs) * a.kv_heads;
+  while (part > 64 && rows * ((a.max_context + part - 1) / part) < kFillBlocks) part /= 2;
+  return part;
+}
 
 struct Layout {  // dynamic shared memory, in floats
   int q, logits, stats, scratch, total;
@@ -184,7 +193,7 @@ __global__ void merge_kernel(DecodeAttentionArgs a, const int32_t* context_lens,
 }  // namespace
 
 int64_t decode_attention_workspace(const DecodeAttentionArgs& a) {
-  const int part = partition_size(a.q_heads / a.kv_heads);
+  const int part = partition_size(a);
   const int64_t parts = (a.max_context + part - 1) / part;
   return parts <= 1 ? 0 : static_cast<int64_t>(a.seqs) * a.q_heads * parts * (a.head_dim + 2);
 }
@@ -199,7 +208,7 @@ void decode_attention(const DecodeAttentionArgs& a, const T* q, const T* k_cache
   constexpr int V = gpu::kVecWidth<T>;
   LW_CHECK(a.head_dim % V == 0 && a.head_dim <= 256,
            "decode_attention: head_dim " << a.head_dim << " must be a multiple of " << V << " and <= 256");
-  const int part = partition_size(group);
+  const int part = partition_size(a);
   const int parts = a.max_context > 0 ? (a.max_context + part - 1) / part : 1;
   const int threads = gpu::round_block_size(kThreads, warp_size);
   const Layout l = layout(group, a.head_dim, part, V, threads);
