@@ -32,14 +32,59 @@ def free_port():
         return s.getsockname()[1]
 
 
-def http(port, method, path, body=None, headers=None, raw=None):
+def http(port, method, path, body=None, headers=None, raw=None, with_headers=False):
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, r.read().decode()
+            out = r.status, r.read().decode(), dict(r.headers)
     except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+        out = e.code, e.read().decode(), dict(e.headers)
+    return out if with_headers else out[:2]
+
+
+def start_server(lightwave, model, port, extra):
+    server = subprocess.Popen([lightwave, "serve", "--model", model, "--port", str(port), "--served-model-name", "smol",
+                               "--kv-fraction", "0.02", "--grace", "5"] + extra,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for _ in range(600):
+        try:
+            if http(port, "GET", "/health")[0] == 200:
+                break
+        except OSError:
+            time.sleep(0.2)
+    return server
+
+
+def stop_server(server):
+    server.send_signal(signal.SIGTERM)
+    try:
+        code = server.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        code = None
+    return code, server.stdout.read()
+
+
+def queue_cap(lightwave, model):
+    """Past --max-queued requests in flight, new ones get 503 with Retry-After; the others finish."""
+    port = free_port()
+    server = start_server(lightwave, model, port, ["--max-queued", "2"])
+    try:
+        body = {"prompt": "Count to fifty:", "max_tokens": 24, "temperature": 0}
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda _: http(port, "POST", "/v1/completions", body, with_headers=True), range(8)))
+        busy = [g for g in got if g[0] == 503]
+        done = [g for g in got if g[0] == 200]
+        check(len(busy) >= 1 and all("Retry-After" in h and "message" in json.loads(t)["error"] for _, t, h in busy),
+              f"queue cap: {len(busy)} of 8 requests over --max-queued 2 get 503 with Retry-After and an error object")
+        check(len(done) >= 2 and len(done) + len(busy) == 8 and
+              all(json.loads(t)["choices"][0]["text"] == json.loads(done[0][1])["choices"][0]["text"] for _, t, _ in done),
+              f"queue cap: the {len(done)} admitted requests finish with the same greedy text")
+        check(http(port, "POST", "/v1/completions", body)[0] == 200, "queue cap: a request after the rush is served")
+    finally:
+        code, _ = stop_server(server)
+    check(code == 0, f"queue cap: the server exits 0 (got {code})")
 
 
 def metric(port, name):
@@ -123,16 +168,8 @@ def main():
         print(f"model {a.model} is absent (scripts/fetch_model.sh fetches it)")
         return 1
     port, key = free_port(), "test-key"
-    server = subprocess.Popen([a.lightwave, "serve", "--model", a.model, "--port", str(port), "--api-key", key,
-                               "--served-model-name", "smol", "--kv-fraction", "0.02", "--grace", "5"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = start_server(a.lightwave, a.model, port, ["--api-key", key])
     try:
-        for _ in range(600):
-            try:
-                if http(port, "GET", "/health")[0] == 200:
-                    break
-            except OSError:
-                time.sleep(0.2)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0, timeout=300)
 
         models = client.models.list()
@@ -174,6 +211,15 @@ def main():
         multi = client.completions.create(model="smol", prompt="Once upon a time", max_tokens=4, temperature=1.0, n=3, seed=11)
         check(len(multi.choices) == 3 and sorted(c.index for c in multi.choices) == [0, 1, 2] and
               multi.usage.completion_tokens == 12, "completion: n = 3 gives three choices")
+        by_index = {c.index: c.text for c in multi.choices}
+        parts = {}
+        for ch in client.completions.create(model="smol", prompt="Once upon a time", max_tokens=4, temperature=1.0, n=2,
+                                            seed=11, stream=True):
+            for c in ch.choices:
+                parts.setdefault(c.index, []).append(c.text)
+        streamed_n = {i: "".join(t) for i, t in parts.items()}
+        check(sorted(streamed_n) == [0, 1] and all(streamed_n[i] == by_index[i] and streamed_n[i] for i in (0, 1)),
+              f"completion stream: n = 2 gives the first two choices of n = 3 with the same seed ({streamed_n})")
 
         lp = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=3, temperature=0, logprobs=2)
         l = lp.choices[0].logprobs
@@ -227,15 +273,10 @@ def main():
         status, _ = http(port, "GET", "/health")
         check(status == 200, "the server is healthy after everything")
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            code = server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            code = None
-        log = server.stdout.read()
+        code, log = stop_server(server)
     check(code == 0, f"SIGTERM: the server exits 0 (got {code})")
     check(log.count(" access remote=") >= 40, "access log: a line per request")
+    queue_cap(a.lightwave, a.model)
     if FAILURES:
         print(log[-3000:])
         print(f"{len(FAILURES)} check(s) failed")
