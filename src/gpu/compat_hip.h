@@ -71,6 +71,7 @@ using __nv_bfloat162 = __hip_bfloat162;
 #define cudaStreamDefault hipStreamDefault
 #define cudaStreamDestroy hipStreamDestroy
 #define cudaStreamSynchronize hipStreamSynchronize
+#define cudaStreamQuery hipStreamQuery
 #define cudaStreamWaitEvent hipStreamWaitEvent
 #define cudaEvent_t hipEvent_t
 #define cudaEventCreate hipEventCreate
