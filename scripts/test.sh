@@ -6,18 +6,24 @@
 #   cuda            build the CUDA target for sm_90 (nvcc); run its ctest only when a GPU is
 #                   visible (otherwise compile and link only);
 #   hip             build the HIP target for gfx90a, gfx942 and gfx1100 inside the ROCm 7
-#                   toolchain root (scripts/rocm_root.sh makes it once, needs root);
-#                   compile and link only.
+#                   toolchain root (scripts/rocm_root.sh makes it once, needs root), and its
+#                   wheel (setup.py bdist_wheel); compile and link only;
+#   python          the Python package: the module in build/host32 under pytest (tests/python:
+#                   the API against the CLI on SmolLM2, streaming, errors), then the wheel
+#                   (`pip wheel .`, `python setup.py bdist_wheel`) installed into a fresh venv.
 # Options: --only STEP[,STEP...]  run just those steps.   Logs: build/logs/<step>.log
 # Environment: LW_ROCM_ROOT (default /var/cache/lightwave/rocm-root), CCACHE_DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-steps=(host32 host64 asan32 asan64 cuda hip)
+steps=(host32 host64 asan32 asan64 cuda hip python)
 if [[ ${1:-} == --only ]]; then IFS=, read -ra steps <<< "${2:?--only needs a list of steps}"; fi
 jobs=$(nproc)
 rocm_root=${LW_ROCM_ROOT:-/var/cache/lightwave/rocm-root}
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+# Paths relative to the repository and no working directory in the hash: build folders at the
+# same depth (build/host32, the wheel's build/wheel-*) and clones elsewhere share objects.
+export CCACHE_BASEDIR=$repo CCACHE_NOHASHDIR=1
 mkdir -p build/logs "$CCACHE_DIR"
 [[ -d /usr/local/cuda/bin ]] && export PATH=/usr/local/cuda/bin:$PATH
 
@@ -41,10 +47,10 @@ run_step() {  # run_step NAME COMMAND...
 # Under AddressSanitizer every fiber switch is a swapcontext system call, so the tests that
 # run hundreds of emulated forward passes take many minutes there: the statistical sampling
 # test (800 blocks of 1024 threads), the runs of SmolLM2 (model.*, the server, the GGUF
-# config test, the stop-string test) and the 32-request engine test. ASan still covers the
+# config test, the stop-string test, the 32 SmolLM2 requests) and the 32-request engine test. ASan still covers the
 # engine's code (prefix cache, preemption, cancellation, refusals) and every kernel in the
 # op tests; the excluded tests run in the plain builds.
-asan_exclude="Sampling.FrequenciesFollowTheFilteredDistribution|server\.openai_client|model\.smollm2|Model.SmolLM2ConfigFromGgufMetadata|Engine.StopStringsAcrossTokenBoundaries|Engine.ConcurrentRequestsMatchEachAlone"
+asan_exclude="Sampling.FrequenciesFollowTheFilteredDistribution|server\.openai_client|model\.smollm2|Model.SmolLM2ConfigFromGgufMetadata|Engine.StopStringsAcrossTokenBoundaries|Engine.ConcurrentRequestsMatchEachAlone|Engine.SmolLM2ConcurrentRequestsMatchEachAlone"
 
 host_step() {  # host_step NAME WARP [CMAKE_ARG...]
   local dir=build/$1 warp=$2
@@ -71,13 +77,34 @@ hip_step() {
   scripts/rocm_root.sh "$rocm_root" || return 1
   scripts/rocm_root.sh "$rocm_root" --exec "$repo" -- bash -c '
     set -e
+    # The Python module and the ROCm wheel need these in the root (added once).
+    pkgs="python3-dev pybind11-dev python3-scikit-build-core"
+    if ! dpkg -s $pkgs > /dev/null 2>&1; then
+      apt-get -o Acquire::Check-Valid-Until=false update -q
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs
+    fi
     # The ROCm clang++ compiles the host .cpp files too: hip_bf16.h needs clang builtins.
     hipcxx=$(sed -n "s/^set(CMAKE_HIP_COMPILER \"\([^\"]*\)\".*/\1/p" /etc/lightwave-rocm.cmake)
     cmake -C /etc/lightwave-rocm.cmake -S /src -B /src/build/hip -G Ninja -DLW_GPU=hip \
       -DCMAKE_CXX_COMPILER="$hipcxx" -DCMAKE_HIP_ARCHITECTURES="gfx90a;gfx942;gfx1100"
     cmake --build /src/build/hip -j'"$jobs"'
     echo "HIP target compiled and linked for gfx90a, gfx942 and gfx1100:"
-    ls -l /src/build/hip/src/app/lightwave /src/build/hip/tests/test_norm'
+    ls -l /src/build/hip/src/app/lightwave /src/build/hip/tests/test_norm
+    # The ROCm wheel as `python setup.py bdist_wheel` makes it (its objects come from ccache).
+    rm -rf /src/build/dist-hip
+    TESTING=0 CMAKE_BUILD_PARALLEL_LEVEL='"$jobs"' \
+      CMAKE_ARGS="-C /etc/lightwave-rocm.cmake -DLW_GPU=hip -DCMAKE_CXX_COMPILER=$hipcxx -DCMAKE_HIP_ARCHITECTURES=gfx90a;gfx942;gfx1100" \
+      python3 setup.py bdist_wheel -d /src/build/dist-hip
+    echo "HIP wheel compiled and linked:"
+    ls -l /src/build/dist-hip'
+}
+
+python_step() {
+  cmake -S . -B build/host32 -G Ninja -DLW_GPU=host -DLW_WARP_SIZE=32 -DLW_TEST_PYTHON="$test_python" \
+    -DLW_SMOLLM2_GGUF="$smollm2" -DLW_BUILD_PYTHON=ON &&
+    cmake --build build/host32 -j"$jobs" --target lightwave_python &&
+    LW_PYTHON_PATH="$repo/build/host32/python" LW_SMOLLM2_GGUF="$smollm2" LW_TEST_WHEEL=1 \
+      "$test_python" -m pytest -v -rP --durations=0 -p no:cacheprovider tests/python
 }
 
 for s in "${steps[@]}"; do
@@ -88,7 +115,8 @@ for s in "${steps[@]}"; do
     asan64) run_step asan64 host_step asan64 64 -DLW_SANITIZE_ADDRESS=ON ;;
     cuda) run_step cuda cuda_step ;;
     hip) run_step hip hip_step ;;
-    *) echo "unknown step '$s' (host32, host64, asan32, asan64, cuda, hip)"; exit 2 ;;
+    python) run_step python python_step ;;
+    *) echo "unknown step '$s' (host32, host64, asan32, asan64, cuda, hip, python)"; exit 2 ;;
   esac
   if [[ $s == host* || $s == asan* || $s == cuda ]]; then
     line=$(grep -E "tests passed|tests failed|compiled and linked, not run" "build/logs/$s.log" | tail -1)
@@ -96,6 +124,9 @@ for s in "${steps[@]}"; do
   elif [[ $s == hip ]]; then
     line=$(grep -E "compiled and linked for" "build/logs/$s.log" | tail -1)
     summaries+=("$s: ${line:-build failed (see build/logs/$s.log)}")
+  elif [[ $s == python ]]; then
+    line=$(grep -E "^=+ .*(passed|failed|error).* in [0-9.]+s" "build/logs/$s.log" | tail -1 | tr -d =)
+    summaries+=("$s: ${line:-no pytest summary (see build/logs/$s.log)}")
   fi
 done
 

@@ -247,6 +247,38 @@ TEST(Engine, RejectsRequestsThatCannotRun) {
   expect_error(stop, "stop strings need a tokenizer");
 }
 
+TEST(Engine, SmolLM2ConcurrentRequestsMatchEachAlone) {
+  const std::string gguf = LW_SMOLLM2_GGUF;
+  if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " is absent (scripts/fetch_model.sh fetches it)";
+  engine::Generator smol(ctx(), gguf, DType::f32);
+  const text::Tokenizer& tok = smol.tokenizer();
+  // 32 chat prompts of about 30 to 60 tokens, and 1 to 4 new tokens each.
+  const std::vector<std::string> topics = {"the sea", "a small town", "bread", "the moon", "trains", "winter",
+                                           "a violin", "mathematics"};
+  std::vector<Request> reqs;
+  for (int i = 0; i < 32; ++i) {
+    std::string text = "Tell me about " + topics[static_cast<size_t>(i) % topics.size()] + ".";
+    for (int k = 0; k < i % 3; ++k) text += " Please be brief, and mention one fact that few people know.";
+    Request r;
+    r.prompt = smol.encode_prompt(i % 7 == 0 ? "Hi" : text, true);
+    r.max_tokens = 1 + i % 4;
+    r.sampling.temperature = 0.0f;
+    reqs.push_back(std::move(r));
+  }
+  EngineOptions opt;
+  opt.num_blocks = 256;
+  opt.max_batch_tokens = 96;  // prompts prefilled in chunks beside the decode steps
+  Engine together(smol.runner(), &tok, smol.eos_ids(), opt);
+  const std::vector<Result> all = run_all(together, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    Engine alone(smol.runner(), &tok, smol.eos_ids(), opt);
+    const Result one = run_all(alone, {reqs[i]})[0];
+    EXPECT_EQ(all[i].tokens, one.tokens) << "request " << i << " (" << reqs[i].prompt.size() << " prompt tokens)";
+    EXPECT_EQ(all[i].text, one.text) << "request " << i;
+    EXPECT_FALSE(one.tokens.empty());
+  }
+}
+
 TEST(Engine, StopStringsAcrossTokenBoundaries) {
   const std::string gguf = LW_SMOLLM2_GGUF;
   if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " is absent (scripts/fetch_model.sh fetches it)";

@@ -135,6 +135,9 @@ __global__ void decode_kernel(DecodeAttentionArgs a, const T* q, const T* k_cach
       float acc[VEC];
 #pragma unroll
       for (int j = 0; j < VEC; ++j) acc[j] = 0.0f;
+      // Unrolled so that several V loads are in flight at once: with few tokens per thread
+      // the loop is bound by memory latency, not bandwidth.
+#pragma unroll 4
       for (int t0 = tg; t0 < n; t0 += tgs) {
         const int t = begin + t0;
         const int64_t slot = static_cast<int64_t>(table[t / a.block_size]) * a.block_size + t % a.block_size;
