@@ -15,13 +15,14 @@ constexpr int kThreads = 256;
 constexpr int kTokenLanes = 16;  // lanes that share one key row in the QK stage
 
 // Tokens per partition: 512 (128 for wide head groups, whose scores take more shared memory),
-// halved down to 64 while the launch would have fewer than kFillBlocks blocks, so that a small
+// halved down to kMinPartition while the launch would have fewer than kFillBlocks blocks, so that a small
 // batch of short contexts still spreads over the device.
 constexpr int64_t kFillBlocks = 256;
+constexpr int kMinPartition = 64;  // tokens  lint: not-a-warp
 int partition_size(const DecodeAttentionArgs& a) {
   int part = a.q_heads / a.kv_heads <= 8 ? 512 : 128;
   const int64_t rows = static_cast<int64_t>(a.seqs) * a.kv_heads;
-  while (part > 64 && rows * ((a.max_context + part - 1) / part) < kFillBlocks) part /= 2;
+  while (part > kMinPartition && rows * ((a.max_context + part - 1) / part) < kFillBlocks) part /= 2;
   return part;
 }
 
