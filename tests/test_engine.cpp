@@ -5,6 +5,9 @@
 #include <map>
 
 #include "core/stream.h"
+#if defined(LW_TARGET_HOST)
+#include "lw_simt/emulator.h"
+#endif
 #include "engine/block_manager.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
@@ -250,6 +253,15 @@ TEST(Engine, RejectsRequestsThatCannotRun) {
 TEST(Engine, SmolLM2ConcurrentRequestsMatchEachAlone) {
   const std::string gguf = LW_SMOLLM2_GGUF;
   if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " is absent (scripts/fetch_model.sh fetches it)";
+#if defined(LW_TARGET_HOST)
+  // A test of the scheduler over a real model: its kernels are each checked under the
+  // emulator's sanitizer by the op tests, which here would only multiply the time.
+  struct NoSanitizer {
+    bool before = lw::simt::sanitize();
+    NoSanitizer() { lw::simt::set_sanitize(false); }
+    ~NoSanitizer() { lw::simt::set_sanitize(before); }
+  } no_sanitizer;
+#endif
   engine::Generator smol(ctx(), gguf, DType::f32);
   const text::Tokenizer& tok = smol.tokenizer();
   // 32 chat prompts of about 30 to 60 tokens, and 1 to 4 new tokens each.
