@@ -1,6 +1,6 @@
 #include "dist/nccl_communicator.h"
 
-#include <atomic>
+#include <mutex>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -46,11 +46,13 @@ class NcclCommunicator final : public Communicator {
                   "rank " << rank << " of " << size << " joining the NCCL group on device " << ctx.device());
   }
   ~NcclCommunicator() override {
-    if (!aborted_.exchange(true)) ncclCommDestroy(comm_);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (comm_) ncclCommDestroy(comm_);
   }
 
   void all_reduce_sum(Context& ctx, const Tensor& x) override {
     check_all_reduce(x);
+    std::lock_guard<std::mutex> lock(mu_);
     check_alive("all_reduce_sum");
     LW_NCCL_CHECK(ncclAllReduce(x.data_ptr(), x.data_ptr(), static_cast<size_t>(x.numel()), nccl_type(x.dtype()), ncclSum,
                                 comm_, ctx.stream().get()),
@@ -59,6 +61,7 @@ class NcclCommunicator final : public Communicator {
 
   void all_gather(Context& ctx, const Tensor& in, const Tensor& out) override {
     check_all_gather(in, out);
+    std::lock_guard<std::mutex> lock(mu_);
     check_alive("all_gather");
     LW_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), static_cast<size_t>(in.numel()), nccl_type(in.dtype()), comm_,
                                 ctx.stream().get()),
@@ -74,9 +77,12 @@ class NcclCommunicator final : public Communicator {
       const cudaError_t q = cudaStreamQuery(ctx.stream().get());
       if (q == cudaSuccess) return;
       LW_CHECK(q == cudaErrorNotReady, "rank " << rank() << ": the stream failed: " << cudaGetErrorString(q));
-      check_alive("synchronize");
       ncclResult_t async = ncclSuccess;
-      LW_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async), "rank " << rank() << " reading NCCL's error state");
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        check_alive("synchronize");
+        LW_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async), "rank " << rank() << " reading NCCL's error state");
+      }
       if (async != ncclSuccess && async != ncclInProgress) {
         abort(std::string("NCCL reported ") + ncclGetErrorString(async));
         LW_FAIL("rank " << rank() << ": the NCCL group failed: " << ncclGetErrorString(async));
@@ -91,19 +97,23 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
+  // Any thread: the communicator is only ever used under mu_, so the abort cannot free it
+  // under a call of the rank's own thread; NCCL work in flight on the stream returns.
   void abort(const std::string& why) override {
-    if (aborted_.exchange(true)) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!comm_) return;
     log().warn("rank {}: stopping the NCCL group: {}", rank(), why);
     ncclCommAbort(comm_);
+    comm_ = nullptr;
   }
 
  private:
-  void check_alive(const char* op) const {
-    LW_CHECK(!aborted_.load(), op << " on rank " << rank() << ": the group was stopped");
+  void check_alive(const char* op) const {  // under mu_
+    LW_CHECK(comm_, op << " on rank " << rank() << ": the group was stopped");
   }
 
+  std::mutex mu_;
   ncclComm_t comm_ = nullptr;
-  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace

@@ -7,12 +7,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <thread>
 
 #include "dist/communicator.h"
+#include "core/logging.h"
 #include "gpu/error.h"
 
 namespace lw::dist {
@@ -86,14 +88,16 @@ addrinfo* resolve(const std::string& host, int port, bool passive) {
   hints.ai_socktype = SOCK_STREAM;
   if (passive) hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
-  const int e = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  const int e = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints, &res);
   LW_CHECK(e == 0, "rendezvous: cannot resolve '" << host << "': " << gai_strerror(e));
   return res;
 }
 
+// Small messages go out at once; keepalive notices a peer host that vanished without closing.
 void no_delay(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
 }
 
 }  // namespace
@@ -118,7 +122,9 @@ Rendezvous::Rendezvous(const std::string& address, int nnodes, int node_rank) : 
   const double timeout = group_timeout_seconds();
   if (nnodes == 1) return;
   if (node_rank == 0) {
-    addrinfo* res = resolve(host, port, true);
+    // Every interface: the name node 0 is reached by may resolve to a loopback address here
+    // (Debian maps the host's own name to 127.0.1.1).
+    addrinfo* res = resolve("", port, true);
     std::string why = "no address";
     for (addrinfo* a = res; a && listener_ < 0; a = a->ai_next) {
       const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
@@ -149,7 +155,7 @@ Rendezvous::Rendezvous(const std::string& address, int nnodes, int node_rank) : 
       // The hello: "lightwave-rendezvous-1 <nnodes> <node_rank>".
       std::string hello, reply = "ok";
       try {
-        hello = recv_message(fd, "a connecting node", timeout);
+        hello = recv_message(fd, "a connecting node", std::min(timeout, 10.0));
       } catch (const Error&) {
         ::close(fd);
         continue;
@@ -168,8 +174,11 @@ Rendezvous::Rendezvous(const std::string& address, int nnodes, int node_rank) : 
       } catch (const Error&) {
       }
       if (reply != "ok") {
+        // A stray or misconfigured connection: refused (it was told why), and node 0 waits on
+        // for the right nodes.
         ::close(fd);
-        LW_FAIL("rendezvous: refused a node: " << reply);
+        log().warn("rendezvous: refused a connection: {}", reply);
+        continue;
       }
       peers_[static_cast<size_t>(their_rank - 1)] = fd;
       ++joined;

@@ -206,8 +206,12 @@ TensorParallelRunner::TensorParallelRunner(const Placement& placement, const Bui
   try {
     run([&](Rank& r) {
       r.ctx = std::make_unique<Context>(r.device);
-      r.comm = group_->local_group ? group_->local_group->communicator(r.index)
-                                   : dist::nccl_communicator(*r.ctx, group_->nccl_id, r.index, size);
+      auto comm = group_->local_group ? group_->local_group->communicator(r.index)
+                                      : dist::nccl_communicator(*r.ctx, group_->nccl_id, r.index, size);
+      {
+        std::lock_guard<std::mutex> lock(group_->mu);  // run() reads it to abort the group
+        r.comm = std::move(comm);
+      }
       r.model = build(*r.ctx, model::Shard{r.index, size, r.comm.get()});
     });
   } catch (...) {
@@ -256,9 +260,11 @@ void TensorParallelRunner::run(const std::function<void(Rank&)>& job) {
       // The other ranks may wait in a collective for the failed one: stop their communicators.
       aborted = true;
       const std::string why = g.failure;
-      lock.unlock();
+      std::vector<dist::Communicator*> comms;  // set by the rank threads under g.mu
       for (auto& r : ranks_)
-        if (r->comm) r->comm->abort(why);
+        if (r->comm) comms.push_back(r->comm.get());
+      lock.unlock();
+      for (dist::Communicator* c : comms) c->abort(why);
       lock.lock();
       continue;
     }

@@ -446,8 +446,11 @@ ModelConfig shard_config(const ModelConfig& c, int size) {
 Model::Model(Context& ctx, const ModelConfig& config, DType dtype, const Shard& shard)
     : config_(config), local_(model::shard_config(config, shard.size)), shard_(shard), dtype_(dtype) {
   rope_.emplace(ctx, config.rope);
+  // Opt-in until a captured graph's temporaries live in a pool of their own: today they
+  // return to the caching allocator, and a buffer allocated later (another graph's inputs)
+  // may share an address with one a replay writes.
   const char* graphs = std::getenv("LW_CUDA_GRAPHS");
-  decode_graphs_ = !graphs || std::string(graphs) != "0";
+  decode_graphs_ = graphs && std::string(graphs) == "1";
 }
 
 void Model::set_decode_graphs(bool on) {
@@ -534,7 +537,9 @@ void Model::moe_mlp(Context& ctx, const LayerWeights& w, const Tensor& x, const 
   const int64_t t = x.size(0), h = config_.hidden, i = local_.moe_intermediate, e = config_.experts;
   const int k = config_.experts_per_token;
   Tensor logits = ctx.empty({t, e}, dtype_);
-  ops::linear(ctx, x, w.router, Tensor(), logits);
+  // Every rank routes the same tokens: one fixed GEMM kernel (not a per-rank timed choice), so
+  // their roundings, and so their expert choices, agree.
+  ops::linear(ctx, x, w.router, Tensor(), logits, shard_.size > 1 ? ops::GemmPath::tiled : ops::GemmPath::automatic);
   ops::MoeRouting routing;
   routing.k = k;
   routing.renormalize = config_.norm_topk_prob;
@@ -551,7 +556,7 @@ void Model::moe_mlp(Context& ctx, const LayerWeights& w, const Tensor& x, const 
   if (w.shared_gate_up.defined()) {
     Tensor shared = ctx.empty({t, h}, dtype_), gate = ctx.empty({t, 1}, dtype_);
     dense_mlp(ctx, w.shared_gate_up, w.shared_down, x, shared);
-    ops::linear(ctx, x, w.shared_gate, Tensor(), gate);
+    ops::linear(ctx, x, w.shared_gate, Tensor(), gate, shard_.size > 1 ? ops::GemmPath::tiled : ops::GemmPath::automatic);
     ops::sigmoid_gated_add(ctx, out, gate, shared);
   }
 }

@@ -84,7 +84,7 @@ class Model {
   size_t weight_bytes() const { return weight_bytes_; }
 
   // Decode steps (one new token per sequence) replayed from CUDA / HIP graphs, where the
-  // target has them: on unless LW_CUDA_GRAPHS=0.
+  // target has them: off unless LW_CUDA_GRAPHS=1 (see DecodeGraphs in model.cpp).
   void set_decode_graphs(bool on);
 
   // Runs a batch of sequence chunks (prefill chunks and decode tokens alike), writing their
@@ -115,7 +115,7 @@ class Model {
   std::vector<LayerWeights> layers_;
   std::optional<ops::Rope> rope_;
   std::unique_ptr<DecodeGraphs> graphs_;
-  bool decode_graphs_ = true;
+  bool decode_graphs_ = false;
 };
 
 }  // namespace lw::model
