@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Runs lightwave's test suite on this machine:
 #   host32, host64  build the host target (SIMT emulator) at warp 32 and 64 and run ctest,
-#                   with the wave-portability sanitizer on;
-#   asan32, asan64  the same under AddressSanitizer (out-of-bounds device memory in kernels);
+#                   with the wave-portability sanitizer on; the end-to-end runs of the default
+#                   model (SmolLM2: the server, the model and engine runs) only at warp 64;
+#   asan32, asan64  under AddressSanitizer (out-of-bounds device memory in kernels): at warp 32
+#                   every library layer and its tests (LW_BUILD_SCOPE=engine), at warp 64 the
+#                   kernels and ops and their tests (LW_BUILD_SCOPE=kernels);
 #   cuda            build the CUDA target for sm_90 (nvcc); run its ctest only when a GPU is
 #                   visible (otherwise compile and link only);
 #   hip             build the HIP target for gfx90a, gfx942 and gfx1100 inside the ROCm 7
-#                   toolchain root (scripts/rocm_root.sh makes it once, needs root), and its
-#                   wheel (setup.py bdist_wheel); compile and link only;
+#                   toolchain root (scripts/rocm_root.sh makes it once, needs root, in the
+#                   background from the start of the run), and its wheel (setup.py bdist_wheel);
+#                   compile and link only;
 #   python          the Python package: the module in build/host32 under pytest (tests/python:
 #                   the API against the CLI on SmolLM2, streaming, errors), then the wheel
 #                   (`pip wheel .`, `python setup.py bdist_wheel`) installed into a fresh venv.
@@ -27,6 +31,14 @@ export CCACHE_BASEDIR=$repo CCACHE_NOHASHDIR=1
 mkdir -p build/logs "$CCACHE_DIR"
 [[ -d /usr/local/cuda/bin ]] && export PATH=/usr/local/cuda/bin:$PATH
 
+# The ROCm toolchain root is mostly downloads: made in the background while the host steps
+# compile (a no-op when a previous run left it).
+rocm_pid=
+if [[ " ${steps[*]} " == *" hip "* ]]; then
+  scripts/rocm_root.sh "$rocm_root" > build/logs/rocm_root.log 2>&1 &
+  rocm_pid=$!
+fi
+
 # The reference Python packages (Hugging Face tokenizers, gguf, safetensors) in a venv.
 test_python=$(scripts/python_env.sh) || { echo "scripts/python_env.sh failed"; exit 1; }
 
@@ -44,22 +56,22 @@ run_step() {  # run_step NAME COMMAND...
   seconds[$name]=$((SECONDS - t0))
 }
 
-# Under AddressSanitizer every fiber switch is a swapcontext system call, so the tests that
-# run hundreds of emulated forward passes take many minutes there: the statistical sampling
-# test (800 blocks of 1024 threads), the runs of SmolLM2 (model.*, the server, the GGUF
-# config test, the stop-string test, the 32 SmolLM2 requests) and the 32-request engine test. ASan still covers the
-# engine's code (prefix cache, preemption, cancellation, refusals) and every kernel in the
-# op tests; the excluded tests run in the plain builds.
-asan_exclude="Sampling.FrequenciesFollowTheFilteredDistribution|server\.openai_client|model\.smollm2|Model.SmolLM2ConfigFromGgufMetadata|Engine.StopStringsAcrossTokenBoundaries|Engine.ConcurrentRequestsMatchEachAlone|Engine.SmolLM2ConcurrentRequestsMatchEachAlone"
+# The runs of the default model (SmolLM2 on the emulator: the server, the model's answers, the
+# GGUF config, the 16-request engine test) take minutes each; they run in one step, host64 (and
+# the python step runs the module on it at warp 32). Under AddressSanitizer every fiber switch is
+# a swapcontext system call, so the statistical sampling test (800 blocks of 1024 threads), the
+# stop-string test and the 32-request engine test are left to the plain builds too. ASan still
+# covers the engine's code (prefix cache, preemption, cancellation, refusals, deterministic
+# mode) and every kernel in the op tests.
+smollm2_runs="server\.openai_client|model\.smollm2|SmolLM2"
+asan_exclude="$smollm2_runs|Sampling.FrequenciesFollowTheFilteredDistribution|Engine.StopStringsAcrossTokenBoundaries|Engine.ConcurrentRequestsMatchEachAlone"
 
-host_step() {  # host_step NAME WARP [CMAKE_ARG...]
-  local dir=build/$1 warp=$2
-  shift 2
-  local exclude=()
-  if [[ " $* " == *LW_SANITIZE_ADDRESS=ON* ]]; then exclude=(-E "$asan_exclude"); fi
+host_step() {  # host_step NAME WARP EXCLUDE [CMAKE_ARG...]
+  local dir=build/$1 warp=$2 exclude=$3
+  shift 3
   cmake -S . -B "$dir" -G Ninja -DLW_GPU=host -DLW_WARP_SIZE="$warp" -DLW_TEST_PYTHON="$test_python" -DLW_SMOLLM2_GGUF="$smollm2" "$@" &&
     cmake --build "$dir" -j"$jobs" &&
-    ctest --test-dir "$dir" -j"$jobs" --output-on-failure "${exclude[@]}"
+    ctest --test-dir "$dir" -j"$jobs" --output-on-failure ${exclude:+-E "$exclude"}
 }
 
 cuda_step() {
@@ -74,6 +86,7 @@ cuda_step() {
 }
 
 hip_step() {
+  if [[ -n $rocm_pid ]] && ! wait "$rocm_pid"; then cat build/logs/rocm_root.log; return 1; fi
   scripts/rocm_root.sh "$rocm_root" || return 1
   scripts/rocm_root.sh "$rocm_root" --exec "$repo" -- bash -c '
     set -e
@@ -109,10 +122,10 @@ python_step() {
 
 for s in "${steps[@]}"; do
   case $s in
-    host32) run_step host32 host_step host32 32 ;;
-    host64) run_step host64 host_step host64 64 ;;
-    asan32) run_step asan32 host_step asan32 32 -DLW_SANITIZE_ADDRESS=ON ;;
-    asan64) run_step asan64 host_step asan64 64 -DLW_SANITIZE_ADDRESS=ON ;;
+    host32) run_step host32 host_step host32 32 "$smollm2_runs" ;;
+    host64) run_step host64 host_step host64 64 "" ;;
+    asan32) run_step asan32 host_step asan32 32 "$asan_exclude" -DLW_SANITIZE_ADDRESS=ON -DLW_BUILD_SCOPE=engine ;;
+    asan64) run_step asan64 host_step asan64 64 "$asan_exclude" -DLW_SANITIZE_ADDRESS=ON -DLW_BUILD_SCOPE=kernels ;;
     cuda) run_step cuda cuda_step ;;
     hip) run_step hip hip_step ;;
     python) run_step python python_step ;;

@@ -3,6 +3,7 @@
 // one token, block edges and several partitions (the split-K merge), and an empty context.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "ops/attention.h"
@@ -86,6 +87,54 @@ TEST(DecodeAttention, HeadDimsAndGroups) {
 TEST(DecodeAttention, LongContextsSplitAndMerge) {
   run_case(DType::bf16, {8, 2, 128, 16, {1300, 700, 1}});   // partitions of 512
   run_case(DType::f32, {16, 1, 64, 32, {300, 129}});       // partitions of 128
+}
+
+// Deterministic mode: a sequence's output has the same bits alone and in any batch, whatever
+// the launch's context bound (a decode graph's bucket), where the automatic choice would split
+// its context differently; and it still matches float64 (the cases above, with fixed partitions).
+TEST(DecodeAttention, DeterministicRowsDoNotDependOnTheBatch) {
+  DeterministicScope deterministic(ctx());
+  run_case(DType::bf16, {8, 2, 128, 16, {1300, 700, 1}});
+  run_case(DType::f32, {16, 1, 64, 32, {300, 129}});
+  // Eleven sequences of one query head per key/value head: the automatic choice splits a long
+  // context into partitions of 512 tokens in this batch and of 64 when a sequence runs alone.
+  const DType dt = DType::f32;  // a bf16 output would round most differences away
+  const int q_heads = 8, kv_heads = 8, hd = 128, bs = 16;
+  const std::vector<int32_t> lens = {700, 90, 1300, 5, 1300, 1000, 800, 1200, 1250, 600, 1290};
+  const int seqs = static_cast<int>(lens.size()), max_blocks = 1300 / bs + 1, num_blocks = seqs * max_blocks;
+  const Tensor k = ctx().to_device(random_host({num_blocks, bs, kv_heads, hd}, dt));
+  const Tensor v = ctx().to_device(random_host({num_blocks, bs, kv_heads, hd}, dt));
+  const Tensor qh = random_host({seqs, q_heads, hd}, dt);
+  std::vector<int32_t> perm(num_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng());
+  // The rows `which` of the batch, with context bound `bound`.
+  auto run = [&](const std::vector<int>& which, int bound) {
+    const int n = static_cast<int>(which.size());
+    Tensor q = Tensor::empty_host({n, q_heads, hd}, dt), tables = Tensor::empty_host({n, max_blocks}, DType::i32);
+    Tensor ctx_lens = Tensor::empty_host({n}, DType::i32);
+    const size_t row_bytes = static_cast<size_t>(q_heads * hd) * dtype_size(dt);
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(static_cast<char*>(q.data_ptr()) + i * row_bytes, static_cast<const char*>(qh.data_ptr()) + which[i] * row_bytes,
+                  row_bytes);
+      std::copy_n(perm.begin() + which[i] * max_blocks, max_blocks, tables.data<int32_t>() + i * max_blocks);
+      ctx_lens.data<int32_t>()[i] = lens[which[i]];
+    }
+    Tensor out = ctx().empty({n, q_heads, hd}, dt);
+    poison(out);
+    ops::decode_attention(ctx(), ctx().to_device(q), k, v, ctx().to_device(tables), ctx().to_device(ctx_lens), bound,
+                          0.088f, out);
+    return ctx().to_host(out);
+  };
+  std::vector<int> everyone(lens.size());
+  std::iota(everyone.begin(), everyone.end(), 0);
+  const Tensor all = run(everyone, 1300);
+  for (int s = 0; s < 4; ++s) {
+    SCOPED_TRACE(::testing::Message() << "sequence " << s << " (" << lens[s] << " tokens)");
+    EXPECT_TRUE(bitwise_equal(run({s}, lens[s]), all.slice(0, s, s + 1)));
+    EXPECT_TRUE(bitwise_equal(run({s}, max_blocks * bs), all.slice(0, s, s + 1)));
+  }
+  EXPECT_TRUE(bitwise_equal(run({3, 0}, 1300).slice(0, 1, 2), all.slice(0, 0, 1)));
 }
 
 TEST(DecodeAttention, EmptyContextGivesZeros) { run_case(DType::bf16, {4, 2, 64, 16, {0, 9}}); }

@@ -1,6 +1,7 @@
 // The serving engine: KV block management with prefix caching, and continuous batching whose
-// results equal each request run alone (greedy), through chunked prefill, prefix-cache hits,
-// preemption, cancellation and stop strings.
+// results equal each request run alone in deterministic mode (bit for bit: tokens and
+// log-probabilities), through chunked prefill, prefix-cache hits, preemption, decode graphs,
+// cancellation and stop strings.
 #include <filesystem>
 #include <map>
 
@@ -85,9 +86,32 @@ TinyModel& tiny() {
 
 struct Result {
   std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::vector<std::vector<std::pair<int32_t, float>>> top;
   std::string text, reason;
   int outputs = 0;
 };
+
+// Records a request's outputs into r.
+Engine::Callback record(Result& r) {
+  return [&r](const RequestOutput& o) {
+    r.tokens.insert(r.tokens.end(), o.tokens.begin(), o.tokens.end());
+    r.logprobs.insert(r.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+    r.top.insert(r.top.end(), o.top_logprobs.begin(), o.top_logprobs.end());
+    r.text += o.text;
+    ++r.outputs;
+    if (o.finished) r.reason = o.finish_reason;
+  };
+}
+
+// Engine options of the batch-invariant mode, over the tiny model.
+EngineOptions deterministic_options(int64_t num_blocks, int block_size) {
+  EngineOptions o;
+  o.deterministic = true;
+  o.num_blocks = num_blocks;
+  o.block_size = block_size;
+  return o;
+}
 
 Request make_request(std::mt19937_64& rng, int prompt_len, int max_tokens, int64_t vocab) {
   Request r;
@@ -101,20 +125,12 @@ Request make_request(std::mt19937_64& rng, int prompt_len, int max_tokens, int64
 // Runs requests through one engine; results by request index.
 std::vector<Result> run_all(Engine& e, const std::vector<Request>& reqs) {
   std::vector<Result> out(reqs.size());
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    e.add(reqs[i], [&out, i](const RequestOutput& o) {
-      Result& r = out[i];
-      r.tokens.insert(r.tokens.end(), o.tokens.begin(), o.tokens.end());
-      r.text += o.text;
-      ++r.outputs;
-      if (o.finished) r.reason = o.finish_reason;
-    });
-  }
+  for (size_t i = 0; i < reqs.size(); ++i) e.add(reqs[i], record(out[i]));
   e.run();
   return out;
 }
 
-Result run_alone(const Request& r, const EngineOptions& opt = {}) {
+Result run_alone(const Request& r, const EngineOptions& opt = deterministic_options(64, 16)) {
   EngineOptions o = opt;
   if (o.num_blocks == 0) o.num_blocks = 64;
   Engine e(ctx(), *tiny().model, nullptr, {}, o);
@@ -128,9 +144,7 @@ TEST(Engine, ConcurrentRequestsMatchEachAlone) {
     const int len = 1 + static_cast<int>(g() % 45), max_new = 1 + static_cast<int>(g() % 10);
     reqs.push_back(make_request(g, len, max_new, tiny().config.vocab));
   }
-  EngineOptions opt;
-  opt.num_blocks = 400;
-  opt.block_size = 4;
+  EngineOptions opt = deterministic_options(400, 4);
   opt.max_batch_tokens = 48;  // long prompts are prefilled in chunks, beside decode steps
   Engine e(ctx(), *tiny().model, nullptr, {}, opt);
   const std::vector<Result> together = run_all(e, reqs);
@@ -139,6 +153,7 @@ TEST(Engine, ConcurrentRequestsMatchEachAlone) {
     SCOPED_TRACE(::testing::Message() << "request " << i << " (" << reqs[i].prompt.size() << " prompt tokens)");
     const Result alone = run_alone(reqs[i]);
     EXPECT_EQ(together[i].tokens, alone.tokens);
+    EXPECT_EQ(together[i].logprobs, alone.logprobs);
     EXPECT_EQ(together[i].tokens.size(), static_cast<size_t>(reqs[i].max_tokens));
     EXPECT_EQ(together[i].reason, "length");
   }
@@ -153,17 +168,75 @@ TEST(Engine, DecodeGraphsGiveTheEagerTokens) {
     reqs.push_back(make_request(g, 3 + static_cast<int>(g() % 60), 4 + 3 * i, tiny().config.vocab));
   auto run = [&](bool graphs) {
     tiny().model->set_decode_graphs(graphs);
-    EngineOptions opt;
-    opt.num_blocks = 200;
-    opt.block_size = 4;
-    Engine e(ctx(), *tiny().model, nullptr, {}, opt);
+    Engine e(ctx(), *tiny().model, nullptr, {}, deterministic_options(200, 4));
     return run_all(e, reqs);
   };
   const std::vector<Result> eager = run(false), graphs = run(true), again = run(true);
   tiny().model->set_decode_graphs(false);
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ(graphs[i].tokens, eager[i].tokens) << "request " << i;
+    EXPECT_EQ(graphs[i].logprobs, eager[i].logprobs) << "request " << i;
     EXPECT_EQ(again[i].tokens, eager[i].tokens) << "request " << i << " (a new cache: graphs captured again)";
+  }
+}
+
+// The guarantee of deterministic mode: one request gives the same tokens and the same
+// log-probabilities, bit for bit, alone (whole prefill, cold cache) and among 2, 7 or many other
+// requests of random lengths arriving at random steps (chunked prefill beside decode steps, a
+// prefix-cache hit), greedy and seeded, with decode graphs on where the target has them.
+TEST(Engine, DeterministicRequestIsTheSameInAnyBatch) {
+  std::mt19937_64& g = rng();
+  const int64_t vocab = tiny().config.vocab;
+  Request greedy = make_request(g, 37, 10, vocab);
+  greedy.top_logprobs = 5;
+  Request seeded = greedy;
+  seeded.sampling.temperature = 0.8f;
+  seeded.sampling.top_p = 0.9f;
+  seeded.sampling.seed = 7;
+  const int many = Graph::graphs_supported() ? 64 : 24;  // the emulator runs every kernel on the CPU
+  for (const Request* target : {&greedy, &seeded}) {
+    SCOPED_TRACE(target->sampling.temperature == 0.0f ? "greedy" : "seeded");
+    EngineOptions whole = deterministic_options(64, 4);
+    whole.prefix_caching = false;
+    whole.max_batch_tokens = 512;
+    const Result alone = run_alone(*target, whole);
+    ASSERT_EQ(alone.tokens.size(), 10u);
+    for (int others : {2, 7, many}) {
+      for (bool graphs : {false, true}) {
+        if (graphs && !Graph::graphs_supported()) continue;
+        SCOPED_TRACE(::testing::Message() << others << " other requests, decode graphs " << (graphs ? "on" : "off"));
+        tiny().model->set_decode_graphs(graphs);
+        EngineOptions opt = deterministic_options(2000, 4);
+        opt.max_batch_tokens = 24;
+        Engine e(ctx(), *tiny().model, nullptr, {}, opt);
+        // A finished request sharing the target's first 24 tokens leaves them in the prefix cache.
+        Request warm = make_request(g, 30, 1, vocab);
+        std::copy(target->prompt.begin(), target->prompt.begin() + 24, warm.prompt.begin());
+        run_all(e, {warm});
+        const int64_t hits_before = e.stats().prefix_hit_tokens;
+        std::vector<Result> results(static_cast<size_t>(others) + 1);
+        const int target_at = static_cast<int>(g() % static_cast<uint64_t>(others + 1));
+        for (int i = 0; i <= others; ++i) {
+          if (i == target_at) {
+            e.add(*target, record(results[0]));
+          } else {
+            Request r = make_request(g, 1 + static_cast<int>(g() % 60), 1 + static_cast<int>(g() % 12), vocab);
+            if (g() % 2) {
+              r.sampling.temperature = 1.0f;
+              r.sampling.seed = g();
+            }
+            e.add(std::move(r), record(results[static_cast<size_t>(i) + (i < target_at ? 1 : 0)]));
+          }
+          for (uint64_t steps = g() % 3; steps > 0; --steps) e.step();  // arrivals at random steps
+        }
+        e.run();
+        tiny().model->set_decode_graphs(false);
+        EXPECT_EQ(e.stats().prefix_hit_tokens - hits_before, 24);
+        EXPECT_EQ(results[0].tokens, alone.tokens);
+        EXPECT_EQ(results[0].logprobs, alone.logprobs);
+        EXPECT_EQ(results[0].top, alone.top);
+      }
+    }
   }
 }
 
@@ -173,9 +246,7 @@ TEST(Engine, PrefixCacheHitsSkipPrefillAndGiveTheSameTokens) {
   Request second = first;
   for (int i = 0; i < 7; ++i) second.prompt.push_back(static_cast<int32_t>(g() % tiny().config.vocab));
   second.max_tokens = 6;
-  EngineOptions opt;
-  opt.num_blocks = 64;
-  opt.block_size = 8;
+  EngineOptions opt = deterministic_options(64, 8);
   Engine e(ctx(), *tiny().model, nullptr, {}, opt);
   run_all(e, {first});
   const int64_t computed_before = e.stats().computed_prompt_tokens;
@@ -185,15 +256,14 @@ TEST(Engine, PrefixCacheHitsSkipPrefillAndGiveTheSameTokens) {
   opt.prefix_caching = false;
   const Result miss = run_alone(second, opt);
   EXPECT_EQ(hit.tokens, miss.tokens);
+  EXPECT_EQ(hit.logprobs, miss.logprobs);
 }
 
 TEST(Engine, PreemptionWhenBlocksRunOutStillCompletesEveryRequest) {
   std::mt19937_64& g = rng();
   std::vector<Request> reqs;
   for (int i = 0; i < 6; ++i) reqs.push_back(make_request(g, 10 + i, 12, tiny().config.vocab));
-  EngineOptions opt;
-  opt.num_blocks = 14;  // 56 tokens: not enough for the six requests' 22-27 tokens each at once
-  opt.block_size = 4;
+  EngineOptions opt = deterministic_options(14, 4);  // 56 tokens: not enough for the six requests' 22-27 each
   opt.prefix_caching = false;
   Engine e(ctx(), *tiny().model, nullptr, {}, opt);
   const std::vector<Result> together = run_all(e, reqs);
@@ -264,11 +334,11 @@ TEST(Engine, SmolLM2ConcurrentRequestsMatchEachAlone) {
 #endif
   engine::Generator smol(ctx(), gguf, DType::f32);
   const text::Tokenizer& tok = smol.tokenizer();
-  // 32 chat prompts of about 30 to 60 tokens, and 1 to 4 new tokens each.
+  // 16 chat prompts of about 30 to 60 tokens, and 1 to 4 new tokens each.
   const std::vector<std::string> topics = {"the sea", "a small town", "bread", "the moon", "trains", "winter",
                                            "a violin", "mathematics"};
   std::vector<Request> reqs;
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < 16; ++i) {
     std::string text = "Tell me about " + topics[static_cast<size_t>(i) % topics.size()] + ".";
     for (int k = 0; k < i % 3; ++k) text += " Please be brief, and mention one fact that few people know.";
     Request r;
@@ -277,8 +347,7 @@ TEST(Engine, SmolLM2ConcurrentRequestsMatchEachAlone) {
     r.sampling.temperature = 0.0f;
     reqs.push_back(std::move(r));
   }
-  EngineOptions opt;
-  opt.num_blocks = 256;
+  EngineOptions opt = deterministic_options(256, 16);
   opt.max_batch_tokens = 96;  // prompts prefilled in chunks beside the decode steps
   Engine together(smol.runner(), &tok, smol.eos_ids(), opt);
   const std::vector<Result> all = run_all(together, reqs);

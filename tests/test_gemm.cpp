@@ -1,6 +1,7 @@
 // GEMM, Linear, batched, grouped and int8 GEMM on every path of this target, against float64
 // (and exact integer) references.
 #include <cmath>
+#include <cstring>
 
 #include "kernels/gemv.h"
 #include "ops/gemm.h"
@@ -162,6 +163,69 @@ Tensor random_int8(std::vector<int64_t> shape) {
   std::uniform_int_distribution<int> d(-127, 127);
   for (int64_t i = 0; i < t.numel(); ++i) t.data<int8_t>()[i] = static_cast<int8_t>(d(rng()));
   return t;
+}
+
+// Deterministic mode: a row of a linear has the same bits whatever M is and wherever the row
+// sits in x (the vendor library's pinned algorithm, OpenBLAS one row at a time, or tiled), and
+// is still within the float64 bounds.
+TEST(Gemm, DeterministicLinearRowsDoNotDependOnTheBatch) {
+  DeterministicScope deterministic(ctx());
+  struct Shape {
+    int64_t n, k;
+    bool bias;
+  };
+  for (DType dt : kFloatTypes) {
+    for (const Shape& sh : {Shape{96, 256, false}, Shape{72, 136, true}, Shape{33, 7, false}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", N " << sh.n << ", K " << sh.k << (sh.bias ? ", bias" : ""));
+      const int64_t rows = 67, n = sh.n, k = sh.k;
+      const Tensor xh = random_host({rows, k}, dt), wh = random_host({n, k}, dt), bh = random_host({n}, dt);
+      const Tensor x = ctx().to_device(xh), w = ctx().to_device(wh), bias = sh.bias ? ctx().to_device(bh) : Tensor();
+      Tensor all = ctx().empty({rows, n}, dt);
+      poison(all);
+      ops::linear(ctx(), x, w, bias, all);
+      const Tensor all_h = ctx().to_host(all);
+      const std::vector<double> bias_d = to_doubles(bh);
+      EXPECT_TRUE(gemm_close(all_h, reference(to_doubles(xh), to_doubles(wh), sh.bias ? &bias_d : nullptr, 1, rows, n, k, true),
+                             sh.bias && kVendorRoundsBeforeBias));
+      for (int64_t m : {1, 2, 5, 16, 17, 40}) {
+        const int64_t start = static_cast<int64_t>(rng()() % static_cast<uint64_t>(rows - m + 1));
+        Tensor part = ctx().empty({m, n}, dt);
+        poison(part);
+        ops::linear(ctx(), x.slice(0, start, start + m), w, bias, part);
+        EXPECT_TRUE(bitwise_equal(ctx().to_host(part), all_h.slice(0, start, start + m)))
+            << "rows " << start << ".." << start + m - 1 << " alone differ from the same rows among " << rows;
+      }
+    }
+  }
+}
+
+// Deterministic mode, grouped: an expert's rows have the same bits whatever the other experts
+// and the expert's own row count are.
+TEST(Gemm, DeterministicGroupedRowsDoNotDependOnTheBatch) {
+  DeterministicScope deterministic(ctx());
+  const int64_t e = 3, n = 40, k = 64;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor xh = random_host({40, k}, dt), wh = random_host({e, n, k}, dt);
+    const Tensor w = ctx().to_device(wh);
+    auto run = [&](const Tensor& rows, const std::vector<int32_t>& offsets) {
+      Tensor off = Tensor::empty_host({e + 1}, DType::i32);
+      std::copy(offsets.begin(), offsets.end(), off.data<int32_t>());
+      Tensor out = ctx().empty({rows.size(0), n}, dt);
+      poison(out);
+      ops::grouped_linear(ctx(), ctx().to_device(rows), w, ctx().to_device(off), out);
+      return ctx().to_host(out);
+    };
+    const Tensor all = run(xh, {0, 13, 13, 40});
+    // Expert 0's first 5 rows and expert 2's first 3, alone.
+    Tensor few = Tensor::empty_host({8, k}, dt);
+    std::memcpy(few.data_ptr(), xh.data_ptr(), 5 * k * dtype_size(dt));
+    std::memcpy(static_cast<char*>(few.data_ptr()) + 5 * k * dtype_size(dt),
+                static_cast<const char*>(xh.data_ptr()) + 13 * k * dtype_size(dt), 3 * k * dtype_size(dt));
+    const Tensor part = run(few, {0, 5, 5, 8});
+    EXPECT_TRUE(bitwise_equal(part.slice(0, 0, 5), all.slice(0, 0, 5)));
+    EXPECT_TRUE(bitwise_equal(part.slice(0, 5, 8), all.slice(0, 13, 16)));
+  }
 }
 
 TEST(Gemm, Int8LinearIsExactBeforeItsScales) {

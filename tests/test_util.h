@@ -39,6 +39,17 @@ double relative_error(const std::vector<double>& out, const std::vector<double>&
 // Bytes of two host tensors are identical.
 bool bitwise_equal(const Tensor& a, const Tensor& b);
 
+// Batch-invariant execution on a context for the life of the scope (Context::deterministic).
+class DeterministicScope {
+ public:
+  explicit DeterministicScope(Context& c) : ctx_(c), before_(c.deterministic()) { c.set_deterministic(true); }
+  ~DeterministicScope() { ctx_.set_deterministic(before_); }
+
+ private:
+  Context& ctx_;
+  bool before_;
+};
+
 // Unit round-off of a float dtype.
 double epsilon(DType dtype);
 

@@ -25,7 +25,9 @@ class LLM:
     per engine step. kv_cache_fraction: the share of the device memory left after the weights
     that the KV cache takes (num_kv_blocks > 0 gives the block count instead).
     max_num_batched_tokens: tokens per step (decode tokens plus prefill chunks).
-    tensor_parallel_size: GPUs the model is split over. A missing or unusable model raises
+    tensor_parallel_size: GPUs the model is split over. deterministic: batch-invariant execution,
+    so that a request's logits and tokens do not depend on the other requests it runs with, on
+    prefix-cache hits or on chunked prefill (slower). A missing or unusable model raises
     LightwaveError naming the file.
     """
 
@@ -42,6 +44,7 @@ class LLM:
         enable_prefix_caching: bool = True,
         tensor_parallel_size: int = 1,
         device: int = 0,
+        deterministic: bool = False,
     ) -> None:
         self._engine = _lightwave.Engine(
             os.fspath(model),
@@ -54,6 +57,7 @@ class LLM:
             block_size=block_size,
             num_kv_blocks=num_kv_blocks,
             enable_prefix_caching=enable_prefix_caching,
+            deterministic=deterministic,
         )
         self._tokenizer = self._engine.tokenizer()
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "app/deterministic.h"
 #include "app/parallel.h"
 #include "core/context.h"
 #include "core/stream.h"
@@ -30,7 +31,7 @@ struct BenchArgs {
   int64_t max_batch_tokens = 2048;
   double kv_fraction = 0.9;
   uint64_t seed = 1;
-  bool skip_latency = false, skip_throughput = false;
+  bool skip_latency = false, skip_throughput = false, deterministic = false;
   ParallelArgs parallel;
 } args;
 
@@ -143,13 +144,16 @@ int run() {
   opt.memory_fraction = args.kv_fraction;
   opt.max_batch_tokens = args.max_batch_tokens;
   opt.prefix_caching = false;  // random prompts share nothing; keep the measurement pure
+  opt.deterministic = args.deterministic;
   engine::Engine e(*m, nullptr, {}, opt);
   std::mt19937_64 rng(args.seed);
   nlohmann::json out = {{"model", what}, {"device", ctx.device_name()}, {"dtype", args.dtype},
                         {"copy_gbs", bw}, {"kv_blocks", e.num_blocks()}, {"input_len", args.input_len},
-                        {"output_len", args.output_len}, {"tensor_parallel", tp}};
-  std::printf("lightwave bench: %s, %s on %s; copy %.0f GB/s; KV cache %lld blocks of 16\n", what.c_str(),
-              args.dtype.c_str(), ctx.device_name().c_str(), bw, static_cast<long long>(e.num_blocks()));
+                        {"output_len", args.output_len}, {"tensor_parallel", tp},
+                        {"deterministic", args.deterministic}};
+  std::printf("lightwave bench: %s, %s on %s%s; copy %.0f GB/s; KV cache %lld blocks of 16\n", what.c_str(),
+              args.dtype.c_str(), ctx.device_name().c_str(), args.deterministic ? ", deterministic" : "", bw,
+              static_cast<long long>(e.num_blocks()));
 
   // Warm-up: library heuristics, the GEMM path choice and first-use allocations are not timed.
   double wall = 0;
@@ -224,6 +228,7 @@ void add_bench_command(CLI::App& app) {
   b->add_flag("--no-latency", args.skip_latency, "Skip the batch-1 run");
   b->add_flag("--no-throughput", args.skip_throughput, "Skip the many-request run");
   b->add_option("--json", args.json, "Also write the results as JSON");
+  add_deterministic_flag(b, args.deterministic);
   add_parallel_options(b, args.parallel);
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "app/deterministic.h"
 #include "app/parallel.h"
 #include "core/context.h"
 #include "engine/generator.h"
@@ -21,12 +22,13 @@ struct GenerateArgs {
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
   uint64_t seed = 0;
-  bool chat = false;
+  bool chat = false, deterministic = false;
   ParallelArgs parallel;
 } gen;
 
 struct ScoreArgs {
   std::string model, input, out, dtype = "f32";
+  bool deterministic = false;
   ParallelArgs parallel;
 } score;
 
@@ -41,6 +43,7 @@ int run_generate(int device) {
   opt.sampling.top_k = gen.top_k;
   opt.sampling.top_p = gen.top_p;
   opt.sampling.seed = gen.seed;
+  opt.deterministic = gen.deterministic;
   const engine::Generation result = g.generate(prompt, opt, [](const std::string& s) {
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
@@ -63,6 +66,7 @@ int run_score(int device) {
   Context ctx(device);
   engine::Generator g(ctx, score.model, parse_dtype(score.dtype), score.parallel.placement());
   if (follow_if_not_leader(g.runner())) return 0;
+  g.runner().set_deterministic(score.deterministic);
   std::filesystem::create_directories(score.out);
   nlohmann::json result;
   result["vocab"] = g.config().vocab;
@@ -77,6 +81,7 @@ int run_score(int device) {
     opt.max_tokens = greedy;
     opt.sampling.temperature = 0.0f;
     opt.stop_at_eos = false;
+    opt.deterministic = score.deterministic;
     result["greedy"].push_back(greedy > 0 ? g.generate(ids, opt).tokens : std::vector<int32_t>{});
   }
   std::ofstream(score.out + "/result.json") << result.dump() << "\n";
@@ -96,6 +101,7 @@ void add_model_commands(CLI::App& app) {
   g->add_option("--seed", gen.seed, "Random seed of the sampler");
   g->add_option("--dtype", gen.dtype, "Compute dtype: bf16, f16 or f32");
   g->add_flag("--chat", gen.chat, "Wrap the prompt in the model's chat template as a user message");
+  add_deterministic_flag(g, gen.deterministic);
   add_parallel_options(g, gen.parallel);
 
   auto* s = app.add_subcommand("score", "Write the logits and greedy continuations of token prompts (model comparisons)");
@@ -103,6 +109,7 @@ void add_model_commands(CLI::App& app) {
   s->add_option("--input", score.input, "JSON file: {\"prompts\": [[ids...]...], \"greedy_tokens\": N}")->required();
   s->add_option("--out", score.out, "Output directory")->required();
   s->add_option("--dtype", score.dtype, "Compute dtype: f32, bf16 or f16");
+  add_deterministic_flag(s, score.deterministic);
   add_parallel_options(s, score.parallel);
 }
 

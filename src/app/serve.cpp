@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "app/deterministic.h"
 #include "app/parallel.h"
 #include "gpu/error.h"
 
@@ -32,6 +33,7 @@ struct ServeArgs {
   int64_t max_num_seqs = 256, max_batch_tokens = 2048, max_in_flight = 512;
   double kv_fraction = 0.9, grace = 10;
   size_t max_body_bytes = size_t{4} << 20;
+  bool deterministic = false;
   ParallelArgs parallel;
 } args;
 
@@ -49,6 +51,7 @@ int run_serve(int device) {
   eo.memory_fraction = args.kv_fraction;
   eo.max_sequences = args.max_num_seqs;
   eo.max_batch_tokens = args.max_batch_tokens;
+  eo.deterministic = args.deterministic;
   engine::Engine engine(gen.runner(), &gen.tokenizer(), gen.eos_ids(), eo);
   server::EngineLoop loop(engine, args.max_in_flight);
   server::ServerOptions so;
@@ -99,6 +102,7 @@ void add_serve_command(CLI::App& app) {
   s->add_option("--kv-fraction", args.kv_fraction, "Fraction of free device memory for the KV cache")->check(CLI::Range(0.01, 1.0));
   s->add_option("--max-body-bytes", args.max_body_bytes, "Largest request body accepted");
   s->add_option("--grace", args.grace, "Seconds in-flight requests get after SIGINT/SIGTERM")->check(CLI::NonNegativeNumber);
+  add_deterministic_flag(s, args.deterministic);
 }
 
 int run_serve_command(CLI::App& app, int device) {

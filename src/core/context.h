@@ -33,6 +33,13 @@ class Context {
   Tensor to_host(const Tensor& device);
   void synchronize() { stream_->synchronize(); }
 
+  // Batch-invariant execution: every op computes each row (token, sequence) with a reduction
+  // order that depends on that row alone, never on how many rows run with it, where it sits in
+  // the batch, or how a context is split. Ops whose fastest implementation varies with the
+  // batch take a fixed one instead (docs/ARCHITECTURE.md, "Deterministic mode").
+  bool deterministic() const { return deterministic_; }
+  void set_deterministic(bool on) { deterministic_ = on; }
+
   // A per-context resource of type R (a BLAS handle, a communicator), built as R(*this) on
   // first use and destroyed with the context, in reverse order of creation.
   template <class R>
@@ -49,6 +56,7 @@ class Context {
  private:
   int device_;
   int warp_size_ = 0;
+  bool deterministic_ = false;
   cudaDeviceProp props_{};
   std::unique_ptr<CachingAllocator> allocator_;
   std::unique_ptr<Stream> stream_;

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/logging.h"
+#include "ops/elementwise.h"
 
 #if defined(LW_HAVE_NCCL) && !defined(LW_TARGET_HOST)
 #include <nccl.h>
@@ -52,11 +53,24 @@ class NcclCommunicator final : public Communicator {
 
   void all_reduce_sum(Context& ctx, const Tensor& x) override {
     check_all_reduce(x);
+    if (ctx.deterministic()) return ordered_all_reduce_sum(ctx, x);
     std::lock_guard<std::mutex> lock(mu_);
     check_alive("all_reduce_sum");
     LW_NCCL_CHECK(ncclAllReduce(x.data_ptr(), x.data_ptr(), static_cast<size_t>(x.numel()), nccl_type(x.dtype()), ncclSum,
                                 comm_, ctx.stream().get()),
                   "all_reduce_sum of " << x.describe() << " on rank " << rank());
+  }
+
+  // NCCL's sum order follows its algorithm and chunking, which change with the message size (so
+  // with the batch): in deterministic mode every rank gathers all the parts and adds them in
+  // rank order, which gives each element the same sum whatever else is in the message.
+  void ordered_all_reduce_sum(Context& ctx, const Tensor& x) {
+    if (size() == 1) return;
+    const Tensor flat = x.view({x.numel()});
+    Tensor parts = ctx.empty({static_cast<int64_t>(size()), x.numel()}, x.dtype());
+    all_gather(ctx, flat, parts);
+    ops::add(ctx, parts.select(0, 0), parts.select(0, 1), flat);
+    for (int r = 2; r < size(); ++r) ops::add(ctx, flat, parts.select(0, r), flat);
   }
 
   void all_gather(Context& ctx, const Tensor& in, const Tensor& out) override {

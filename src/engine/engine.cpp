@@ -46,6 +46,7 @@ void Engine::init() {
   LW_CHECK(options.block_size > 0 && options.max_batch_tokens > 0 && options.max_sequences > 0,
            "engine: block size " << options.block_size << ", tokens per step " << options.max_batch_tokens
                                  << " and sequences per step " << options.max_sequences << " must be positive");
+  runner_.set_deterministic(options.deterministic);
   const int64_t blocks =
       options.num_blocks > 0 ? options.num_blocks : runner_.blocks_that_fit(options.memory_fraction, options.block_size);
   runner_.allocate_cache(blocks, options.block_size);

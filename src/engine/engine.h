@@ -32,6 +32,9 @@ struct EngineOptions {
   int64_t max_batch_tokens = 512; // tokens per step (decode tokens + prefill chunks)
   int64_t max_sequences = 256;    // running sequences per step
   bool prefix_caching = true;
+  // Batch-invariant execution (Context::deterministic): a request's logits, hence its greedy and
+  // seeded tokens, do not depend on the other requests of a step, prefix-cache hits or chunking.
+  bool deterministic = false;
 };
 
 struct Request {

@@ -124,6 +124,7 @@ Generation Generator::generate(const std::vector<int32_t>& prompt, const Generat
   EngineOptions eo;
   eo.num_blocks = model::KvCache::blocks_for(static_cast<int64_t>(prompt.size()) + options.max_tokens, eo.block_size);
   eo.prefix_caching = false;
+  eo.deterministic = options.deterministic;
   Engine engine(*runner_, &*tokenizer_, eos_ids_, eo);
   Request r;
   r.prompt = prompt;

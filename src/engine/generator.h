@@ -24,6 +24,7 @@ struct GenerateOptions {
   int max_tokens = 128;
   ops::SamplingOptions sampling;  // temperature 0: greedy
   bool stop_at_eos = true;
+  bool deterministic = false;  // EngineOptions::deterministic
 };
 
 struct Generation {

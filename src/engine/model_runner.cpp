@@ -98,7 +98,7 @@ class Reader {
   size_t pos_ = 1;
 };
 
-constexpr char kFit = 'F', kAllocate = 'A', kForward = 'W', kQuit = 'Q';
+constexpr char kFit = 'F', kAllocate = 'A', kForward = 'W', kMode = 'D', kQuit = 'Q';
 constexpr char kErrorPrefix[] = "error: ";
 
 }  // namespace
@@ -339,6 +339,10 @@ void TensorParallelRunner::allocate_cache(int64_t blocks, int block_size) {
   });
 }
 
+void TensorParallelRunner::set_deterministic(bool on) {
+  command(Writer(kMode).put(static_cast<uint8_t>(on)).str(), [&](Rank& r) { r.ctx->set_deterministic(on); });
+}
+
 int64_t TensorParallelRunner::cache_blocks() const { return ranks_[0]->cache ? ranks_[0]->cache->num_blocks() : 0; }
 
 namespace {
@@ -386,6 +390,11 @@ std::string TensorParallelRunner::execute(const std::string& cmd) {
         r.cache.reset();
         r.cache = std::make_unique<model::KvCache>(*r.ctx, r.model->shard_config(), r.model->dtype(), blocks, block_size);
       });
+      return "";
+    }
+    case kMode: {
+      const bool on = in.get<uint8_t>() != 0;
+      run([&](Rank& r) { r.ctx->set_deterministic(on); });
       return "";
     }
     case kForward: {

@@ -31,6 +31,8 @@ class ModelRunner {
   virtual int64_t cache_blocks() const = 0;
   // Model::forward on every rank; rank 0's logits.
   virtual Tensor forward(const std::vector<model::SequenceChunk>& batch) = 0;
+  // Batch-invariant execution on every rank (Context::deterministic).
+  virtual void set_deterministic(bool on) = 0;
   // False on the nodes of a multi-node group other than node 0: they run follow() instead
   // of a scheduler.
   virtual bool leader() const { return true; }
@@ -62,6 +64,7 @@ class SingleDeviceRunner final : public ModelRunner {
   void allocate_cache(int64_t blocks, int block_size) override;
   int64_t cache_blocks() const override { return cache_ ? cache_->num_blocks() : 0; }
   Tensor forward(const std::vector<model::SequenceChunk>& batch) override;
+  void set_deterministic(bool on) override { ctx_.set_deterministic(on); }
 
  private:
   Context& ctx_;
@@ -96,6 +99,7 @@ class TensorParallelRunner final : public ModelRunner {
   void allocate_cache(int64_t blocks, int block_size) override;
   int64_t cache_blocks() const override;
   Tensor forward(const std::vector<model::SequenceChunk>& batch) override;
+  void set_deterministic(bool on) override;
   bool leader() const override;
   void follow() override;
 

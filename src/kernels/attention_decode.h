@@ -17,7 +17,14 @@ struct DecodeAttentionArgs {
   int max_blocks_per_seq;  // columns of block_tables
   int max_context;         // >= every context length
   float scale;             // usually 1 / sqrt(head_dim)
+  // Tokens per partition of the split context: 0 lets the launch pick (smaller partitions when
+  // few blocks would run, which makes a row's summation order depend on the batch); a fixed
+  // size makes each row's result depend on its own context only.
+  int partition = 0;
 };
+
+// The partition size of a batch-invariant launch (DecodeAttentionArgs::partition).
+int fixed_partition_size(int q_heads, int kv_heads);
 
 // Floats of scratch the launch needs (partial outputs, maxima and sums of the partitions).
 int64_t decode_attention_workspace(const DecodeAttentionArgs& a);

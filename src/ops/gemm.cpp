@@ -117,6 +117,7 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
     g.b = w.data_ptr(), g.ldb = k;
     g.c = y, g.ldc = n;
     g.bias = b;
+    g.batch_invariant = ctx.deterministic();
     auto run_vendor = [&] { require_vendor(detail::vendor_gemm(ctx, g), op, m, n, k); };
     auto run_tiled = [&] {
       kernels::TiledGemmArgs<T, T> p;
@@ -127,6 +128,12 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
     };
     GemmPath use = path;
     if (k == 0) use = GemmPath::tiled;  // an empty sum: only the bias; no library takes K = 0
+    if (use == GemmPath::automatic && ctx.deterministic()) {
+      // One implementation for every M: the vendor library's pinned algorithm for this shape,
+      // or the tiled GEMM where the library has none (both sum each row in a fixed order).
+      if (!detail::vendor_gemm(ctx, g)) run_tiled();
+      return;
+    }
     if (use == GemmPath::automatic) {
       use = GemmPath::vendor;
 #if !defined(LW_TARGET_HOST)
@@ -208,7 +215,10 @@ void grouped_linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor
   LW_CHECK(e <= 65535, op << ": " << e << " experts; at most 65535");
   if (t == 0 || n == 0 || e == 0) return;
   GemmPath use = path;
-  if (use == GemmPath::automatic) use = t <= 16 * e ? GemmPath::tiled : GemmPath::vendor;
+  // Deterministic: the vendor library's batch-invariant algorithm per expert (one offsets read
+  // back per call), or tiled where it has none; never a choice by the number of tokens.
+  const bool invariant = ctx.deterministic() && use == GemmPath::automatic;
+  if (use == GemmPath::automatic) use = invariant || t > 16 * e ? GemmPath::vendor : GemmPath::tiled;
   if (k == 0) use = GemmPath::tiled;
   dispatch_float(x.dtype(), op, [&]<class T>() {
     if (use == GemmPath::tiled) {
@@ -234,7 +244,15 @@ void grouped_linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor
       g.a = x.data<T>() + off[i] * k, g.lda = k;
       g.b = w.data<T>() + i * n * k, g.ldb = k;
       g.c = out.data<T>() + off[i] * n, g.ldc = n;
-      require_vendor(detail::vendor_gemm(ctx, g), op, rows, n, k);
+      g.batch_invariant = ctx.deterministic();
+      if (detail::vendor_gemm(ctx, g)) continue;
+      LW_CHECK(invariant, op << ": " << detail::vendor_gemm_name() << " has no kernel for M=" << rows << ", N=" << n
+                             << ", K=" << k << "; use GemmPath::tiled or automatic");
+      kernels::TiledGemmArgs<T, T> p;
+      p.a = x.data<T>() + off[i] * k, p.b = w.data<T>() + i * n * k, p.c = out.data<T>() + off[i] * n;
+      p.m = rows, p.n = n, p.k = k;
+      p.a_row = k, p.b_row = k, p.c_row = n;
+      kernels::tiled_gemm(p, ctx.stream().get());
     }
   });
 }

@@ -24,6 +24,9 @@ struct VendorGemm {
   const void* bias = nullptr;
   float alpha = 1.0f;
   int batch = 1;
+  // Each row of C summed in an order that does not depend on M (Context::deterministic); a
+  // library that cannot promise it for this problem returns false (batch 1 only).
+  bool batch_invariant = false;
 };
 
 // Runs g on ctx's stream. Returns false, having done nothing, when the library has no kernel

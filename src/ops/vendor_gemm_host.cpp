@@ -2,6 +2,7 @@
 // widened to fp32 for sgemm and the result rounded once, after the bias, like the GPU epilogues.
 #include <cblas.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "gpu/numeric.h"
@@ -11,6 +12,9 @@
 namespace lw::ops::detail {
 
 namespace {
+
+// Rows of every sgemm call of a batch-invariant GEMM.
+constexpr int64_t kInvariantRows = 16;
 
 template <class T>
 const float* as_float(const void* p, int64_t count, std::vector<float>& buf) {
@@ -33,9 +37,26 @@ void run(const VendorGemm& g) {
   for (int z = 0; z < g.batch; ++z) {
     const float* a = as_float<T>(static_cast<const T*>(g.a) + z * g.stride_a, a_span, a_buf);
     const float* b = as_float<T>(static_cast<const T*>(g.b) + z * g.stride_b, b_span, b_buf);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, g.b_kn ? CblasNoTrans : CblasTrans, static_cast<int>(g.m),
-                static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, a, static_cast<int>(g.lda), b,
-                static_cast<int>(g.ldb), 0.0f, c_buf.data(), static_cast<int>(g.n));
+    if (g.batch_invariant) {
+      // Every call has the same shape, kInvariantRows rows (the last group zero-padded): sgemm's
+      // kernels, blocking and thread split depend on the shape, and within one shape each output
+      // element has its own accumulator, summed over k in the same order whichever slot of
+      // whichever group its row is in. (tests/test_gemm.cpp checks this on the machine it runs on.)
+      std::vector<float> a_group(static_cast<size_t>(kInvariantRows * g.k)), c_group(static_cast<size_t>(kInvariantRows * g.n));
+      for (int64_t r0 = 0; r0 < g.m; r0 += kInvariantRows) {
+        const int64_t rows = std::min(kInvariantRows, g.m - r0);
+        std::fill(a_group.begin(), a_group.end(), 0.0f);
+        for (int64_t i = 0; i < rows; ++i) std::copy_n(a + (r0 + i) * g.lda, g.k, a_group.begin() + i * g.k);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, g.b_kn ? CblasNoTrans : CblasTrans, static_cast<int>(kInvariantRows),
+                    static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, a_group.data(), static_cast<int>(g.k), b,
+                    static_cast<int>(g.ldb), 0.0f, c_group.data(), static_cast<int>(g.n));
+        std::copy_n(c_group.begin(), rows * g.n, c_buf.begin() + r0 * g.n);
+      }
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, g.b_kn ? CblasNoTrans : CblasTrans, static_cast<int>(g.m),
+                  static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, a, static_cast<int>(g.lda), b,
+                  static_cast<int>(g.ldb), 0.0f, c_buf.data(), static_cast<int>(g.n));
+    }
     T* c = static_cast<T*>(g.c) + z * g.stride_c;
     const T* bias = static_cast<const T*>(g.bias);
     for (int64_t i = 0; i < g.m; ++i)

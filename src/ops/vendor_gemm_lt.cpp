@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "core/logging.h"
 #include "ops/vendor_gemm.h"
@@ -53,8 +54,9 @@ void destroy_desc(cublasLtMatmulDesc_t d) { cublasLtMatmulDescDestroy(d); }
 void destroy_layout(cublasLtMatrixLayout_t l) { cublasLtMatrixLayoutDestroy(l); }
 void destroy_pref(cublasLtMatmulPreference_t p) { cublasLtMatmulPreferenceDestroy(p); }
 
+// (dtype, m, n, k, lda, ldb, ldc, strides, b_kn, bias, batch, alignment, alpha, batch-invariant)
 using ProblemKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                              bool, bool, int, uint32_t, float>;
+                              bool, bool, int, uint32_t, float, bool>;
 
 // Everything a problem shape needs, made once: the descriptors and the heuristic's algorithm
 // (creating descriptors on every call costs more host time than a small GEMM takes on the GPU).
@@ -64,6 +66,20 @@ struct Plan {
   cublasLtMatmulHeuristicResult_t heuristic{};
   bool found = false;
 };
+
+// The algorithm of a batch-invariant problem class (every dimension but M): one algorithm for
+// every M, without split-K reductions, so that each row of C is summed in the same order
+// whatever M is. usable false: no candidate ran at every M checked; the caller takes the
+// portable tiled GEMM for the whole class instead.
+struct Pin {
+  cublasLtMatmulAlgo_t algo{};
+  bool usable = false;
+};
+
+// M of the heuristic query that picks a class's algorithm, and the M values every candidate must
+// pass cublasLtMatmulAlgoCheck at (decode batches up to prefill chunks).
+constexpr int64_t kPinRows = 128;
+constexpr int64_t kPinCheckRows[] = {1, 2, 3, 8, 17, 64, 128, 255, 1024, 4096};
 
 // Per-context handle, workspace and the plans of the problems seen.
 class BlasLt {
@@ -78,12 +94,22 @@ class BlasLt {
 
   bool run(Context& ctx, const VendorGemm& g) {
     const bool int8 = g.in == DType::i8;
-    const uint32_t align = std::min({alignment_of(g.a), alignment_of(g.b), alignment_of(g.c),
-                                     g.bias ? alignment_of(g.bias) : 256u});
+    uint32_t align = std::min({alignment_of(g.a), alignment_of(g.b), alignment_of(g.c),
+                               g.bias ? alignment_of(g.bias) : 256u});
+    const bool invariant = g.batch_invariant && g.batch == 1;
+    if (invariant) {
+      // One algorithm per shape whatever the pointers: chosen for 16-byte alignment, which every
+      // row of operands with 16-byte rows has; other shapes take the tiled GEMM.
+      const size_t in_bytes = dtype_size(g.in), out_bytes = int8 ? 4 : in_bytes;
+      if ((g.lda * in_bytes) % 16 != 0 || (g.ldb * in_bytes) % 16 != 0 || (g.ldc * out_bytes) % 16 != 0) return false;
+      LW_CHECK(align >= 16, vendor_gemm_name() << ": a batch-invariant GEMM needs 16-byte aligned operands; got " << align
+                                               << "-byte alignment");
+      align = 16;
+    }
     const ProblemKey key{static_cast<int>(g.in), g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.stride_a, g.stride_b, g.stride_c,
-                         g.b_kn, g.bias != nullptr, g.batch, align, g.alpha};
+                         g.b_kn, g.bias != nullptr, g.batch, align, g.alpha, invariant};
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, make_plan(g, align)).first;
+    if (it == plans_.end()) it = plans_.emplace(key, invariant ? pinned_plan(g, align) : make_plan(g, align)).first;
     Plan& p = *it->second;
     if (!p.found) return false;
     if (g.bias)
@@ -98,7 +124,8 @@ class BlasLt {
   }
 
  private:
-  std::unique_ptr<Plan> make_plan(const VendorGemm& g, uint32_t align) {
+  // The descriptors of g's problem with M = m, and the preference of its heuristic query.
+  std::unique_ptr<Plan> describe(const VendorGemm& g, int64_t m) {
     auto p = std::make_unique<Plan>();
     const bool int8 = g.in == DType::i8;
     const DType out = int8 ? DType::i32 : g.in;
@@ -120,8 +147,8 @@ class BlasLt {
     // Library "A" is B (n x k after op), library "B" is A^T (k x m), library "C" is C^T (n x m).
     if (g.b_kn) LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->la.h, io, g.n, g.k, g.ldb));
     else LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->la.h, io, g.k, g.n, g.ldb));
-    LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->lb.h, io, g.k, g.m, g.lda));
-    LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->lc.h, ct, g.n, g.m, g.ldc));
+    LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->lb.h, io, g.k, m, g.lda));
+    LW_BLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->lc.h, ct, g.n, m, g.ldc));
     if (g.batch > 1) {
       const int32_t count = g.batch;
       const std::tuple<cublasLtMatrixLayout_t, int64_t> strides[] = {
@@ -132,6 +159,12 @@ class BlasLt {
             cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
       }
     }
+    return p;
+  }
+
+  // Up to `count` algorithms the heuristic offers for p's problem; split-K reductions refused
+  // when `no_reduction`.
+  std::vector<cublasLtMatmulHeuristicResult_t> heuristic(const Plan& p, uint32_t align, int count, bool no_reduction) {
     Owned<cublasLtMatmulPreference_t, destroy_pref> pref;
     LW_BLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
     const uint64_t ws = kWorkspaceBytes;
@@ -141,21 +174,85 @@ class BlasLt {
     for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
       LW_BLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, attr, &align, sizeof(align)));
+    if (no_reduction) {
+      const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+      LW_BLASLT_CHECK(
+          cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &none, sizeof(none)));
+    }
 #else
     (void)align;
+    (void)no_reduction;
 #endif
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
     int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p->desc.h, p->la.h, p->lb.h, p->lc.h, p->lc.h, pref.h, 1,
-                                                             &p->heuristic, &found);
-    p->found = st == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (!p->found)
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc.h, p.la.h, p.lb.h, p.lc.h, p.lc.h, pref.h, count,
+                                                             results.data(), &found);
+    if (st != CUBLAS_STATUS_SUCCESS) found = 0;
+    if (found == 0)
       lw::log().debug("{}: no algorithm for this problem (status {})", vendor_gemm_name(), static_cast<int>(st));
+    results.resize(static_cast<size_t>(found));
+    return results;
+  }
+
+  std::unique_ptr<Plan> make_plan(const VendorGemm& g, uint32_t align) {
+    auto p = describe(g, g.m);
+    const auto found = heuristic(*p, align, 1, false);
+    p->found = !found.empty();
+    if (p->found) p->heuristic = found[0];
+    return p;
+  }
+
+  // Whether `algo` runs g's problem at M = m within the workspace.
+  bool runs_at(const VendorGemm& g, int64_t m, const cublasLtMatmulAlgo_t& algo) {
+#if defined(LW_TARGET_HIP)
+    (void)g, (void)m, (void)algo;
+    return false;
+#else
+    const auto p = describe(g, m);
+    cublasLtMatmulHeuristicResult_t check{};
+    return cublasLtMatmulAlgoCheck(handle_, p->desc.h, p->la.h, p->lb.h, p->lc.h, p->lc.h, &algo, &check) ==
+               CUBLAS_STATUS_SUCCESS &&
+           check.workspaceSize <= kWorkspaceBytes;
+#endif
+  }
+
+  // A batch-invariant plan: the class's pinned algorithm on g's M. hipBLASLt offers no way to
+  // check an algorithm at another M nor to refuse its split-K (GSU, stream-K) solutions, so on
+  // HIP no class is pinned and the tiled GEMM runs instead.
+  std::unique_ptr<Plan> pinned_plan(const VendorGemm& g, uint32_t align) {
+    const ProblemKey class_key{static_cast<int>(g.in), 0, g.n, g.k, g.lda, g.ldb, g.ldc, 0, 0, 0, g.b_kn, g.bias != nullptr,
+                               g.batch, align, g.alpha, true};
+    auto it = pins_.find(class_key);
+    if (it == pins_.end()) {
+      Pin pin;
+      const auto reference = describe(g, kPinRows);
+      for (const auto& candidate : heuristic(*reference, align, 8, true)) {
+        bool all = true;
+        for (int64_t m : kPinCheckRows) all = all && runs_at(g, m, candidate.algo);
+        if (all) {
+          pin.algo = candidate.algo;
+          pin.usable = true;
+          break;
+        }
+      }
+      if (!pin.usable)
+        lw::log().info("{}: no batch-invariant algorithm for N={}, K={}; the tiled GEMM runs that shape",
+                       vendor_gemm_name(), g.n, g.k);
+      it = pins_.emplace(class_key, pin).first;
+    }
+    auto p = describe(g, g.m);
+    if (!it->second.usable) return p;  // found false: the tiled GEMM
+    LW_CHECK(runs_at(g, g.m, it->second.algo), vendor_gemm_name() << ": the batch-invariant algorithm of N=" << g.n << ", K="
+                                                                  << g.k << " does not run at M=" << g.m);
+    p->heuristic.algo = it->second.algo;
+    p->found = true;
     return p;
   }
 
   cublasLtHandle_t handle_ = nullptr;
   Tensor workspace_;
   std::map<ProblemKey, std::unique_ptr<Plan>> plans_;
+  std::map<ProblemKey, Pin> pins_;
 };
 
 }  // namespace

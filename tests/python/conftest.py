@@ -45,3 +45,8 @@ def cli() -> Path:
 def llm(model):
     # A small KV cache: the emulator's device memory is this machine's RAM.
     return lightwave.LLM(model, num_kv_blocks=256)
+
+
+@pytest.fixture(scope="session")
+def deterministic_llm(model):
+    return lightwave.LLM(model, num_kv_blocks=256, deterministic=True)

@@ -70,16 +70,19 @@ def test_closing_a_stream_cancels_its_request(llm):
     assert list(stream) == []
 
 
-def test_a_batch_equals_each_prompt_alone(llm):
+def test_a_batch_equals_each_prompt_alone(deterministic_llm):
+    llm = deterministic_llm
     ids = llm.get_tokenizer().encode("Water boils at")
     prompts = [PROMPT, "Once upon a time", ids, "def fibonacci(n):"]
-    params = SamplingParams(temperature=0, max_tokens=6)
+    params = SamplingParams(temperature=0, max_tokens=6, logprobs=2)
     steps = llm.stats()["steps"]
     together = llm.generate(prompts, params)
     batch_steps = llm.stats()["steps"] - steps
     alone = [llm.generate([p], params)[0] for p in prompts]
     assert [o.outputs[0].token_ids for o in together] == [o.outputs[0].token_ids for o in alone]
     assert [o.outputs[0].text for o in together] == [o.outputs[0].text for o in alone]
+    # Deterministic mode: the same bits, so the same log-probabilities exactly.
+    assert [o.outputs[0].logprobs for o in together] == [o.outputs[0].logprobs for o in alone]
     assert together[2].prompt is None and together[2].prompt_token_ids == ids
     # One batch: the prompts were stepped together, not one after another.
     assert batch_steps <= 7

@@ -21,6 +21,7 @@
 #define cublasLtMatmulPreferenceDestroy hipblasLtMatmulPreferenceDestroy
 #define cublasLtMatmulPreferenceSetAttribute hipblasLtMatmulPreferenceSetAttribute
 #define cublasLtMatmulHeuristicResult_t hipblasLtMatmulHeuristicResult_t
+#define cublasLtMatmulAlgo_t hipblasLtMatmulAlgo_t
 #define cublasLtMatmulAlgoGetHeuristic hipblasLtMatmulAlgoGetHeuristic
 #define cublasLtMatmul hipblasLtMatmul
 // hipBLASLt has no status-to-string call of its own (hipblasStatusToString is in hipBLAS).

@@ -1,6 +1,7 @@
 // The shared-memory checker: one shadow record per byte, reset when a new block binds the
 // region. Epochs count the block's __syncthreads; two accesses by different threads in the
 // same epoch are ordered only when they are in one warp and a warp collective separates them.
+#include <algorithm>
 #include <cstring>
 
 #include "lw_simt/shared.h"
@@ -23,13 +24,18 @@ std::string SharedRegion::describe(size_t byte) const {
   return std::string(name_) + " (byte " + std::to_string(byte) + " of " + std::to_string(bytes_) + ")";
 }
 
-// A fault when another thread's access in this barrier epoch is not ordered before this one
-// (same warp with a warp collective between them is ordered).
-static void check_conflict(int16_t other, uint32_t other_epoch, uint32_t other_sync, const AccessPoint& me,
-                           const std::string& what) {
-  if (other < 0 || other == me.thread || other_epoch != me.epoch) return;
-  if (other / kWarpSize == me.thread / kWarpSize && me.warp_sync > other_sync) return;
-  fault(Fault::SharedRace, what + " thread " + std::to_string(other) + " with no __syncthreads between",
+// Whether another thread's access in this barrier epoch is unordered with this one (same warp
+// with a warp collective between them is ordered). Called for every checked byte: messages are
+// built only when a fault fires.
+static bool conflicts(int16_t other, uint32_t other_epoch, uint32_t other_sync, const AccessPoint& me) {
+  if (other < 0 || other == me.thread || other_epoch != me.epoch) return false;
+  return !(other / kWarpSize == me.thread / kWarpSize && me.warp_sync > other_sync);
+}
+
+void SharedRegion::race(const char* what, size_t byte, const char* other_did, int16_t other) const {
+  fault(Fault::SharedRace,
+        std::string(what) + " " + describe(byte) + ", " + other_did + " thread " + std::to_string(other) +
+            " with no __syncthreads between",
         std::source_location{});
 }
 
@@ -37,13 +43,14 @@ void SharedRegion::read(const void* p, size_t n) {
   if (escaped_ || !sanitize()) return;
   const AccessPoint ap = access_point();
   const size_t off = static_cast<size_t>(static_cast<const char*>(p) - base_);
-  for (size_t b = off; b < off + n && b < shadow_.size(); ++b) {
+  const size_t end = std::min(off + n, shadow_.size());
+  for (size_t b = off; b < end; ++b) {
     Shadow& s = shadow_[b];
     if (s.writer < 0) {
       fault(Fault::UninitSharedRead, "reads " + describe(b) + ", which no thread of this block has written",
             std::source_location{});
     }
-    check_conflict(s.writer, s.w_epoch, s.w_sync, ap, "reads " + describe(b) + ", written by");
+    if (conflicts(s.writer, s.w_epoch, s.w_sync, ap)) race("reads", b, "written by", s.writer);
     s.reader = static_cast<int16_t>(ap.thread);
     s.r_epoch = ap.epoch;
     s.r_sync = ap.warp_sync;
@@ -54,10 +61,11 @@ void SharedRegion::write(const void* p, size_t n) {
   if (escaped_ || !sanitize()) return;
   const AccessPoint ap = access_point();
   const size_t off = static_cast<size_t>(static_cast<const char*>(p) - base_);
-  for (size_t b = off; b < off + n && b < shadow_.size(); ++b) {
+  const size_t end = std::min(off + n, shadow_.size());
+  for (size_t b = off; b < end; ++b) {
     Shadow& s = shadow_[b];
-    check_conflict(s.writer, s.w_epoch, s.w_sync, ap, "writes " + describe(b) + ", also written by");
-    check_conflict(s.reader, s.r_epoch, s.r_sync, ap, "writes " + describe(b) + ", read by");
+    if (conflicts(s.writer, s.w_epoch, s.w_sync, ap)) race("writes", b, "also written by", s.writer);
+    if (conflicts(s.reader, s.r_epoch, s.r_sync, ap)) race("writes", b, "read by", s.reader);
     s.writer = static_cast<int16_t>(ap.thread);
     s.w_epoch = ap.epoch;
     s.w_sync = ap.warp_sync;

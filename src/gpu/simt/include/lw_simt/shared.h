@@ -37,6 +37,7 @@ class SharedRegion {
     uint32_t w_sync = 0, r_sync = 0;
   };
   std::string describe(size_t byte) const;
+  [[noreturn]] void race(const char* what, size_t byte, const char* other_did, int16_t other) const;
 
   const char* name_;
   char* base_ = nullptr;
