@@ -1,5 +1,6 @@
 // Times Linear (y = x @ W^T) on the device for the Llama-3-8B weight shapes on every path:
-// the vendor library, the GEMV kernel (M <= 16) and the automatic choice, and prints TFLOP/s
+// the vendor library, the GEMV kernel (M <= 16), the automatic choice and the deterministic
+// mode's (the vendor library's batch-invariant algorithm: Context::deterministic), and prints TFLOP/s
 // and the weight-read bandwidth beside the device-to-device copy bandwidth of the same run.
 // Each timing covers one back-to-back call per weight set (the sets rotate so the L2 cache
 // never holds the weights), divided by the number of calls: decode runs its GEMMs back to
@@ -98,15 +99,21 @@ int main(int argc, char** argv) {
         Tensor x = random({m, k}), y = ctx.empty({m, n}, dt);
         std::vector<GemmPath> paths = {GemmPath::vendor};
         if (m <= lw::kernels::kGemvMaxRows) paths.insert(paths.end(), {GemmPath::gemv, GemmPath::automatic});
-        for (GemmPath p : paths) {
+        paths.push_back(GemmPath::automatic);  // once more, last, in deterministic mode
+        for (size_t pi = 0; pi < paths.size(); ++pi) {
+          const GemmPath p = paths[pi];
+          const bool deterministic = pi + 1 == paths.size();
+          ctx.set_deterministic(deterministic);
           const double t = median_ms(ctx, repeats, sets, [&](int i) { lw::ops::linear(ctx, x, w[i], Tensor(), y, p); });
+          ctx.set_deterministic(false);
+          const char* name = deterministic ? "determin." : lw::ops::gemm_path_name(p);
           const double tflops = 2.0 * static_cast<double>(m * n * k) / (t * 1e9);
           const double gbs = wbytes / (t * 1e6);
           std::printf("%6lld %7lld %6lld  %-10s %9.4f %8.1f %8.0f %6.1f%%\n", static_cast<long long>(m), static_cast<long long>(n),
-                      static_cast<long long>(k), lw::ops::gemm_path_name(p), t, tflops, gbs, 100 * gbs / copy_gbs);
+                      static_cast<long long>(k), name, t, tflops, gbs, 100 * gbs / copy_gbs);
           if (js.is_open()) {
             js << (first ? "" : ", ") << "{\"m\": " << m << ", \"n\": " << n << ", \"k\": " << k << ", \"path\": \""
-               << lw::ops::gemm_path_name(p) << "\", \"ms\": " << t << ", \"tflops\": " << tflops << ", \"weight_gbs\": " << gbs << "}";
+               << (deterministic ? "deterministic" : lw::ops::gemm_path_name(p)) << "\", \"ms\": " << t << ", \"tflops\": " << tflops << ", \"weight_gbs\": " << gbs << "}";
             first = false;
           }
         }

@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -76,9 +77,18 @@ struct Pin {
   bool usable = false;
 };
 
-// M of the heuristic query that picks a class's algorithm, and the M values every candidate must
-// pass cublasLtMatmulAlgoCheck at (decode batches up to prefill chunks).
+// M of the heuristic query that picks a class's algorithm (LW_DETERMINISTIC_GEMM_ROWS overrides
+// it, for tuning), and the M values every candidate must pass cublasLtMatmulAlgoCheck at (decode
+// batches up to prefill chunks).
 constexpr int64_t kPinRows = 128;
+int64_t pin_rows() {
+  static const int64_t rows = [] {
+    const char* v = std::getenv("LW_DETERMINISTIC_GEMM_ROWS");
+    const long long r = v ? std::atoll(v) : 0;
+    return r > 0 ? static_cast<int64_t>(r) : kPinRows;
+  }();
+  return rows;
+}
 constexpr int64_t kPinCheckRows[] = {1, 2, 3, 8, 17, 64, 128, 255, 1024, 4096};
 
 // Per-context handle, workspace and the plans of the problems seen.
@@ -225,7 +235,7 @@ class BlasLt {
     auto it = pins_.find(class_key);
     if (it == pins_.end()) {
       Pin pin;
-      const auto reference = describe(g, kPinRows);
+      const auto reference = describe(g, pin_rows());
       for (const auto& candidate : heuristic(*reference, align, 8, true)) {
         bool all = true;
         for (int64_t m : kPinCheckRows) all = all && runs_at(g, m, candidate.algo);
