@@ -21,7 +21,7 @@ constexpr int64_t kFillBlocks = 256;
 constexpr int kMinPartition = 64;  // tokens  lint: not-a-warp
 int partition_size(const DecodeAttentionArgs& a) {
   if (a.partition > 0) return a.partition;
-  int part = fixed_partition_size(a.q_heads, a.kv_heads);
+  int part = max_partition_size(a.q_heads, a.kv_heads);
   const int64_t rows = static_cast<int64_t>(a.seqs) * a.kv_heads;
   while (part > kMinPartition && rows * ((a.max_context + part - 1) / part) < kFillBlocks) part /= 2;
   return part;
@@ -197,7 +197,8 @@ __global__ void merge_kernel(DecodeAttentionArgs a, const int32_t* context_lens,
 
 }  // namespace
 
-int fixed_partition_size(int q_heads, int kv_heads) { return q_heads / kv_heads <= 8 ? 512 : 128; }
+int max_partition_size(int q_heads, int kv_heads) { return q_heads / kv_heads <= 8 ? 512 : 128; }
+int batch_invariant_partition_size() { return kMinPartition; }
 
 int64_t decode_attention_workspace(const DecodeAttentionArgs& a) {
   const int part = partition_size(a);
@@ -215,10 +216,10 @@ void decode_attention(const DecodeAttentionArgs& a, const T* q, const T* k_cache
   constexpr int V = gpu::kVecWidth<T>;
   LW_CHECK(a.head_dim % V == 0 && a.head_dim <= 256,
            "decode_attention: head_dim " << a.head_dim << " must be a multiple of " << V << " and <= 256");
-  LW_CHECK(a.partition == 0 || (a.partition >= kMinPartition && a.partition <= fixed_partition_size(a.q_heads, a.kv_heads) &&
+  LW_CHECK(a.partition == 0 || (a.partition >= kMinPartition && a.partition <= max_partition_size(a.q_heads, a.kv_heads) &&
                                  (a.partition & (a.partition - 1)) == 0),
            "decode_attention: partition " << a.partition << " must be 0 or a power of two from " << kMinPartition << " to "
-                                          << fixed_partition_size(a.q_heads, a.kv_heads));
+                                          << max_partition_size(a.q_heads, a.kv_heads));
   const int part = partition_size(a);
   const int parts = a.max_context > 0 ? (a.max_context + part - 1) / part : 1;
   const int threads = gpu::round_block_size(kThreads, warp_size);

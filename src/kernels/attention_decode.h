@@ -23,8 +23,12 @@ struct DecodeAttentionArgs {
   int partition = 0;
 };
 
-// The partition size of a batch-invariant launch (DecodeAttentionArgs::partition).
-int fixed_partition_size(int q_heads, int kv_heads);
+// The largest partition a launch takes for these heads (the scores' shared memory bounds it).
+int max_partition_size(int q_heads, int kv_heads);
+// The partition size of a batch-invariant launch (DecodeAttentionArgs::partition): the smallest,
+// which a lone short sequence gets anyway, so that batch 1 keeps its parallelism; large batches
+// pay for it with more partial results to merge.
+int batch_invariant_partition_size();
 
 // Floats of scratch the launch needs (partial outputs, maxima and sums of the partitions).
 int64_t decode_attention_workspace(const DecodeAttentionArgs& a);

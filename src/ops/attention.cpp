@@ -96,9 +96,7 @@ void attention(Context& ctx, const char* op, const Tensor& q, const Tensor& k_ca
                                        static_cast<int>(kv_heads),   static_cast<int>(head_dim),
                                        static_cast<int>(block_size), static_cast<int>(block_tables.size(1)),
                                        max_context,                  scale,
-                                       ctx.deterministic() ? kernels::fixed_partition_size(static_cast<int>(q_heads),
-                                                                                           static_cast<int>(kv_heads))
-                                                           : 0};
+                                       ctx.deterministic() ? kernels::batch_invariant_partition_size() : 0};
   const int64_t ws = kernels::decode_attention_workspace(a);
   Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
   dispatch_float(q.dtype(), op, [&]<class T>() {
