@@ -377,6 +377,64 @@ TEST(PlantedBugs, SharedIndexOutOfBounds) {
   expect_clean(sanitized("shared_oob", shared_oob, dim3(1), dim3(64), out.data()));
 }
 
+// ---- 13. a 64-lane ballot counted with the 32-bit __popc after it left the ballot type ----
+
+__global__ void count_wide_broken(const float* in, int* out) {
+  const unsigned long long votes = __ballot(in[threadIdx.x] > 0.0f);  // 64 bits: right so far
+  if (threadIdx.x == 0) *out = __popc(votes);  // the 32-bit count drops lanes 32..63
+}
+__global__ void count_wide_fixed(const float* in, int* out) {
+  const unsigned long long votes = __ballot(in[threadIdx.x] > 0.0f);
+  if (threadIdx.x == 0) *out = __popcll(votes);
+}
+
+TEST(PlantedBugs, BallotCountedIn32BitsAfterLeavingItsType) {
+  std::vector<float> in(W);
+  for (int i = 0; i < W; ++i) in[i] = (i % 5 == 1) ? 1.0f : -1.0f;
+  int want = 0;
+  for (float x : in) want += x > 0;
+  int out = -1;
+  auto broken = sanitized("count_wide_broken", count_wide_broken, dim3(1), dim3(W), in.data(), &out);
+  if (W == 64) {
+    expect_fault(broken, Fault::BallotTruncated, "count_wide_broken");
+    EXPECT_NE(broken.front().to_string().find("__popcll"), std::string::npos) << text(broken);
+  } else {
+    expect_clean(broken);
+    EXPECT_EQ(out, want);
+  }
+  out = -1;
+  expect_clean(sanitized("count_wide_fixed", count_wide_fixed, dim3(1), dim3(W), in.data(), &out));
+  EXPECT_EQ(out, want);
+}
+
+// ---- 14. an XOR butterfly written for 64 lanes, run on a 32-lane warp ----
+
+__global__ void butterfly_broken(const float* in, float* out) {
+  float v = in[threadIdx.x];
+  for (int o = 32; o > 0; o /= 2) v += __shfl_xor(v, o);  // lane ^ 32 is outside a 32-lane warp
+  out[threadIdx.x] = v;
+}
+__global__ void butterfly_fixed(const float* in, float* out) {
+  float v = in[threadIdx.x];
+  for (int o = warpSize / 2; o > 0; o /= 2) v += __shfl_xor(v, o);
+  out[threadIdx.x] = v;
+}
+
+TEST(PlantedBugs, XorMaskNotBelowTheWidth) {
+  std::vector<float> in = iota_floats(W), out(W, NAN);
+  const float want = std::accumulate(in.begin(), in.end(), 0.0f);
+  auto broken = sanitized("butterfly_broken", butterfly_broken, dim3(1), dim3(W), in.data(), out.data());
+  if (W == 32) {
+    expect_fault(broken, Fault::BadLaneMask, "butterfly_broken");
+  } else {
+    expect_clean(broken);
+    for (float x : out) EXPECT_EQ(x, want);
+  }
+  out.assign(W, NAN);
+  expect_clean(sanitized("butterfly_fixed", butterfly_fixed, dim3(1), dim3(W), in.data(), out.data()));
+  for (float x : out) EXPECT_EQ(x, want);
+}
+
 // ---- intra-warp communication ordered by a warp collective is not a race ----
 
 __global__ void warp_handoff(const float* in, float* out) {

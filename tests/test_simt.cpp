@@ -57,6 +57,9 @@ TEST(Simt, ShufflesFollowCudaSemanticsAtEveryWidth) {
     for (int mode = 0; mode < 4; ++mode) {
       for (int arg : {0, 1, 3, width / 2, width - 1}) {
         if (arg < 0) continue;
+        // An XOR mask not below the width is defined (each lane reads itself) but reported by
+        // the sanitizer (BadLaneMask, tests/test_sanitizer.cpp): checked here with it off.
+        SanitizeScope xor_past_width(!(mode == 3 && arg >= width));
         std::fill(out.begin(), out.end(), -1);
         lw::simt::run("shuffle", shuffle_kernel, dim3(1), dim3(W), 0, out.data(), mode, arg, width);
         for (int lane = 0; lane < W; ++lane) {

@@ -63,17 +63,11 @@ inline constexpr int kMaxWarpsPerBlock = kMaxBlockThreads / kWarpSize;
 
 }  // namespace lw::gpu
 
-// Shared memory, declared through these two macros in kernel code so that the emulator's
-// sanitizer can check every access (uninitialised reads, races, bounds):
-//   LW_SHARED(float, partial, [32][33]);   is  __shared__ float partial[32][33];
-//   LW_DYNAMIC_SHARED(float, smem);        gives smem pointing at the dynamic shared memory
-// On CUDA and HIP they are plain shared memory. One extern array per program for the dynamic
-// form avoids CUDA's conflicting-type error when kernels of one file use different types.
+// Shared memory, declared through LW_SHARED / LW_DYNAMIC_SHARED in kernel code so that the
+// emulator's sanitizer can check every access (lw_simt/portable.h, which the emulator installs
+// for other projects too). On CUDA and HIP they are plain shared memory.
 #if defined(LW_TARGET_HOST)
-#define LW_SHARED(T, name, dims)                                                   \
-  static thread_local ::lw::simt::SharedSlot<T dims> lw_shared_slot_##name{#name}; \
-  const auto name = lw_shared_slot_##name.bind()
-#define LW_DYNAMIC_SHARED(T, name) const auto name = ::lw::simt::dynamic_shared_ptr<T>()
+#include "lw_simt/portable.h"
 #else
 #define LW_SHARED(T, name, dims) __shared__ T name dims
 #define LW_DYNAMIC_SHARED(T, name)                                              \

@@ -352,6 +352,15 @@ uint64_t Block::collective(const Collective& c) {
                    (c.width > W ? " exceeds the " + std::to_string(W) + "-lane warp" : " is not a power of two"),
                c.where);
   }
+  // A butterfly written for a 64-lane warp (lane mask 32 first) on a 32-lane one: lane ^ 32 is
+  // outside the width, so each lane gets its own value back and the reduction counts it twice.
+  if (c.kind == CollectiveKind::ShflXor && sanitize_ && (c.arg < 0 || c.arg >= c.width)) {
+    fault_here(Fault::BadLaneMask,
+               "shfl_xor lane mask " + std::to_string(c.arg) + " is not below the width " + std::to_string(c.width) +
+                   ": every lane reads its own value (a butterfly written for a " + std::to_string(2 * c.width) +
+                   "-lane warp?); start the masks at width / 2",
+               c.where);
+  }
   t.op = c;
   t.state = State::AtCollective;
   yield(t);
@@ -552,6 +561,7 @@ const char* fault_name(Fault f) {
   switch (f) {
     case Fault::InactiveLaneRead: return "inactive-lane read";
     case Fault::BadWidth: return "bad shuffle width";
+    case Fault::BadLaneMask: return "bad XOR lane mask";
     case Fault::MaskMismatch: return "mask mismatch";
     case Fault::CollectiveMismatch: return "collective mismatch";
     case Fault::DivergentBarrier: return "divergent barrier";

@@ -189,6 +189,71 @@ inline unsigned __brev(unsigned v) {
   return r;
 }
 
+namespace lw::simt {
+
+// A 64-bit integer handed to a 32-bit intrinsic. CUDA narrows it silently: harmless where the
+// upper half is zero (a 32-lane ballot kept in 64 bits), the wave64 bug where it is not (a
+// 64-lane ballot that left its BallotMask type, then counted with __popc): reported then.
+inline unsigned narrowed(unsigned long long v, const char* fn, std::source_location where) {
+  if ((v >> 32) != 0 && sanitize()) {
+    fault(Fault::BallotTruncated,
+          std::string(fn) + " of a 64-bit value whose upper 32 bits are set: they are dropped (the votes of lanes "
+                            "32..63 of a ballot); use the 64-bit form (" + fn + "ll)",
+          where);
+  }
+  return static_cast<unsigned>(v);
+}
+template <class I>
+concept Wide = std::is_integral_v<I> && sizeof(I) == 8;
+
+}  // namespace lw::simt
+
+template <lw::simt::Wide I>
+int __popc(I v, std::source_location w = std::source_location::current()) {
+  return std::popcount(lw::simt::narrowed(static_cast<unsigned long long>(v), "__popc", w));
+}
+template <lw::simt::Wide I>
+int __ffs(I v, std::source_location w = std::source_location::current()) {
+  return __ffs(static_cast<int>(lw::simt::narrowed(static_cast<unsigned long long>(v), "__ffs", w)));
+}
+template <lw::simt::Wide I>
+int __clz(I v, std::source_location w = std::source_location::current()) {
+  return __clz(static_cast<int>(lw::simt::narrowed(static_cast<unsigned long long>(v), "__clz", w)));
+}
+
+// CUDA's device min and max: one per pair of arithmetic types, in their common type (its
+// overloads follow the usual arithmetic conversions: min(int, unsigned) is unsigned). Checked
+// shared-memory elements (SharedRef) take part as their values.
+namespace lw::simt::detail {
+template <class T>
+struct ScalarOf {
+  using type = T;
+};
+template <class T>
+struct ScalarOf<SharedRef<T>> {
+  using type = T;
+};
+template <class T>
+using scalar_of = typename ScalarOf<std::remove_cvref_t<T>>::type;
+template <class T>
+concept Scalar = std::is_arithmetic_v<scalar_of<T>>;
+}  // namespace lw::simt::detail
+
+template <lw::simt::detail::Scalar A, lw::simt::detail::Scalar B>
+auto min(const A& a, const B& b) {
+  using C = std::common_type_t<lw::simt::detail::scalar_of<A>, lw::simt::detail::scalar_of<B>>;
+  const C x = static_cast<C>(static_cast<lw::simt::detail::scalar_of<A>>(a));
+  const C y = static_cast<C>(static_cast<lw::simt::detail::scalar_of<B>>(b));
+  return y < x ? y : x;
+}
+template <lw::simt::detail::Scalar A, lw::simt::detail::Scalar B>
+auto max(const A& a, const B& b) {
+  using C = std::common_type_t<lw::simt::detail::scalar_of<A>, lw::simt::detail::scalar_of<B>>;
+  const C x = static_cast<C>(static_cast<lw::simt::detail::scalar_of<A>>(a));
+  const C y = static_cast<C>(static_cast<lw::simt::detail::scalar_of<B>>(b));
+  return x < y ? y : x;
+}
+
 // Float intrinsics
 inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }

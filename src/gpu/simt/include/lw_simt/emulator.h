@@ -24,6 +24,7 @@ inline constexpr int kMaxBlockThreads = 1024;
 enum class Fault {
   InactiveLaneRead,   // a collective reads a lane that is not active (not launched, exited, diverged)
   BadWidth,           // shuffle width not a power of two, or wider than the warp
+  BadLaneMask,        // an XOR shuffle whose lane mask is not below its width: every lane reads itself
   MaskMismatch,       // a mask names a lane that never arrives, or omits one that takes part
   CollectiveMismatch, // lanes of one collective disagree on its kind, width or mask
   DivergentBarrier,   // __syncthreads not reached by every live thread, or reached at different places
@@ -32,7 +33,7 @@ enum class Fault {
   UninitSharedRead,   // a read of shared memory that no thread of this block has written
   SharedRace,         // two threads touch the same shared bytes (one writes) with no barrier between
   SharedOutOfBounds,  // an index outside a shared array
-  BallotTruncated,    // a 64-lane ballot stored in 32 bits: the votes of lanes 32..63 are lost
+  BallotTruncated,    // a 64-lane ballot stored or counted in 32 bits: the votes of lanes 32..63 are lost
   MemoryError,        // AddressSanitizer: device memory accessed out of bounds or after free
   InvalidLaunch,      // grid/block/shared-memory configuration the hardware would reject
   Trap,               // __trap() or a failed device-side check

@@ -7,3 +7,4 @@
 #include "lw_simt/shared.h"
 #include "lw_simt/device.h"
 #include "lw_simt/launch.h"
+#include "lw_simt/portable.h"
