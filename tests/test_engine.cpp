@@ -11,7 +11,7 @@
 #endif
 #include "engine/block_manager.h"
 #include "engine/engine.h"
-#include "engine/generator.h"
+#include "engine/loaded_model.h"
 #include "model_fixture.h"
 #include "test_util.h"
 
@@ -332,7 +332,7 @@ TEST(Engine, SmolLM2ConcurrentRequestsMatchEachAlone) {
     ~NoSanitizer() { lw::simt::set_sanitize(before); }
   } no_sanitizer;
 #endif
-  engine::Generator smol(ctx(), gguf, DType::f32);
+  engine::LoadedModel smol(ctx(), gguf, DType::f32);
   const text::Tokenizer& tok = smol.tokenizer();
   // 10 chat prompts of about 30 to 60 tokens, and 1 to 4 new tokens each (the tiny model's
   // tests cover batch invariance at length; this one runs the scheduler over a real model).
@@ -365,7 +365,7 @@ TEST(Engine, StopStringsAcrossTokenBoundaries) {
   const std::string gguf = LW_SMOLLM2_GGUF;
   if (!std::filesystem::exists(gguf)) GTEST_SKIP() << gguf << " is absent (scripts/fetch_model.sh fetches it)";
   // SmolLM2's tokenizer over a random model of its vocabulary size.
-  engine::Generator smol(ctx(), gguf, DType::bf16);
+  engine::LoadedModel smol(ctx(), gguf, DType::bf16);
   const text::Tokenizer& tok = smol.tokenizer();
   model::ModelConfig cfg = tiny_llama_config(smol.config().vocab);
   auto ckpt = random_checkpoint(cfg, 99);

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/generator.h"
+#include "engine/loaded_model.h"
 #include "test_util.h"
 
 namespace lw::test {
@@ -30,7 +30,7 @@ class TempDir {
 
 void expect_open_error(const std::string& path, const std::string& text) {
   try {
-    engine::Generator g(ctx(), path, DType::f32);
+    engine::LoadedModel g(ctx(), path, DType::f32);
     ADD_FAILURE() << "opening '" << path << "' succeeded; expected an error containing '" << text << "'";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
@@ -92,7 +92,7 @@ TEST(Model, TruncatedGgufIsNamed) {
 TEST(Model, SmolLM2ConfigFromGgufMetadata) {
   const std::string path = smollm2_path();
   if (!fs::exists(path)) GTEST_SKIP() << path << " is absent (scripts/fetch_model.sh fetches it)";
-  engine::Generator g(ctx(), path, DType::bf16);
+  engine::LoadedModel g(ctx(), path, DType::bf16);
   const model::ModelConfig& c = g.config();
   EXPECT_EQ(c.family, model::Family::llama);
   EXPECT_EQ(c.layers, 30);

@@ -12,8 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "dist/local_group.h"
-#include "dist/rendezvous.h"
+#include "parallel/local_group.h"
+#include "parallel/rendezvous.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "gpu/runtime.h"
@@ -201,7 +201,7 @@ TEST(TensorParallel, AFailingRankStopsTheGroupWithItsMessage) {
 
 TEST(TensorParallel, AnAbortedGroupEndsAPendingCollective) {
   LW_NEED_HOST();
-  dist::LocalGroup g(2);
+  parallel::LocalGroup g(2);
   auto c0 = g.communicator(0), c1 = g.communicator(1);
   Tensor x = ctx().to_device(random_host({8}, DType::f32));
   auto pending = std::async(std::launch::async, [&] { c0->all_reduce_sum(ctx(), x); });
@@ -214,7 +214,7 @@ TEST(TensorParallel, AnAbortedGroupEndsAPendingCollective) {
 TEST(TensorParallel, AMissingPeerTimesOut) {
   LW_NEED_HOST();
   setenv("LW_DIST_TIMEOUT", "0.2", 1);
-  dist::LocalGroup g(2);
+  parallel::LocalGroup g(2);
   auto c0 = g.communicator(0);
   Tensor x = ctx().to_device(random_host({8}, DType::f32));
   expect_error([&] { c0->all_reduce_sum(ctx(), x); }, "for the other ranks");
@@ -224,7 +224,7 @@ TEST(TensorParallel, AMissingPeerTimesOut) {
 TEST(TensorParallel, AllReduceAndAllGatherAreExact) {
   LW_NEED_HOST();
   for (DType dt : {DType::f32, DType::bf16}) {
-    dist::LocalGroup g(3);
+    parallel::LocalGroup g(3);
     std::vector<Tensor> xs, hs;
     for (int r = 0; r < 3; ++r) {
       hs.push_back(random_host({5, 7}, dt));
@@ -271,7 +271,7 @@ TEST(Rendezvous, NodesMeetBroadcastAndGather) {
   const std::string addr = "127.0.0.1:" + std::to_string(free_port());
   auto follower = std::async(std::launch::async, [&] {
     std::vector<std::string> got;
-    dist::Rendezvous r(addr, 3, 2);
+    parallel::Rendezvous r(addr, 3, 2);
     std::string m;
     r.broadcast(m);
     got.push_back(m);
@@ -280,7 +280,7 @@ TEST(Rendezvous, NodesMeetBroadcastAndGather) {
     return got;
   });
   auto second = std::async(std::launch::async, [&] {
-    dist::Rendezvous r(addr, 3, 1);
+    parallel::Rendezvous r(addr, 3, 1);
     std::string m;
     r.broadcast(m);
     r.gather("from 1:" + m);
@@ -290,7 +290,7 @@ TEST(Rendezvous, NodesMeetBroadcastAndGather) {
     }
   });
   {
-    dist::Rendezvous r0(addr, 3, 0);
+    parallel::Rendezvous r0(addr, 3, 0);
     std::string step(100000, 'x');  // longer than a socket buffer
     step[0] = 'W';
     r0.broadcast(step);
@@ -307,18 +307,18 @@ TEST(Rendezvous, NodesMeetBroadcastAndGather) {
 TEST(Rendezvous, AMismatchedNodeIsRefusedAndNodeZeroWaitsOn) {
   setenv("LW_DIST_TIMEOUT", "1", 1);
   const std::string addr = "127.0.0.1:" + std::to_string(free_port());
-  auto other = std::async(std::launch::async, [&] { dist::Rendezvous r(addr, 3, 1); });
-  expect_error([&] { dist::Rendezvous r(addr, 2, 0); }, "for 1 more node(s)");
+  auto other = std::async(std::launch::async, [&] { parallel::Rendezvous r(addr, 3, 1); });
+  expect_error([&] { parallel::Rendezvous r(addr, 2, 0); }, "for 1 more node(s)");
   expect_error([&] { other.get(); }, "node 0 refused node 1: node 0 expects 2 nodes, this one 3");
   unsetenv("LW_DIST_TIMEOUT");
 }
 
 TEST(Rendezvous, BadAddressesAndAMissingNodeAreNamed) {
-  expect_error([] { dist::parse_address("localhost"); }, "must be host:port");
-  expect_error([] { dist::parse_address("localhost:http"); }, "the port 'http'");
+  expect_error([] { parallel::parse_address("localhost"); }, "must be host:port");
+  expect_error([] { parallel::parse_address("localhost:http"); }, "the port 'http'");
   setenv("LW_DIST_TIMEOUT", "0.3", 1);
-  expect_error([] { dist::Rendezvous r("127.0.0.1:0", 2, 0); }, "for 1 more node(s)");
-  expect_error([] { dist::Rendezvous r("127.0.0.1:" + std::to_string(free_port()), 2, 1); }, "could not reach node 0");
+  expect_error([] { parallel::Rendezvous r("127.0.0.1:0", 2, 0); }, "for 1 more node(s)");
+  expect_error([] { parallel::Rendezvous r("127.0.0.1:" + std::to_string(free_port()), 2, 1); }, "could not reach node 0");
   unsetenv("LW_DIST_TIMEOUT");
 }
 

@@ -17,7 +17,7 @@
 #include "core/context.h"
 #include "core/stream.h"
 #include "engine/engine.h"
-#include "engine/generator.h"
+#include "engine/loaded_model.h"
 
 namespace lw::app {
 
@@ -118,7 +118,7 @@ double decode_forward_seconds(engine::ModelRunner& m, int64_t position) {
 int run() {
   Context ctx;
   const DType dtype = parse_dtype(args.dtype);
-  std::unique_ptr<engine::Generator> gen;
+  std::unique_ptr<engine::LoadedModel> gen;
   std::unique_ptr<engine::ModelRunner> random_model;
   engine::ModelRunner* m = nullptr;
   std::string what;
@@ -132,7 +132,7 @@ int run() {
     what = args.shape + " (random weights)";
   } else {
     LW_CHECK(!args.model.empty(), "bench: give --model PATH or --shape NAME");
-    gen = std::make_unique<engine::Generator>(ctx, args.model, dtype, args.parallel.placement());
+    gen = std::make_unique<engine::LoadedModel>(ctx, args.model, dtype, args.parallel.placement());
     m = &gen->runner();
     what = args.model;
   }

@@ -10,7 +10,7 @@
 #include "app/deterministic.h"
 #include "app/parallel.h"
 #include "core/context.h"
-#include "engine/generator.h"
+#include "engine/loaded_model.h"
 
 namespace lw::app {
 
@@ -34,7 +34,7 @@ struct ScoreArgs {
 
 int run_generate(int device) {
   Context ctx(device);
-  engine::Generator g(ctx, gen.model, parse_dtype(gen.dtype), gen.parallel.placement());
+  engine::LoadedModel g(ctx, gen.model, parse_dtype(gen.dtype), gen.parallel.placement());
   if (follow_if_not_leader(g.runner())) return 0;
   const std::vector<int32_t> prompt = g.encode_prompt(gen.prompt, gen.chat);
   engine::GenerateOptions opt;
@@ -64,7 +64,7 @@ int run_score(int device) {
   const nlohmann::json req = nlohmann::json::parse(in);
   const int greedy = req.value("greedy_tokens", 0);
   Context ctx(device);
-  engine::Generator g(ctx, score.model, parse_dtype(score.dtype), score.parallel.placement());
+  engine::LoadedModel g(ctx, score.model, parse_dtype(score.dtype), score.parallel.placement());
   if (follow_if_not_leader(g.runner())) return 0;
   g.runner().set_deterministic(score.deterministic);
   std::filesystem::create_directories(score.out);

@@ -7,7 +7,7 @@
 
 #include "app/deterministic.h"
 #include "app/parallel.h"
-#include "gpu/error.h"
+#include "base/error.h"
 
 #if defined(LW_HAVE_SERVER)
 #include <atomic>
@@ -17,7 +17,7 @@
 #include "core/context.h"
 #include "core/logging.h"
 #include "engine/engine.h"
-#include "engine/generator.h"
+#include "engine/loaded_model.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #endif
@@ -45,7 +45,7 @@ int run_serve(int device) {
   // The access log is at info level: on unless LW_LOG_LEVEL says otherwise.
   if (!std::getenv("LW_LOG_LEVEL")) log().set_level(spdlog::level::info);
   Context ctx(device);
-  engine::Generator gen(ctx, args.model, parse_dtype(args.dtype), args.parallel.placement());
+  engine::LoadedModel gen(ctx, args.model, parse_dtype(args.dtype), args.parallel.placement());
   if (follow_if_not_leader(gen.runner())) return 0;
   engine::EngineOptions eo;
   eo.memory_fraction = args.kv_fraction;

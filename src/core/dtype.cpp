@@ -1,6 +1,6 @@
 #include "core/dtype.h"
 
-#include "gpu/error.h"
+#include "base/error.h"
 
 namespace lw {
 

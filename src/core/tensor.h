@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "gpu/error.h"
+#include "base/error.h"
 #include "gpu/runtime.h"
 
 namespace lw {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "gpu/error.h"
+#include "base/error.h"
 
 namespace lw::engine {
 

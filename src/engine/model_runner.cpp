@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "core/logging.h"
-#include "dist/communicator.h"
-#include "dist/local_group.h"
-#include "dist/nccl_communicator.h"
-#include "dist/rendezvous.h"
+#include "parallel/communicator.h"
+#include "parallel/local_group.h"
+#include "parallel/nccl_communicator.h"
+#include "parallel/rendezvous.h"
 #include "gpu/runtime.h"
 
 namespace lw::engine {
@@ -108,7 +108,7 @@ struct TensorParallelRunner::Rank {
   int device = 0;
   std::thread thread;
   std::unique_ptr<Context> ctx;
-  std::unique_ptr<dist::Communicator> comm;
+  std::unique_ptr<parallel::Communicator> comm;
   std::unique_ptr<model::Model> model;
   std::unique_ptr<model::KvCache> cache;
   Tensor logits;   // rank 0's result of the last forward
@@ -118,9 +118,9 @@ struct TensorParallelRunner::Rank {
 struct TensorParallelRunner::Group {
   Placement placement;
   int local = 0;  // ranks in this process
-  std::optional<dist::LocalGroup> local_group;  // the host target's communicators
-  std::unique_ptr<dist::Rendezvous> rendezvous; // more than one node
-  dist::GroupId nccl_id;                        // the GPUs'
+  std::optional<parallel::LocalGroup> local_group;  // the host target's communicators
+  std::unique_ptr<parallel::Rendezvous> rendezvous; // more than one node
+  parallel::GroupId nccl_id;                        // the GPUs'
   std::mutex mu;
   std::condition_variable cv;
   const std::function<void(Rank&)>* job = nullptr;
@@ -148,19 +148,19 @@ TensorParallelRunner::TensorParallelRunner(const Placement& placement, const Bui
 #else
   LW_CHECK(devices >= g.local, "tensor parallelism over " << g.local << " ranks on this node needs " << g.local
                                                           << " GPUs; it has " << devices);
-  LW_CHECK(dist::nccl_available(), "tensor parallelism on GPUs needs NCCL / RCCL, and this build has neither");
+  LW_CHECK(parallel::nccl_available(), "tensor parallelism on GPUs needs NCCL / RCCL, and this build has neither");
   if (nnodes > 1) {
-    g.rendezvous = std::make_unique<dist::Rendezvous>(placement.address, nnodes, placement.node_rank);
+    g.rendezvous = std::make_unique<parallel::Rendezvous>(placement.address, nnodes, placement.node_rank);
     std::string id;
     if (placement.node_rank == 0) {
-      g.nccl_id = dist::nccl_group_id();
+      g.nccl_id = parallel::nccl_group_id();
       id.assign(g.nccl_id.bytes.data(), g.nccl_id.bytes.size());
     }
     g.rendezvous->broadcast(id);
     LW_CHECK(id.size() == g.nccl_id.bytes.size(), "rendezvous: node 0 sent a group id of " << id.size() << " bytes");
     std::memcpy(g.nccl_id.bytes.data(), id.data(), id.size());
   } else {
-    g.nccl_id = dist::nccl_group_id();
+    g.nccl_id = parallel::nccl_group_id();
   }
 #endif
   for (int i = 0; i < g.local; ++i) {
@@ -207,7 +207,7 @@ TensorParallelRunner::TensorParallelRunner(const Placement& placement, const Bui
     run([&](Rank& r) {
       r.ctx = std::make_unique<Context>(r.device);
       auto comm = group_->local_group ? group_->local_group->communicator(r.index)
-                                      : dist::nccl_communicator(*r.ctx, group_->nccl_id, r.index, size);
+                                      : parallel::nccl_communicator(*r.ctx, group_->nccl_id, r.index, size);
       {
         std::lock_guard<std::mutex> lock(group_->mu);  // run() reads it to abort the group
         r.comm = std::move(comm);
@@ -260,11 +260,11 @@ void TensorParallelRunner::run(const std::function<void(Rank&)>& job) {
       // The other ranks may wait in a collective for the failed one: stop their communicators.
       aborted = true;
       const std::string why = g.failure;
-      std::vector<dist::Communicator*> comms;  // set by the rank threads under g.mu
+      std::vector<parallel::Communicator*> comms;  // set by the rank threads under g.mu
       for (auto& r : ranks_)
         if (r->comm) comms.push_back(r->comm.get());
       lock.unlock();
-      for (dist::Communicator* c : comms) c->abort(why);
+      for (parallel::Communicator* c : comms) c->abort(why);
       lock.lock();
       continue;
     }

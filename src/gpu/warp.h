@@ -27,33 +27,27 @@ LW_DEVICE_INLINE unsigned block_threads() { return blockDim.x * blockDim.y * blo
 LW_DEVICE_INLINE int lane_id() { return static_cast<int>(linear_thread_id() % kWarpSize); }
 LW_DEVICE_INLINE int warp_id() { return static_cast<int>(linear_thread_id() / kWarpSize); }
 
-// Shuffles in which every lane of the physical warp takes part (masks are CUDA-only).
+// The mask of every lane of the physical warp, and of its first `lanes` lanes. CUDA's `_sync`
+// intrinsics take them; the HIP build drops masks (compat_hip.h); the emulator checks them
+// against the lanes that arrive.
+LW_DEVICE_INLINE unsigned long long full_warp_mask() { return kWarpSize == 64 ? ~0ull : 0xffffffffull; }
+LW_DEVICE_INLINE unsigned long long first_lanes_mask(int lanes) {
+  return lanes >= kWarpSize ? full_warp_mask() : (1ull << lanes) - 1ull;
+}
+
+// Shuffles in which every lane of the physical warp takes part.
 template <class T>
 LW_DEVICE_INLINE T shfl_xor(T v, int lane_mask, int width = kWarpSize) {
-#if defined(LW_TARGET_CUDA)
-  return __shfl_xor_sync(0xffffffffu, v, lane_mask, width);
-#else
-  return __shfl_xor(v, lane_mask, width);
-#endif
+  return __shfl_xor_sync(full_warp_mask(), v, lane_mask, width);
 }
 template <class T>
 LW_DEVICE_INLINE T shfl_idx(T v, int src_lane, int width = kWarpSize) {
-#if defined(LW_TARGET_CUDA)
-  return __shfl_sync(0xffffffffu, v, src_lane, width);
-#else
-  return __shfl(v, src_lane, width);
-#endif
+  return __shfl_sync(full_warp_mask(), v, src_lane, width);
 }
 // A shuffle in which only the first `lanes` lanes of the warp take part.
 template <class T>
 LW_DEVICE_INLINE T shfl_idx_first_lanes(T v, int src_lane, int lanes) {
-#if defined(LW_TARGET_CUDA)
-  const unsigned mask = lanes >= 32 ? 0xffffffffu : (1u << lanes) - 1u;
-  return __shfl_sync(mask, v, src_lane);
-#else
-  (void)lanes;
-  return __shfl(v, src_lane);
-#endif
+  return __shfl_sync(first_lanes_mask(lanes), v, src_lane);
 }
 
 // Reduces each aligned Width-lane segment; every lane of the segment gets the result.

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "gpu/error.h"
+#include "base/error.h"
 #include "weights/gguf.h"
 
 namespace lw::model {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/stream.h"
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "ops/attention.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"

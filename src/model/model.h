@@ -15,7 +15,7 @@
 #include "ops/rope.h"
 #include "weights/checkpoint.h"
 
-namespace lw::dist {
+namespace lw::parallel {
 class Communicator;
 }
 
@@ -28,7 +28,7 @@ namespace lw::model {
 // query heads read.
 struct Shard {
   int rank = 0, size = 1;
-  dist::Communicator* comm = nullptr;  // needed when size > 1
+  parallel::Communicator* comm = nullptr;  // needed when size > 1
 };
 
 // The shapes one rank of a group of `size` holds (heads, kv_heads, intermediate,

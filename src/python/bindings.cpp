@@ -1,6 +1,6 @@
 // lightwave._lightwave: the C++ engine for Python (pybind11); the lightwave package builds its
 // API on it (python/lightwave). Engine opens a model with its tokenizer and chat template
-// (engine::Generator) and serves every request added to it through one continuous-batching
+// (engine::LoadedModel) and serves every request added to it through one continuous-batching
 // engine::Engine, so the prompts of one LLM.generate() call run in the same batches.
 //
 // Threads: the GIL is released while the engine loads or steps; a mutex serialises the engine
@@ -22,7 +22,7 @@
 
 #include "core/context.h"
 #include "engine/engine.h"
-#include "engine/generator.h"
+#include "engine/loaded_model.h"
 #include "gpu/runtime.h"
 
 namespace py = pybind11;
@@ -82,7 +82,7 @@ class Engine {
         gen_(ctx_, model, parse_dtype(dtype), {tensor_parallel}),
         engine_(gen_.runner(), &gen_.tokenizer(), gen_.eos_ids(), options) {}
 
-  const engine::Generator& generator() const { return gen_; }
+  const engine::LoadedModel& generator() const { return gen_; }
 
   int64_t add(Request request) {
     check_sampling(request.sampling);
@@ -200,7 +200,7 @@ class Engine {
   }
 
   Context ctx_;
-  engine::Generator gen_;
+  engine::LoadedModel gen_;
   std::mutex mu_;
   std::map<int64_t, RequestOutput> pending_;  // by request id: produced, not yet handed over
   engine::Engine engine_;
@@ -211,7 +211,7 @@ class Tokenizer {
  public:
   explicit Tokenizer(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {}
   const text::Tokenizer& tok() const { return engine_->generator().tokenizer(); }
-  const engine::Generator& gen() const { return engine_->generator(); }
+  const engine::LoadedModel& gen() const { return engine_->generator(); }
 
  private:
   std::shared_ptr<Engine> engine_;

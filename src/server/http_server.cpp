@@ -115,7 +115,7 @@ struct HttpServer::Metrics {
   std::atomic<int64_t> http_requests{0}, errors{0};
 };
 
-HttpServer::HttpServer(engine::Generator& generator, EngineLoop& loop, ServerOptions options)
+HttpServer::HttpServer(engine::LoadedModel& generator, EngineLoop& loop, ServerOptions options)
     : generator_(generator), loop_(loop), options_(std::move(options)), http_(std::make_unique<httplib::Server>()),
       metrics_(std::make_unique<Metrics>()) {
   model_.name = options_.model_name;

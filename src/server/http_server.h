@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/generator.h"
+#include "engine/loaded_model.h"
 #include "server/engine_loop.h"
 #include "server/openai_api.h"
 
@@ -31,7 +31,7 @@ struct ServerOptions {
 
 class HttpServer {
  public:
-  HttpServer(engine::Generator& generator, EngineLoop& loop, ServerOptions options);
+  HttpServer(engine::LoadedModel& generator, EngineLoop& loop, ServerOptions options);
   ~HttpServer();
   // Binds and serves until stop(); throws lw::Error when the address cannot be bound.
   void run();
@@ -43,7 +43,7 @@ class HttpServer {
   struct Metrics;
   void routes();
 
-  engine::Generator& generator_;
+  engine::LoadedModel& generator_;
   EngineLoop& loop_;
   ServerOptions options_;
   ApiModel model_;

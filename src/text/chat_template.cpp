@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "gpu/error.h"
+#include "base/error.h"
 
 namespace lw::text {
 

@@ -1,6 +1,6 @@
 #include "text/stream_decoder.h"
 
-#include "gpu/error.h"
+#include "base/error.h"
 #include "text/tokenizer_impl.h"
 
 namespace lw::text {

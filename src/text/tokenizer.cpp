@@ -10,7 +10,7 @@
 #include <queue>
 #include <sstream>
 
-#include "gpu/error.h"
+#include "base/error.h"
 #include "text/stream_decoder.h"
 #include "text/tokenizer_impl.h"
 

@@ -4,7 +4,7 @@
 
 #include <unordered_map>
 
-#include "gpu/error.h"
+#include "base/error.h"
 #include "text/tokenizer_impl.h"
 
 namespace lw::text::detail {

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "gpu/error.h"
+#include "base/error.h"
 #include "weights/gguf.h"
 #include "weights/safetensors.h"
 

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <limits>
 
-#include "gpu/error.h"
+#include "base/error.h"
 
 namespace lw::weights {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <utility>
 
-#include "gpu/error.h"
+#include "base/error.h"
 
 namespace lw::weights {
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "gpu/error.h"
+#include "base/error.h"
 
 namespace lw::weights {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu/error.h"
+#include "base/error.h"
 #include "text/chat_template.h"
 #include "text/stream_decoder.h"
 #include "text/tokenizer.h"

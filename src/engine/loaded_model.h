@@ -33,12 +33,12 @@ struct Generation {
   std::string finish_reason;  // "stop" (an end-of-sequence token) or "length"
 };
 
-class Generator {
+class LoadedModel {
  public:
   // path: a directory with config.json, tokenizer.json and safetensors weights, or a .gguf
   // file. Every file is checked (and the tokenizer built) before the weights are loaded.
   // A placement of more than one rank splits the model over them (tensor parallelism).
-  Generator(Context& ctx, const std::string& path, DType dtype, const Placement& placement = {});
+  LoadedModel(Context& ctx, const std::string& path, DType dtype, const Placement& placement = {});
 
   const model::ModelConfig& config() const { return runner_->config(); }
   // Where the forward passes run; an Engine over it serves many requests.

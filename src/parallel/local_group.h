@@ -5,9 +5,9 @@
 #pragma once
 #include <memory>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
-namespace lw::dist {
+namespace lw::parallel {
 
 class LocalGroup {
  public:
@@ -24,4 +24,4 @@ class LocalGroup {
   std::unique_ptr<State> state_;
 };
 
-}  // namespace lw::dist
+}  // namespace lw::parallel

@@ -8,7 +8,7 @@
 #include "core/context.h"
 #include "core/tensor.h"
 
-namespace lw::dist {
+namespace lw::parallel {
 
 class Communicator {
  public:
@@ -40,4 +40,4 @@ class Communicator {
 // default (a first collective may wait for slow peers to load their weights).
 double group_timeout_seconds();
 
-}  // namespace lw::dist
+}  // namespace lw::parallel

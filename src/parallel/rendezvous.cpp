@@ -1,4 +1,4 @@
-#include "dist/rendezvous.h"
+#include "parallel/rendezvous.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -13,11 +13,11 @@
 #include <cstring>
 #include <thread>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "core/logging.h"
-#include "gpu/error.h"
+#include "base/error.h"
 
-namespace lw::dist {
+namespace lw::parallel {
 
 namespace {
 
@@ -241,4 +241,4 @@ std::vector<std::string> Rendezvous::gather(const std::string& message) {
   return all;
 }
 
-}  // namespace lw::dist
+}  // namespace lw::parallel

@@ -4,9 +4,9 @@
 #include <array>
 #include <memory>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
-namespace lw::dist {
+namespace lw::parallel {
 
 // The token every rank of one group starts from (NCCL's unique id): made once, by the rank
 // that starts the group, and passed to the others (in-process, or over the rendezvous).
@@ -21,4 +21,4 @@ GroupId nccl_group_id();
 // same time (each on its own thread or process). Throws with NCCL's message on failure.
 std::unique_ptr<Communicator> nccl_communicator(Context& ctx, const GroupId& id, int rank, int size);
 
-}  // namespace lw::dist
+}  // namespace lw::parallel

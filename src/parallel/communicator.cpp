@@ -1,9 +1,9 @@
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 #include <cstdlib>
 #include <string>
 
-namespace lw::dist {
+namespace lw::parallel {
 
 void Communicator::check_all_reduce(const Tensor& x) const {
   LW_CHECK(x.defined() && x.device() == Device::gpu && x.is_contiguous() && is_float(x.dtype()),
@@ -27,4 +27,4 @@ double group_timeout_seconds() {
   return s;
 }
 
-}  // namespace lw::dist
+}  // namespace lw::parallel

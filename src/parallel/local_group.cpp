@@ -1,4 +1,4 @@
-#include "dist/local_group.h"
+#include "parallel/local_group.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -10,7 +10,7 @@
 #include "gpu/numeric.h"
 #endif
 
-namespace lw::dist {
+namespace lw::parallel {
 
 struct LocalGroup::State {
   int size = 0;
@@ -150,4 +150,4 @@ std::unique_ptr<Communicator> LocalGroup::communicator(int rank) {
 #endif
 }
 
-}  // namespace lw::dist
+}  // namespace lw::parallel

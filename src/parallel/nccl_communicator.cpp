@@ -1,4 +1,4 @@
-#include "dist/nccl_communicator.h"
+#include "parallel/nccl_communicator.h"
 
 #include <mutex>
 #include <chrono>
@@ -13,7 +13,7 @@
 #define LW_NCCL 1
 #endif
 
-namespace lw::dist {
+namespace lw::parallel {
 
 #if defined(LW_NCCL)
 
@@ -158,4 +158,4 @@ std::unique_ptr<Communicator> nccl_communicator(Context&, const GroupId&, int, i
 
 #endif
 
-}  // namespace lw::dist
+}  // namespace lw::parallel

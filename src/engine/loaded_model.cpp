@@ -1,4 +1,4 @@
-#include "engine/generator.h"
+#include "engine/loaded_model.h"
 
 #include <nlohmann/json.hpp>
 
@@ -52,7 +52,7 @@ std::vector<int32_t> json_ids(const nlohmann::json& v) {
 
 }  // namespace
 
-Generator::Generator(Context& ctx, const std::string& path, DType dtype, const Placement& placement) {
+LoadedModel::LoadedModel(Context& ctx, const std::string& path, DType dtype, const Placement& placement) {
   LW_CHECK(fs::exists(path), "model '" << path << "' does not exist (expected a model directory or a .gguf file)");
   model::ModelConfig config;
   if (fs::is_directory(path)) {
@@ -100,7 +100,7 @@ Generator::Generator(Context& ctx, const std::string& path, DType dtype, const P
   });
 }
 
-std::vector<int32_t> Generator::encode_prompt(const std::string& prompt, bool chat) const {
+std::vector<int32_t> LoadedModel::encode_prompt(const std::string& prompt, bool chat) const {
   if (!chat) return tokenizer_->encode(prompt, true);
   LW_CHECK(chat_.has_value(), "this model has no chat template; run without --chat");
   const std::string text = chat_->render({{"user", prompt}}, true);
@@ -108,12 +108,12 @@ std::vector<int32_t> Generator::encode_prompt(const std::string& prompt, bool ch
   return tokenizer_->encode(text, false);
 }
 
-const text::ChatTemplate& Generator::chat_template() const {
+const text::ChatTemplate& LoadedModel::chat_template() const {
   LW_CHECK(chat_.has_value(), "this model has no chat template");
   return *chat_;
 }
 
-Generation Generator::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+Generation LoadedModel::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
                                const std::function<void(const std::string&)>& on_text) {
   LW_CHECK(!prompt.empty(), "generate: the prompt has no tokens");
   LW_CHECK(options.max_tokens >= 0, "generate: max_tokens " << options.max_tokens << " must be >= 0");
@@ -141,7 +141,7 @@ Generation Generator::generate(const std::vector<int32_t>& prompt, const Generat
   return out;
 }
 
-std::vector<float> Generator::score(const std::vector<int32_t>& tokens) {
+std::vector<float> LoadedModel::score(const std::vector<int32_t>& tokens) {
   LW_CHECK(!tokens.empty(), "score: no tokens");
   const int bs = 16;
   const int64_t blocks = model::KvCache::blocks_for(static_cast<int64_t>(tokens.size()), bs);

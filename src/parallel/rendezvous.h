@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace lw::dist {
+namespace lw::parallel {
 
 class Rendezvous {
  public:
@@ -41,4 +41,4 @@ class Rendezvous {
 // "host:port" split and checked; the message names what is wrong.
 std::pair<std::string, int> parse_address(const std::string& address);
 
-}  // namespace lw::dist
+}  // namespace lw::parallel
