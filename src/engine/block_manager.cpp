@@ -81,6 +81,55 @@ void BlockManager::publish(int32_t block, uint64_t hash, std::span<const int32_t
   by_hash_.emplace(hash, block);
 }
 
+bool BlockManager::can_append(const SequenceBlocks& seq, int64_t tokens) const {
+  return blocks_for(tokens) - static_cast<int64_t>(seq.ids.size()) <= available_blocks();
+}
+
+bool BlockManager::allocate(SequenceBlocks& seq, int64_t tokens) {
+  const int64_t need = blocks_for(tokens);
+  while (static_cast<int64_t>(seq.ids.size()) < need) {
+    const int32_t b = allocate();
+    if (b < 0) return false;
+    seq.ids.push_back(b);
+  }
+  return true;
+}
+
+int64_t BlockManager::reuse_prefix(SequenceBlocks& seq, std::span<const int32_t> tokens) {
+  LW_CHECK(seq.ids.empty(), "BlockManager: prefix reuse for a sequence that holds " << seq.ids.size() << " blocks");
+  const auto bs = static_cast<size_t>(block_size_);
+  uint64_t parent = 0;
+  for (size_t i = 0; (i + 1) * bs <= tokens.size(); ++i) {
+    const std::span<const int32_t> content = tokens.subspan(i * bs, bs);
+    const uint64_t h = chain_hash(parent, content);
+    const int32_t b = lookup(h, content);
+    if (b < 0) break;
+    seq.ids.push_back(b);
+    seq.hashes.push_back(h);
+    parent = h;
+  }
+  return static_cast<int64_t>(seq.ids.size() * bs);
+}
+
+void BlockManager::publish_full(SequenceBlocks& seq, std::span<const int32_t> computed) {
+  const auto bs = static_cast<size_t>(block_size_);
+  const size_t full = computed.size() / bs;
+  LW_CHECK(full <= seq.ids.size(), "BlockManager: " << computed.size() << " computed tokens in " << seq.ids.size()
+                                                    << " blocks of " << bs);
+  for (size_t i = seq.hashes.size(); i < full; ++i) {
+    const std::span<const int32_t> content = computed.subspan(i * bs, bs);
+    const uint64_t h = chain_hash(i ? seq.hashes[i - 1] : 0, content);
+    publish(seq.ids[i], h, content);
+    seq.hashes.push_back(h);
+  }
+}
+
+void BlockManager::free(SequenceBlocks& seq) {
+  for (int32_t b : seq.ids) release(b);
+  seq.ids.clear();
+  seq.hashes.clear();
+}
+
 void BlockManager::forget(int32_t block) {
   Cached& c = info_[static_cast<size_t>(block)];
   if (!c.published) return;

@@ -3,6 +3,10 @@
 // them) are known is published under a chained content hash, so a later sequence with the
 // same prefix reuses it instead of computing it again. Unreferenced published blocks stay
 // cached until an allocation needs them, least recently used first.
+//
+// Two levels: blocks (allocate / release / lookup / publish by hash), and on top of them a
+// sequence's blocks (SequenceBlocks: grow, may-append, prefix reuse, publish what is full,
+// free), which is what the scheduler uses; the hashing stays in here.
 #pragma once
 #include <cstdint>
 #include <list>
@@ -11,6 +15,13 @@
 #include <vector>
 
 namespace lw::engine {
+
+// The blocks of one sequence, in position order, and the chain hashes of its leading full
+// blocks that are published or were reused (hashes.size() <= ids.size()).
+struct SequenceBlocks {
+  std::vector<int32_t> ids;
+  std::vector<uint64_t> hashes;
+};
 
 class BlockManager {
  public:
@@ -40,6 +51,24 @@ class BlockManager {
   void publish(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
 
   uint64_t hits() const { return hits_; }  // lookups that found a block
+
+  // ---- a sequence's blocks ----
+
+  // Blocks that hold `tokens` tokens.
+  int64_t blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
+  // May-append: whether allocate(seq, tokens) would succeed now.
+  bool can_append(const SequenceBlocks& seq, int64_t tokens) const;
+  // Grows seq to hold `tokens` tokens, a block at a time; false when the blocks ran out (seq
+  // keeps those it got).
+  bool allocate(SequenceBlocks& seq, int64_t tokens);
+  // Gives a sequence without blocks the cached blocks of the longest prefix of `tokens` made
+  // of whole blocks; returns the tokens they hold (whose K/V need no computing).
+  int64_t reuse_prefix(SequenceBlocks& seq, std::span<const int32_t> tokens);
+  // Publishes seq's full blocks of `computed` (its tokens whose K/V are in the cache) not
+  // published yet, each under the chain hash of everything up to it.
+  void publish_full(SequenceBlocks& seq, std::span<const int32_t> computed);
+  // Releases every block of seq; it holds none after.
+  void free(SequenceBlocks& seq);
 
  private:
   struct Cached {

@@ -1,7 +1,8 @@
-// The serving engine: many requests at once over one model. Each step batches every running
-// sequence's next token with chunks of waiting prompts (chunked prefill, under a token
-// budget), samples each sequence with its own parameters, streams what it produced, and
-// retires finished and cancelled requests. KV blocks come from a BlockManager with prefix
+// The serving engine: many requests at once over one model. Each step the Scheduler batches
+// every running sequence's next token with chunks of waiting prompts (chunked prefill, under a
+// token budget), the runner computes the batch, each sequence is sampled with its own
+// parameters, the OutputProcessor turns the tokens into outputs, and the engine streams them
+// and retires finished and cancelled requests. KV blocks come from a BlockManager with prefix
 // caching; when they run out, the youngest running sequences are preempted (their blocks
 // freed, their tokens recomputed later) rather than failing.
 #pragma once
@@ -17,6 +18,10 @@
 #include "core/context.h"
 #include "engine/block_manager.h"
 #include "engine/model_runner.h"
+#include "engine/output_processor.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "ops/sampling.h"
@@ -37,27 +42,6 @@ struct EngineOptions {
   bool deterministic = false;
 };
 
-struct Request {
-  std::vector<int32_t> prompt;
-  int max_tokens = 128;
-  ops::SamplingOptions sampling;
-  std::vector<int32_t> stop_token_ids;  // besides the model's end-of-sequence ids
-  std::vector<std::string> stop_strings;
-  bool ignore_eos = false;
-  int top_logprobs = 0;  // 0..20 most likely tokens per position, with their log-probabilities
-};
-
-// What one step produced for one request.
-struct RequestOutput {
-  int64_t id = 0;
-  std::vector<int32_t> tokens;  // new tokens
-  std::vector<float> logprobs;  // of each new token
-  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
-  std::string text;             // new text (whole UTF-8 characters, stop strings held back)
-  bool finished = false;
-  std::string finish_reason;  // "stop", "length" or "abort"
-};
-
 struct EngineStats {
   int64_t steps = 0, prompt_tokens = 0, computed_prompt_tokens = 0, generated_tokens = 0;
   int64_t prefix_hit_tokens = 0, preemptions = 0;
@@ -65,7 +49,7 @@ struct EngineStats {
 
 class Engine {
  public:
-  using Callback = std::function<void(const RequestOutput&)>;
+  using Callback = OutputCallback;
 
   // tokenizer may be null: then outputs carry no text and stop strings are refused.
   Engine(Context& ctx, model::Model& model, const text::Tokenizer* tokenizer, std::vector<int32_t> eos_ids,
@@ -85,7 +69,7 @@ class Engine {
   void cancel(int64_t id);
   void cancel_all();
   int64_t running() const;
-  int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t waiting() const { return scheduler_->waiting(); }
   // One scheduling step; false when there was nothing to do.
   bool step();
   // Steps until every request has finished.
@@ -97,25 +81,20 @@ class Engine {
   int64_t num_blocks() const { return runner_.cache_blocks(); }
 
  private:
-  struct Sequence;
   void init();
-  bool schedule_decode(Sequence& s, std::vector<Sequence*>& batch, int64_t& budget);
-  bool grow(Sequence& s, int64_t tokens);
-  void reuse_prefix(Sequence& s);
-  void preempt(Sequence& s);
-  void publish_full_blocks(Sequence& s);
-  void append_token(Sequence& s, int32_t token, float logprob, std::vector<std::pair<int32_t, float>> top);
-  // flush: send the text held back for stop strings (not when a stop string ended it).
-  void finish(Sequence& s, const std::string& reason, bool flush = true);
+  // Runs a scheduled batch: the forward pass, then sampling and outputs for the sequences
+  // whose last chunk it was.
+  void execute(const ScheduledStep& step);
+  // Calls back every sequence with something to say and drops the finished ones.
+  void deliver_and_retire();
 
   std::unique_ptr<ModelRunner> own_runner_;  // the runner of the (ctx, model) constructor
   ModelRunner& runner_;
-  const text::Tokenizer* tokenizer_;
-  std::vector<int32_t> eos_ids_;
+  OutputProcessor outputs_;
   EngineOptions options_;
   std::unique_ptr<BlockManager> blocks_;
-  std::map<int64_t, std::unique_ptr<Sequence>> sequences_;  // by id: arrival order
-  std::deque<int64_t> waiting_;
+  std::unique_ptr<Scheduler> scheduler_;
+  SequenceTable sequences_;  // by id: arrival order
   int64_t next_id_ = 1;
   EngineStats stats_;
 };

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/logging.h"
+#include "parallel/command_codec.h"
 #include "parallel/communicator.h"
 #include "parallel/local_group.h"
 #include "parallel/nccl_communicator.h"
@@ -51,55 +52,37 @@ void ModelRunner::follow() { LW_FAIL("only a node other than node 0 of a multi-n
 
 namespace {
 
-// The commands node 0 sends the other nodes: an op letter, then the arguments in native
-// byte order (the nodes run the same build).
-class Writer {
- public:
-  explicit Writer(char op) : s_(1, op) {}
-  template <class T>
-  Writer& put(const T& v) {
-    s_.append(reinterpret_cast<const char*>(&v), sizeof(T));
-    return *this;
-  }
-  Writer& put_ids(std::span<const int32_t> v) {
-    put(static_cast<uint64_t>(v.size()));
-    s_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
-    return *this;
-  }
-  const std::string& str() const { return s_; }
+using namespace parallel::command;
 
- private:
-  std::string s_;
+// A forward command: the batch's chunks, each its tokens, start, blocks and logits choice.
+std::string encode_batch(const std::vector<model::SequenceChunk>& batch) {
+  parallel::CommandWriter w(kForward);
+  w.put(static_cast<uint64_t>(batch.size()));
+  for (const model::SequenceChunk& c : batch)
+    w.put_ids(c.tokens).put(c.start).put_ids(c.blocks).put(static_cast<uint8_t>(c.logits));
+  return w.str();
+}
+
+// The chunks of a forward command; they point into `tokens` and `blocks`.
+struct DecodedBatch {
+  std::vector<std::vector<int32_t>> tokens, blocks;
+  std::vector<model::SequenceChunk> chunks;
 };
 
-class Reader {
- public:
-  explicit Reader(const std::string& s) : s_(s) { LW_CHECK(!s.empty(), "a node got an empty command"); }
-  char op() const { return s_[0]; }
-  template <class T>
-  T get() {
-    T v;
-    take(&v, sizeof(T));
-    return v;
+void decode_batch(parallel::CommandReader& in, DecodedBatch& out) {
+  const auto n = in.get<uint64_t>();
+  out.tokens.resize(n);
+  out.blocks.resize(n);
+  out.chunks.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    out.tokens[i] = in.get_ids();
+    out.chunks[i].start = in.get<int64_t>();
+    out.blocks[i] = in.get_ids();
+    out.chunks[i].logits = static_cast<model::SequenceChunk::Logits>(in.get<uint8_t>());
+    out.chunks[i].tokens = out.tokens[i];
+    out.chunks[i].blocks = out.blocks[i];
   }
-  std::vector<int32_t> get_ids() {
-    std::vector<int32_t> v(static_cast<size_t>(get<uint64_t>()));
-    take(v.data(), v.size() * sizeof(int32_t));
-    return v;
-  }
-
- private:
-  void take(void* out, size_t n) {
-    LW_CHECK(pos_ + n <= s_.size(), "a node got a truncated command '" << s_[0] << "'");
-    std::memcpy(out, s_.data() + pos_, n);
-    pos_ += n;
-  }
-  const std::string& s_;
-  size_t pos_ = 1;
-};
-
-constexpr char kFit = 'F', kAllocate = 'A', kForward = 'W', kMode = 'D', kQuit = 'Q';
-constexpr char kErrorPrefix[] = "error: ";
+}
 
 }  // namespace
 
@@ -225,7 +208,7 @@ TensorParallelRunner::TensorParallelRunner(const Placement& placement, const Bui
 TensorParallelRunner::~TensorParallelRunner() {
   if (group_->rendezvous && leader() && group_->broken.empty()) {
     try {
-      std::string quit(1, kQuit);
+      std::string quit = parallel::CommandWriter(kQuit).str();
       group_->rendezvous->broadcast(quit);
     } catch (const std::exception& e) {
       log().warn("ending the multi-node group: {}", e.what());
@@ -277,21 +260,17 @@ void TensorParallelRunner::run(const std::function<void(Rank&)>& job) {
   }
 }
 
-std::vector<std::string> TensorParallelRunner::command(const std::string& cmd, const std::function<void(Rank&)>& job) {
+std::vector<std::string> TensorParallelRunner::command(const std::string& cmd) {
   Group& g = *group_;
   LW_CHECK(leader(), "node " << g.placement.node_rank << " follows node 0 and takes no commands of its own");
   LW_CHECK(g.broken.empty(), "the tensor-parallel group stopped after an error: " << g.broken);
-  if (!g.rendezvous) {
-    run(job);
-    return {};
-  }
+  if (!g.rendezvous) return {execute(cmd)};
   std::string message = cmd;
   g.rendezvous->broadcast(message);
-  run(job);
-  std::vector<std::string> replies = g.rendezvous->gather("");
+  std::vector<std::string> replies = g.rendezvous->gather(execute(cmd));
   for (size_t n = 1; n < replies.size(); ++n)
-    if (replies[n].rfind(kErrorPrefix, 0) == 0) {
-      g.broken = "node " + std::to_string(n) + ": " + replies[n].substr(sizeof(kErrorPrefix) - 1);
+    if (parallel::is_error_reply(replies[n])) {
+      g.broken = "node " + std::to_string(n) + ": " + replies[n].substr(parallel::kErrorReply.size());
       LW_FAIL("tensor-parallel " << g.broken);
     }
   return replies;
@@ -321,51 +300,25 @@ int64_t fit_of(const std::vector<int64_t>& fits, bool shared_device, int ranks) 
 }  // namespace
 
 int64_t TensorParallelRunner::blocks_that_fit(double fraction, int block_size) {
-  const std::string cmd = Writer(kFit).put(fraction).put(block_size).str();
-  const std::vector<std::string> replies =
-      command(cmd, [&](Rank& r) { r.fit = kv_blocks_that_fit(*r.ctx, *r.model, fraction, block_size); });
-  std::vector<int64_t> fits;
-  for (const auto& r : ranks_) fits.push_back(r->fit);
-  int64_t fit = fit_of(fits, ranks_.back()->device == ranks_[0]->device, group_->local);
+  const std::vector<std::string> replies = command(parallel::CommandWriter(kFit).put(fraction).put(block_size).str());
+  int64_t fit = std::stoll(replies.at(0));
   for (size_t n = 1; n < replies.size(); ++n) fit = std::min<int64_t>(fit, std::stoll(replies[n]));
   LW_CHECK(fit > 0, "engine: no memory left for the KV cache on the tensor-parallel ranks");
   return fit;
 }
 
 void TensorParallelRunner::allocate_cache(int64_t blocks, int block_size) {
-  command(Writer(kAllocate).put(blocks).put(block_size).str(), [&](Rank& r) {
-    r.cache.reset();
-    r.cache = std::make_unique<model::KvCache>(*r.ctx, r.model->shard_config(), r.model->dtype(), blocks, block_size);
-  });
+  command(parallel::CommandWriter(kAllocate).put(blocks).put(block_size).str());
 }
 
 void TensorParallelRunner::set_deterministic(bool on) {
-  command(Writer(kMode).put(static_cast<uint8_t>(on)).str(), [&](Rank& r) { r.ctx->set_deterministic(on); });
+  command(parallel::CommandWriter(kDeterministic).put(static_cast<uint8_t>(on)).str());
 }
 
 int64_t TensorParallelRunner::cache_blocks() const { return ranks_[0]->cache ? ranks_[0]->cache->num_blocks() : 0; }
 
-namespace {
-
-std::string encode_batch(const std::vector<model::SequenceChunk>& batch) {
-  Writer w(kForward);
-  w.put(static_cast<uint64_t>(batch.size()));
-  for (const model::SequenceChunk& c : batch) {
-    w.put_ids(c.tokens).put(c.start).put_ids(c.blocks).put(static_cast<uint8_t>(c.logits));
-  }
-  return w.str();
-}
-
-}  // namespace
-
 Tensor TensorParallelRunner::forward(const std::vector<model::SequenceChunk>& batch) {
-  const std::string cmd = group_->rendezvous ? encode_batch(batch) : std::string();
-  command(cmd, [&](Rank& r) {
-    LW_CHECK(r.cache, "forward before the KV cache was allocated");
-    Tensor logits = r.model->forward(*r.ctx, *r.cache, batch);
-    r.comm->synchronize(*r.ctx);
-    if (r.index == 0) r.logits = logits;
-  });
+  command(encode_batch(batch));
   Tensor logits = ranks_[0]->logits;
   ranks_[0]->logits = Tensor();
   LW_CUDA_CHECK(cudaSetDevice(ranks_[0]->device));
@@ -373,7 +326,7 @@ Tensor TensorParallelRunner::forward(const std::vector<model::SequenceChunk>& ba
 }
 
 std::string TensorParallelRunner::execute(const std::string& cmd) {
-  Reader in(cmd);
+  parallel::CommandReader in(cmd);
   switch (in.op()) {
     case kFit: {
       const auto fraction = in.get<double>();
@@ -381,7 +334,7 @@ std::string TensorParallelRunner::execute(const std::string& cmd) {
       run([&](Rank& r) { r.fit = kv_blocks_that_fit(*r.ctx, *r.model, fraction, block_size); });
       std::vector<int64_t> fits;
       for (const auto& r : ranks_) fits.push_back(r->fit);
-      return std::to_string(fit_of(fits, false, group_->local));
+      return std::to_string(fit_of(fits, ranks_.back()->device == ranks_[0]->device, group_->local));
     }
     case kAllocate: {
       const auto blocks = in.get<int64_t>();
@@ -392,27 +345,19 @@ std::string TensorParallelRunner::execute(const std::string& cmd) {
       });
       return "";
     }
-    case kMode: {
+    case kDeterministic: {
       const bool on = in.get<uint8_t>() != 0;
       run([&](Rank& r) { r.ctx->set_deterministic(on); });
       return "";
     }
     case kForward: {
-      const auto n = in.get<uint64_t>();
-      std::vector<std::vector<int32_t>> tokens(n), blocks(n);
-      std::vector<model::SequenceChunk> batch(n);
-      for (size_t i = 0; i < n; ++i) {
-        tokens[i] = in.get_ids();
-        batch[i].start = in.get<int64_t>();
-        blocks[i] = in.get_ids();
-        batch[i].logits = static_cast<model::SequenceChunk::Logits>(in.get<uint8_t>());
-        batch[i].tokens = tokens[i];
-        batch[i].blocks = blocks[i];
-      }
+      DecodedBatch batch;
+      decode_batch(in, batch);
       run([&](Rank& r) {
         LW_CHECK(r.cache, "forward before the KV cache was allocated");
-        r.model->forward(*r.ctx, *r.cache, batch);
+        Tensor logits = r.model->forward(*r.ctx, *r.cache, batch.chunks);
         r.comm->synchronize(*r.ctx);
+        if (r.index == 0) r.logits = logits;  // node 0's first rank: the engine samples there
       });
       return "";
     }
@@ -432,7 +377,7 @@ void TensorParallelRunner::follow() {
     try {
       reply = execute(cmd);
     } catch (const std::exception& e) {
-      g.rendezvous->gather(kErrorPrefix + std::string(e.what()));
+      g.rendezvous->gather(std::string(parallel::kErrorReply) + e.what());
       throw;
     }
     g.rendezvous->gather(reply);

@@ -108,10 +108,11 @@ class TensorParallelRunner final : public ModelRunner {
   struct Group;
   // Runs job on every local rank's thread and waits for all; the first failure is rethrown.
   void run(const std::function<void(Rank&)>& job);
-  // Node 0: sends `command` to the other nodes, runs job here, and gathers their replies
-  // (the values of a blocks_that_fit); throws when any node failed.
-  std::vector<std::string> command(const std::string& command, const std::function<void(Rank&)>& job);
-  // What a command asks of this node's ranks (on every node); returns the reply.
+  // Node 0: sends the encoded command to the other nodes, executes it here, and gathers
+  // every node's reply (its own first); throws when any node failed.
+  std::vector<std::string> command(const std::string& command);
+  // What a command (parallel/command_codec.h) asks of this node's ranks: the one decoder
+  // node 0 and the other nodes run. Returns this node's reply (a blocks_that_fit's count).
   std::string execute(const std::string& command);
   void stop();
 
