@@ -1,4 +1,6 @@
-// The serving engine: KV block management with prefix caching, and continuous batching whose
+// The serving engine: KV block management with prefix caching (per block and per sequence),
+// the Scheduler's decisions on a BlockManager alone, the OutputProcessor on a byte tokenizer,
+// and continuous batching whose
 // results equal each request run alone in deterministic mode (bit for bit: tokens and
 // log-probabilities), through chunked prefill, prefix-cache hits, preemption, decode graphs,
 // cancellation and stop strings.
@@ -12,6 +14,8 @@
 #include "engine/block_manager.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
+#include "engine/output_processor.h"
+#include "engine/scheduler.h"
 #include "model_fixture.h"
 #include "test_util.h"
 
@@ -67,6 +71,277 @@ TEST(BlockManager, PublishedBlocksAreSharedAndEvictedLeastRecentlyUsedFirst) {
   EXPECT_EQ(m.lookup(h2, t2), b);
   EXPECT_EQ(m.hits(), 3u);
   EXPECT_THROW(m.publish(c, 1, std::vector<int32_t>{1}), Error);  // not a full block
+}
+
+TEST(BlockManager, SequenceBlocksGrowReusePublishedPrefixesAndFree) {
+  BlockManager m(5, 2);
+  engine::SequenceBlocks a;
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5};
+  EXPECT_TRUE(m.can_append(a, 5));
+  EXPECT_TRUE(m.allocate(a, 5));  // 3 blocks
+  EXPECT_EQ(a.ids.size(), 3u);
+  EXPECT_TRUE(m.allocate(a, 6));  // the third block has room
+  EXPECT_EQ(m.available_blocks(), 2);
+  EXPECT_FALSE(m.can_append(a, 11));  // 6 blocks
+  m.publish_full(a, tokens);          // two full blocks of the five computed tokens
+  EXPECT_EQ(a.hashes.size(), 2u);
+  m.publish_full(a, tokens);  // already published: nothing more
+  EXPECT_EQ(a.hashes.size(), 2u);
+
+  engine::SequenceBlocks b;
+  EXPECT_EQ(m.reuse_prefix(b, std::vector<int32_t>{1, 2, 3, 4, 9}), 4);  // the two full blocks
+  EXPECT_EQ(b.ids, std::vector<int32_t>(a.ids.begin(), a.ids.begin() + 2));
+  EXPECT_EQ(b.hashes, a.hashes);
+  EXPECT_EQ(m.references(a.ids[0]), 2);
+  engine::SequenceBlocks c;
+  EXPECT_EQ(m.reuse_prefix(c, std::vector<int32_t>{1, 2, 9, 4}), 2);  // diverges in the second block
+  EXPECT_THROW(m.reuse_prefix(c, tokens), Error);                     // c holds blocks already
+
+  EXPECT_FALSE(m.allocate(c, 9));  // wants 5 blocks; gets the 2 left and keeps them
+  EXPECT_EQ(c.ids.size(), 3u);
+  EXPECT_EQ(m.available_blocks(), 0);
+  m.free(a);
+  m.free(b);
+  m.free(c);
+  EXPECT_TRUE(a.ids.empty() && a.hashes.empty());
+  EXPECT_EQ(m.available_blocks(), 5);
+  EXPECT_EQ(m.cached_blocks(), 2);  // the published blocks stay findable
+}
+
+// ---- the Scheduler on a BlockManager alone ----
+
+struct SchedulerBench {
+  BlockManager blocks;
+  engine::Scheduler scheduler;
+  engine::SequenceTable table;
+  int64_t next_id = 1;
+
+  SchedulerBench(int64_t num_blocks, int block_size, int64_t max_batch_tokens, bool prefix_caching = true)
+      : blocks(num_blocks, block_size, prefix_caching), scheduler(blocks, {max_batch_tokens, 256}) {}
+
+  engine::Sequence& add(std::vector<int32_t> prompt) {
+    auto s = std::make_unique<engine::Sequence>();
+    s->id = next_id++;
+    s->tokens = prompt;
+    s->req.prompt = std::move(prompt);
+    engine::Sequence& ref = *s;
+    scheduler.add(ref);
+    table.emplace(ref.id, std::move(s));
+    return ref;
+  }
+  // What the engine does after the forward pass: the chunks are computed, their full blocks
+  // published, and a sequence whose last token was computed gets a new one (token 7).
+  void ran(const engine::ScheduledStep& step) {
+    for (const engine::ScheduledChunk& c : step.chunks) {
+      c.seq->computed += c.tokens;
+      blocks.publish_full(c.seq->blocks, std::span<const int32_t>(c.seq->tokens).first(static_cast<size_t>(c.seq->computed)));
+      if (c.seq->remaining() == 0) c.seq->tokens.push_back(7);
+    }
+  }
+};
+
+// (sequence id, tokens) of each chunk of a step.
+std::vector<std::pair<int64_t, int64_t>> chunks_of(const engine::ScheduledStep& step) {
+  std::vector<std::pair<int64_t, int64_t>> v;
+  for (const engine::ScheduledChunk& c : step.chunks) v.emplace_back(c.seq->id, c.tokens);
+  return v;
+}
+
+using Chunks = std::vector<std::pair<int64_t, int64_t>>;
+
+TEST(Scheduler, DecodeTokensFirstThenPrefillChunksUnderTheTokenBudget) {
+  SchedulerBench b(100, 4, 8);
+  b.add({1, 2, 3});
+  b.add({4, 5, 6});
+  engine::ScheduledStep step = b.scheduler.schedule(b.table);
+  EXPECT_EQ(chunks_of(step), (Chunks{{1, 3}, {2, 3}}));
+  b.ran(step);
+  b.add(std::vector<int32_t>(20, 9));
+  step = b.scheduler.schedule(b.table);
+  EXPECT_EQ(chunks_of(step), (Chunks{{1, 1}, {2, 1}, {3, 6}}));  // two decode tokens, then 6 of 20
+  EXPECT_EQ(b.scheduler.waiting(), 0);
+  b.ran(step);
+  step = b.scheduler.schedule(b.table);
+  EXPECT_EQ(chunks_of(step), (Chunks{{1, 1}, {2, 1}, {3, 6}}));  // the partly computed prompt goes on
+  b.ran(step);
+  b.add({1, 1});
+  step = b.scheduler.schedule(b.table);
+  EXPECT_EQ(chunks_of(step), (Chunks{{1, 1}, {2, 1}, {3, 6}}));  // no budget left: the new one waits
+  EXPECT_EQ(b.scheduler.waiting(), 1);
+  EXPECT_EQ(step.preemptions, 0);
+}
+
+TEST(Scheduler, TheYoungestRunningSequenceIsPreemptedWhenBlocksRunOut) {
+  SchedulerBench b(4, 2, 64, false);
+  for (int i = 0; i < 3; ++i) b.add({1, 2});
+  engine::ScheduledStep step = b.scheduler.schedule(b.table);
+  EXPECT_EQ(chunks_of(step), (Chunks{{1, 2}, {2, 2}, {3, 2}}));  // a block each
+  b.ran(step);
+  // Each needs a second block for its decode token; one is free.
+  step = b.scheduler.schedule(b.table);
+  EXPECT_EQ(chunks_of(step), (Chunks{{1, 1}, {2, 1}}));
+  EXPECT_EQ(step.preemptions, 1);
+  const engine::Sequence& youngest = *b.table.at(3);
+  EXPECT_FALSE(youngest.running);
+  EXPECT_EQ(youngest.computed, 0);
+  EXPECT_TRUE(youngest.blocks.ids.empty());
+  EXPECT_EQ(b.scheduler.waiting_ids(), std::deque<int64_t>{3});
+  EXPECT_EQ(step.outgrown, nullptr);
+  // When the others finish, the preempted sequence recomputes its tokens.
+  for (int64_t id : {1, 2}) {
+    b.blocks.free(b.table.at(id)->blocks);
+    b.scheduler.remove(id);
+    b.table.erase(id);
+  }
+  step = b.scheduler.schedule(b.table);
+  EXPECT_EQ(chunks_of(step), (Chunks{{3, 3}}));
+}
+
+TEST(Scheduler, PrefixCacheHitsSkipComputedTokens) {
+  SchedulerBench b(16, 4, 64);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  b.add(prompt);
+  engine::ScheduledStep step = b.scheduler.schedule(b.table);
+  EXPECT_EQ(chunks_of(step), (Chunks{{1, 9}}));
+  b.ran(step);
+  b.add({1, 2, 3, 4, 5, 6, 7, 8, 10, 11});  // the first two blocks are cached
+  b.add({1, 2, 3, 4, 5, 6, 7, 8});          // likewise, but its last token must be computed
+  step = b.scheduler.schedule(b.table);
+  EXPECT_EQ(chunks_of(step), (Chunks{{1, 1}, {2, 2}, {3, 4}}));
+  EXPECT_EQ(step.prefix_hit_tokens, 8 + 4);
+  EXPECT_EQ(b.table.at(2)->computed, 8);
+  EXPECT_EQ(b.table.at(2)->blocks.ids[0], b.table.at(1)->blocks.ids[0]);
+  EXPECT_EQ(b.table.at(3)->computed, 4);
+}
+
+TEST(Scheduler, ASequenceThatOutgrewTheWholeCacheIsNamed) {
+  SchedulerBench b(2, 2, 64);
+  engine::Sequence& s = b.add({1, 2, 3, 4, 5});  // 3 blocks of a cache of 2
+  const engine::ScheduledStep step = b.scheduler.schedule(b.table);
+  EXPECT_TRUE(step.chunks.empty());
+  EXPECT_EQ(step.outgrown, &s);
+  EXPECT_EQ(b.blocks.available_blocks(), 2);  // what it got on the way was given back
+}
+
+// ---- the OutputProcessor ----
+
+// Byte-level: token b is byte b (the GPT-2 byte alphabet); 256 is <|end|>, a control token.
+text::Tokenizer byte_tokenizer() {
+  text::TokenizerSpec spec;
+  spec.kind = text::TokenizerKind::kByteLevelBpe;
+  uint32_t next = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    const uint32_t cp = printable ? b : next++;
+    std::string u;
+    if (cp < 0x80) {
+      u += static_cast<char>(cp);
+    } else {
+      u += static_cast<char>(0xC0 | (cp >> 6));
+      u += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    spec.tokens.push_back(u);
+  }
+  spec.tokens.push_back("<|end|>");
+  spec.token_types.assign(spec.tokens.size(), 1);
+  spec.token_types[256] = 3;
+  spec.eos_id = 256;
+  return text::Tokenizer::from_spec(spec);
+}
+
+struct Delivered {
+  std::vector<std::string> texts;  // per step
+  std::vector<int32_t> tokens;
+  std::string reason;
+  std::string text() const {
+    std::string t;
+    for (const std::string& s : texts) t += s;
+    return t;
+  }
+};
+
+// Feeds `text`'s bytes as tokens, one per step, delivering as the engine does, until finished.
+Delivered feed(const engine::OutputProcessor& p, Request req, const std::string& text) {
+  engine::Sequence s;
+  s.id = 1;
+  s.tokens = req.prompt = {0};
+  s.req = std::move(req);
+  p.start(s);
+  Delivered d;
+  for (unsigned char c : text) {
+    if (s.done) break;
+    p.append(s, c, -0.5f, {});
+    d.texts.push_back(s.out.text);
+    d.tokens.insert(d.tokens.end(), s.out.tokens.begin(), s.out.tokens.end());
+    if (s.out.finished) d.reason = s.out.finish_reason;
+    s.out = RequestOutput{};
+  }
+  return d;
+}
+
+TEST(OutputProcessor, AStopStringAcrossTokensIsHeldBackAndCut) {
+  const text::Tokenizer tok = byte_tokenizer();
+  const engine::OutputProcessor p(&tok, {256});
+  Request req;
+  req.max_tokens = 100;
+  req.stop_strings = {"END", "zz"};
+  const Delivered d = feed(p, req, "abENDxy");
+  EXPECT_EQ(d.text(), "ab");
+  EXPECT_EQ(d.reason, "stop");
+  EXPECT_EQ(d.tokens.size(), 5u);  // the stop string's tokens are sent; its text is not
+  // "ab" goes out only once no stop string can start in it: 2 bytes held back ("END" less one).
+  EXPECT_EQ(d.texts, (std::vector<std::string>{"", "", "a", "b", ""}));
+
+  // A stop string that never completes: the held-back text goes out at the end.
+  req.max_tokens = 3;
+  const Delivered e = feed(p, req, "xEN");
+  EXPECT_EQ(e.text(), "xEN");
+  EXPECT_EQ(e.reason, "length");
+  EXPECT_EQ(e.texts, (std::vector<std::string>{"", "", "xEN"}));
+}
+
+TEST(OutputProcessor, TextIsSentOnCharacterBoundaries) {
+  const text::Tokenizer tok = byte_tokenizer();
+  const engine::OutputProcessor p(&tok, {256});
+  Request req;
+  req.max_tokens = 100;
+  const Delivered d = feed(p, req, "a\xC3\xA9" "b");  // "a", "é" in two tokens, "b"
+  EXPECT_EQ(d.texts, (std::vector<std::string>{"a", "", "\xC3\xA9", "b"}));
+}
+
+TEST(OutputProcessor, StopIdsEndOfSequenceAndLength) {
+  const text::Tokenizer tok = byte_tokenizer();
+  const engine::OutputProcessor p(&tok, {'#'});
+  Request req;
+  req.max_tokens = 100;
+  req.stop_token_ids = {'!'};
+  Delivered d = feed(p, req, "hi!there");
+  EXPECT_EQ(d.text(), "hi");
+  EXPECT_EQ(d.tokens, (std::vector<int32_t>{'h', 'i'}));  // a stop id is not part of the output
+  EXPECT_EQ(d.reason, "stop");
+  d = feed(p, req, "ab#c");
+  EXPECT_EQ(d.text(), "ab");
+  EXPECT_EQ(d.reason, "stop");
+  req.ignore_eos = true;
+  req.max_tokens = 3;
+  d = feed(p, req, "ab#cd");
+  EXPECT_EQ(d.text(), "ab#");
+  EXPECT_EQ(d.reason, "length");
+
+  // Log-probabilities of each token, and the top ones when asked for.
+  engine::Sequence s;
+  s.tokens = s.req.prompt = {0};
+  s.req.top_logprobs = 1;
+  p.start(s);
+  p.append(s, 'a', -0.25f, {{'a', -0.25f}});
+  EXPECT_EQ(s.out.logprobs, std::vector<float>{-0.25f});
+  ASSERT_EQ(s.out.top_logprobs.size(), 1u);
+  EXPECT_EQ(s.out.top_logprobs[0][0].first, 'a');
+  EXPECT_EQ(s.tokens, (std::vector<int32_t>{0, 'a'}));
+  EXPECT_EQ(s.generated, 1);
+  p.finish(s, "abort");
+  p.finish(s, "length");  // the first finish stands
+  EXPECT_EQ(s.out.finish_reason, "abort");
 }
 
 // A tiny random model shared by the engine tests.

@@ -1,7 +1,8 @@
 // Tensor parallelism: a model split over ranks of the in-process group gives the logits and
 // the greedy tokens of the whole model (dense, grouped-query with KV heads replicated, biased,
 // mixture-of-experts with and without a shared expert, a vocabulary that does not divide), and a
-// failing rank stops the group with its message instead of hanging it.
+// failing rank stops the group with its message instead of hanging it; the commands node 0
+// sends its followers survive their codec, and a truncated one is refused.
 #include <chrono>
 #include <cstdlib>
 #include <future>
@@ -12,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "parallel/command_codec.h"
 #include "parallel/local_group.h"
 #include "parallel/rendezvous.h"
 #include "engine/engine.h"
@@ -265,6 +267,50 @@ int free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+TEST(CommandCodec, RoundTripsAndRefusesATruncatedCommand) {
+  const std::vector<int32_t> ids = {3, -1, 70000};
+  const std::string bytes = parallel::CommandWriter(parallel::command::kForward)
+                                .put(0.75)
+                                .put_ids(ids)
+                                .put(static_cast<uint8_t>(1))
+                                .put_ids(std::vector<int32_t>{})
+                                .put(int64_t{-5})
+                                .str();
+  parallel::CommandReader in(bytes);
+  EXPECT_EQ(in.op(), parallel::command::kForward);
+  EXPECT_EQ(in.get<double>(), 0.75);
+  EXPECT_EQ(in.get_ids(), ids);
+  EXPECT_EQ(in.get<uint8_t>(), 1);
+  EXPECT_TRUE(in.get_ids().empty());
+  EXPECT_FALSE(in.at_end());
+  EXPECT_EQ(in.get<int64_t>(), -5);
+  EXPECT_TRUE(in.at_end());
+  EXPECT_THROW(in.get<uint8_t>(), Error);  // nothing left
+
+  // Cut anywhere inside, the command is refused where it runs out, naming the op.
+  for (size_t cut : {size_t{1}, size_t{5}, size_t{9 + 8 + 4}, bytes.size() - 1}) {
+    SCOPED_TRACE(::testing::Message() << "cut at " << cut);
+    const std::string truncated = bytes.substr(0, cut);
+    parallel::CommandReader r(truncated);
+    expect_error(
+        [&] {
+          (void)r.get<double>();
+          (void)r.get_ids();
+          (void)r.get<uint8_t>();
+          (void)r.get_ids();
+          (void)r.get<int64_t>();
+        },
+        "truncated command 'W'");
+  }
+  // A length that announces more ids than the command holds is refused before any allocation.
+  const std::string huge = parallel::CommandWriter('W').put(uint64_t{1} << 60).str();
+  parallel::CommandReader h(huge);
+  EXPECT_THROW(h.get_ids(), Error);
+  EXPECT_THROW(parallel::CommandReader(std::string_view()), Error);
+  EXPECT_TRUE(parallel::is_error_reply(std::string(parallel::kErrorReply) + "rank 1: out of memory"));
+  EXPECT_FALSE(parallel::is_error_reply("42"));
 }
 
 TEST(Rendezvous, NodesMeetBroadcastAndGather) {
