@@ -1,9 +1,8 @@
 // The serving engine: KV block management with prefix caching (per block and per sequence),
 // the Scheduler's decisions on a BlockManager alone, the OutputProcessor on a byte tokenizer,
-// and continuous batching whose
-// results equal each request run alone in deterministic mode (bit for bit: tokens and
-// log-probabilities), through chunked prefill, prefix-cache hits, preemption, decode graphs,
-// cancellation and stop strings.
+// and continuous batching whose results equal each request run alone in deterministic mode
+// (bit for bit: tokens and log-probabilities), through chunked prefill, prefix-cache hits,
+// preemption, decode graphs, cancellation and stop strings.
 #include <filesystem>
 #include <map>
 
