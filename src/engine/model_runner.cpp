@@ -52,7 +52,11 @@ void ModelRunner::follow() { LW_FAIL("only a node other than node 0 of a multi-n
 
 namespace {
 
-using namespace parallel::command;
+using parallel::command::kAllocate;
+using parallel::command::kDeterministic;
+using parallel::command::kFit;
+using parallel::command::kForward;
+using parallel::command::kQuit;
 
 // A forward command: the batch's chunks, each its tokens, start, blocks and logits choice.
 std::string encode_batch(const std::vector<model::SequenceChunk>& batch) {
