@@ -8,6 +8,7 @@
 // message naming the format, never computing a wrong answer.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "core/context.h"
 #include "core/tensor.h"
