@@ -1,5 +1,6 @@
-// int8 quantisation per token and per group, and the row / whole-tensor reductions, against
-// references: exact agreement with the float formula, and |x - q*s| <= s/2 in float64.
+// int8 quantisation per token and per group, the expansion of GGML blocks (ops::dequantize),
+// and the row / whole-tensor reductions, against references: exact agreement with the float
+// formula, and |x - q*s| <= s/2 in float64.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -108,6 +109,82 @@ TEST(Quant, RejectsMisuse) {
   EXPECT_THROW(ops::quantize_per_group(ctx(), x, 48, q, s_grp), Error);   // unsupported group
   EXPECT_THROW(ops::quantize_per_group(ctx(), x, 64, q, s_grp), Error);   // 64 does not divide 96
   EXPECT_NO_THROW(ops::quantize_per_group(ctx(), x, 32, q, s_grp));
+}
+
+// GGML blocks built on the host with random fields, expanded by ops::dequantize: each element
+// is computed in fp32 as ggml does (q4_1: d * q + m, rounded after the product and the sum)
+// and rounded once to the output type, so the expected values are exact.
+TEST(Quant, DequantizeExpandsGgmlBlocksExactly) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  auto put_half = [](uint8_t* p, float v) {
+    const half h = gpu::from_float<half>(v);
+    std::memcpy(p, &h, 2);
+  };
+  auto half_at = [](const uint8_t* p) {
+    half h;
+    std::memcpy(&h, p, 2);
+    return gpu::to_float(h);
+  };
+  for (ops::BlockFormat format : {ops::BlockFormat::q8_0, ops::BlockFormat::q4_0, ops::BlockFormat::q4_1}) {
+    for (DType dt : kFloatTypes) {
+      SCOPED_TRACE(::testing::Message() << ops::block_format_name(format) << " -> " << dtype_name(dt));
+      const int64_t blocks = 37, per = ops::block_format_elems(format), bytes = ops::block_format_bytes(format);
+      Tensor raw = Tensor::empty_host({blocks * bytes}, DType::i8);
+      auto* b = reinterpret_cast<uint8_t*>(raw.data_ptr());
+      std::vector<double> want;
+      for (int64_t i = 0; i < blocks; ++i) {
+        uint8_t* blk = b + i * bytes;
+        for (int64_t j = 0; j < bytes; ++j) blk[j] = static_cast<uint8_t>(byte(rng()));
+        put_half(blk, static_cast<float>(random_host({1}, DType::f32, 0.001, 0.1).data<float>()[0]));
+        if (format == ops::BlockFormat::q4_1) put_half(blk + 2, random_host({1}, DType::f32, -1, 1).data<float>()[0]);
+        const float d = half_at(blk);
+        for (int64_t j = 0; j < per; ++j) {
+          float v = 0;
+          if (format == ops::BlockFormat::q8_0) {
+            v = static_cast<float>(static_cast<int8_t>(blk[2 + j])) * d;
+          } else {
+            const int off = format == ops::BlockFormat::q4_0 ? 2 : 4;
+            const uint8_t q = j < per / 2 ? blk[off + j] & 0x0f : blk[off + j - per / 2] >> 4;
+            if (format == ops::BlockFormat::q4_0) {
+              v = static_cast<float>(q - 8) * d;
+            } else {
+              const float product = d * static_cast<float>(q);
+              v = product + half_at(blk + 2);
+            }
+          }
+          switch (dt) {
+            case DType::f16: want.push_back(gpu::to_float(gpu::from_float<half>(v))); break;
+            case DType::bf16: want.push_back(gpu::to_float(gpu::from_float<bfloat16>(v))); break;
+            default: want.push_back(v);
+          }
+        }
+      }
+      Tensor out = ctx().empty({blocks, per}, dt);
+      poison(out);
+      ops::dequantize(ctx(), ctx().to_device(raw), format, out);
+      EXPECT_TRUE(all_close(ctx().to_host(out), want, 0, 0));
+    }
+  }
+}
+
+TEST(Quant, DequantizeRejectsMisuse) {
+  auto expect_error = [](auto&& f, const char* text) {
+    try {
+      f();
+      ADD_FAILURE() << "expected an error containing '" << text << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  };
+  const Tensor out = ctx().empty({2, 32}, DType::f16);
+  expect_error([&] { ops::dequantize(ctx(), ctx().empty({67}, DType::i8), ops::BlockFormat::q4_1, out); },
+               "must be a contiguous i8[40]");
+  expect_error([&] { ops::dequantize(ctx(), ctx().empty({68}, DType::i8), ops::BlockFormat::q8_0, ctx().empty({2, 31}, DType::f32)); },
+               "not whole q8_0 blocks of 32");
+  expect_error([&] { ops::dequantize(ctx(), ctx().empty({64}, DType::i32), ops::BlockFormat::f32, ctx().empty({64}, DType::f32)); },
+               "must be a contiguous i8[256]");
+  expect_error([&] { ops::dequantize(ctx(), ctx().empty({72}, DType::i8), ops::BlockFormat::q4_0, ctx().empty({64}, DType::i32)); },
+               "must be f32, f16 or bf16");
 }
 
 TEST(Reduce, RowAndTensorReductionsEveryOp) {

@@ -3,7 +3,7 @@
 
 Kernel code must not assume a warp width: the same source runs on 32-lane NVIDIA and RDNA
 warps and on 64-lane CDNA wavefronts. The rules, applied to *.cu and *.cuh files and to the
-headers of src/kernels/ (comments and string literals are ignored):
+headers under src/kernels/ (comments and string literals are ignored):
 
   mask-literal     0xffffffff: a 32-lane "all lanes" mask
   warp-literal     an integer literal 32 or 64 (a warp size in disguise)
@@ -84,7 +84,7 @@ def kernel_files(root):
     for p in sorted(root.rglob("*")):
         if not p.is_file() or "gpu" in p.relative_to(root).parts[:1] + p.parts[-3:-1]:
             continue
-        if p.suffix in (".cu", ".cuh") or (p.suffix == ".h" and p.parent.name == "kernels"):
+        if p.suffix in (".cu", ".cuh") or (p.suffix == ".h" and "kernels" in p.parts[:-1]):
             files.append(p)
     return files
 

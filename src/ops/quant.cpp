@@ -1,6 +1,6 @@
 #include "ops/quant.h"
 
-#include "kernels/quant.h"
+#include "kernels/quant/quantize.h"
 #include "ops/check.h"
 
 namespace lw::ops {
@@ -61,6 +61,22 @@ void dequantize_per_group(Context& ctx, const Tensor& q, const Tensor& scales, i
   dispatch_float(out.dtype(), "dequantize_per_group", [&]<class T>() {
     kernels::dequantize_per_group<T>(q.data<int8_t>(), scales.data<float>(), out.data<T>(), rows, cols, group,
                                      ctx.warp_size(), ctx.stream().get());
+  });
+}
+
+void dequantize(Context& ctx, const Tensor& raw, BlockFormat format, const Tensor& out) {
+  const char* op = "dequantize";
+  check_float_input(op, "out", out);
+  check_on_device(op, "raw", raw);
+  const int64_t n = out.numel(), block = block_format_elems(format);
+  LW_CHECK(n % block == 0, op << ": out " << out.describe() << " holds " << n << " elements, not whole "
+                              << block_format_name(format) << " blocks of " << block);
+  const int64_t bytes = n / block * block_format_bytes(format);
+  LW_CHECK(raw.dtype() == DType::i8 && raw.dim() == 1 && raw.size(0) == bytes && raw.is_contiguous(),
+           op << ": raw " << raw.describe() << " must be a contiguous i8[" << bytes << "]: the bytes of " << n
+              << " elements stored as " << block_format_name(format));
+  dispatch_float(out.dtype(), op, [&]<class T>() {
+    kernels::dequantize_blocks<T>(out.data<T>(), raw.data_ptr(), format, n, ctx.warp_size(), ctx.stream().get());
   });
 }
 

@@ -1,8 +1,10 @@
 // Symmetric int8 quantisation (the W8A8 activation path): q = round(x / s) clamped to
-// [-127, 127] with s = absmax / 127, per token (row) or per group of 32, 64 or 128 elements.
+// [-127, 127] with s = absmax / 127, per token (row) or per group of 32, 64 or 128 elements;
+// and the expansion of stored weight formats (float types, GGML blocks) into float tensors.
 #pragma once
 #include "core/context.h"
 #include "core/tensor.h"
+#include "kernels/quant/dequant.h"
 
 namespace lw::ops {
 
@@ -14,5 +16,17 @@ void dequantize_per_token(Context& ctx, const Tensor& q, const Tensor& scales, c
 // must divide cols.
 void quantize_per_group(Context& ctx, const Tensor& x, int group, const Tensor& q, const Tensor& scales);
 void dequantize_per_group(Context& ctx, const Tensor& q, const Tensor& scales, int group, const Tensor& out);
+
+// The stored formats `dequantize` expands (f32, f16, bf16, q8_0, q4_0, q4_1).
+using kernels::BlockFormat;
+using kernels::block_format_bytes;
+using kernels::block_format_elems;
+using kernels::block_format_name;
+
+// out (f32/f16/bf16, contiguous, any shape) = the out.numel() elements stored in `raw` as
+// `format` (GGML's block layout for the q formats), expanded in fp32 and rounded once to
+// out's dtype. raw: the stored bytes, a contiguous 1-D i8 tensor on the device of exactly
+// out.numel() / block elements * block bytes; out.numel() must be whole blocks.
+void dequantize(Context& ctx, const Tensor& raw, BlockFormat format, const Tensor& out);
 
 }  // namespace lw::ops

@@ -1,7 +1,9 @@
 #include "weights/load.h"
 
+#include <optional>
+
 #include "gpu/runtime.h"
-#include "weights/dequant.h"
+#include "ops/quant.h"
 
 namespace lw::weights {
 
@@ -17,6 +19,23 @@ DType plain_dtype(FileDType t) {
     case FileDType::i64: return DType::i64;
     default: return DType::f32;
   }
+}
+
+// The device format a file type expands from; none for the integer and unsupported types.
+std::optional<ops::BlockFormat> block_format(FileDType t) {
+  switch (t) {
+    case FileDType::f32: return ops::BlockFormat::f32;
+    case FileDType::f16: return ops::BlockFormat::f16;
+    case FileDType::bf16: return ops::BlockFormat::bf16;
+    case FileDType::q8_0: return ops::BlockFormat::q8_0;
+    case FileDType::q4_0: return ops::BlockFormat::q4_0;
+    case FileDType::q4_1: return ops::BlockFormat::q4_1;
+    case FileDType::i8:
+    case FileDType::i32:
+    case FileDType::i64:
+    case FileDType::unsupported: return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 bool is_integer(FileDType t) { return t == FileDType::i8 || t == FileDType::i32 || t == FileDType::i64; }
@@ -51,17 +70,10 @@ Tensor load_tensor(Context& ctx, const TensorRecord& rec, DType compute) {
   Tensor raw = ctx.empty({static_cast<int64_t>(want)}, DType::i8);
   LW_CUDA_CHECK(cudaMemcpyAsync(raw.data_ptr(), rec.data, want, cudaMemcpyHostToDevice, stream));
   LW_CUDA_CHECK(cudaStreamSynchronize(stream));
-  switch (compute) {
-    case DType::f32:
-      kernels::dequantize<float>(out.data<float>(), raw.data_ptr(), rec.dtype, n, ctx.warp_size(), stream);
-      break;
-    case DType::f16:
-      kernels::dequantize<half>(out.data<half>(), raw.data_ptr(), rec.dtype, n, ctx.warp_size(), stream);
-      break;
-    default:
-      kernels::dequantize<bfloat16>(out.data<bfloat16>(), raw.data_ptr(), rec.dtype, n, ctx.warp_size(), stream);
-      break;
-  }
+  const std::optional<ops::BlockFormat> format = block_format(rec.dtype);
+  LW_CHECK(format.has_value(), "tensor '" << rec.name << "' in '" << rec.file << "': no device conversion from "
+                                          << file_dtype_name(rec.dtype) << " to " << dtype_name(compute));
+  ops::dequantize(ctx, raw, *format, out);
   return out;
 }
 

@@ -1,4 +1,4 @@
-#include "kernels/quant.h"
+#include "kernels/quant/quantize.h"
 
 #include <cmath>
 

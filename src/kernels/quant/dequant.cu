@@ -1,11 +1,11 @@
-#include "weights/dequant.h"
+#include "kernels/quant/dequant.h"
 
 #include <algorithm>
 
 #include "gpu/launch.h"
 #include "gpu/numeric.h"
 
-namespace lw::weights::kernels {
+namespace lw::kernels {
 
 namespace {
 
@@ -21,7 +21,9 @@ __device__ __forceinline__ float fp16_at(const uint8_t* p) {
 }
 
 // d * q + m rounded twice, as ggml and gguf-py compute it: nvcc would otherwise fuse the two
-// into one FMA and differ from the reference in the last bit.
+// into one FMA and differ from the reference in the last bit. The emulator has no __fmul_rn /
+// __fadd_rn, and the host compiler (ISO mode) does not contract, so the plain expression is
+// the same two roundings there.
 __device__ __forceinline__ float mul_add_unfused(float a, float b, float c) {
 #if defined(LW_TARGET_HOST)
   return a * b + c;
@@ -73,43 +75,69 @@ __global__ void dequant_kernel(T* out, const uint8_t* in, int64_t n) {
 
 }  // namespace
 
+const char* block_format_name(BlockFormat format) {
+  switch (format) {
+    case BlockFormat::f32: return "f32";
+    case BlockFormat::f16: return "f16";
+    case BlockFormat::bf16: return "bf16";
+    case BlockFormat::q8_0: return "q8_0";
+    case BlockFormat::q4_0: return "q4_0";
+    case BlockFormat::q4_1: return "q4_1";
+  }
+  return "?";
+}
+
+int64_t block_format_elems(BlockFormat format) {
+  switch (format) {
+    case BlockFormat::q8_0:
+    case BlockFormat::q4_0:
+    case BlockFormat::q4_1: return kQBlock;
+    default: return 1;
+  }
+}
+
+int64_t block_format_bytes(BlockFormat format) {
+  switch (format) {
+    case BlockFormat::f32: return 4;
+    case BlockFormat::f16: return 2;
+    case BlockFormat::bf16: return 2;
+    case BlockFormat::q8_0: return Q8_0::kBytes;
+    case BlockFormat::q4_0: return Q4_0::kBytes;
+    case BlockFormat::q4_1: return Q4_1::kBytes;
+  }
+  return 0;
+}
+
 template <class T>
-void dequantize(T* out, const void* src, FileDType type, int64_t n, int warp_size, cudaStream_t stream) {
+void dequantize_blocks(T* out, const void* src, BlockFormat format, int64_t n, int warp_size, cudaStream_t stream) {
   if (n == 0) return;
+  LW_CHECK(n % block_format_elems(format) == 0,
+           "dequantize: " << n << " elements are not whole " << block_format_name(format) << " blocks of "
+                          << block_format_elems(format));
   const int threads = gpu::round_block_size(256, warp_size);
   // Enough blocks to fill a large GPU; the grid-stride loop covers the rest.
   const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 8192);
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream};
   const auto* bytes = static_cast<const uint8_t*>(src);
-  switch (type) {
-    case FileDType::f32:
+  switch (format) {
+    case BlockFormat::f32:
       gpu::launch("weights_convert_f32", convert_kernel<T, float>, cfg, out, static_cast<const float*>(src), n);
-      break;
-    case FileDType::f16:
+      return;
+    case BlockFormat::f16:
       gpu::launch("weights_convert_f16", convert_kernel<T, half>, cfg, out, static_cast<const half*>(src), n);
-      break;
-    case FileDType::bf16:
+      return;
+    case BlockFormat::bf16:
       gpu::launch("weights_convert_bf16", convert_kernel<T, bfloat16>, cfg, out, static_cast<const bfloat16*>(src), n);
-      break;
-    case FileDType::q8_0:
-      LW_CHECK(n % kQBlock == 0, "dequantize: " << n << " elements are not whole Q8_0 blocks");
-      gpu::launch("weights_dequant_q8_0", dequant_kernel<T, Q8_0>, cfg, out, bytes, n);
-      break;
-    case FileDType::q4_0:
-      LW_CHECK(n % kQBlock == 0, "dequantize: " << n << " elements are not whole Q4_0 blocks");
-      gpu::launch("weights_dequant_q4_0", dequant_kernel<T, Q4_0>, cfg, out, bytes, n);
-      break;
-    case FileDType::q4_1:
-      LW_CHECK(n % kQBlock == 0, "dequantize: " << n << " elements are not whole Q4_1 blocks");
-      gpu::launch("weights_dequant_q4_1", dequant_kernel<T, Q4_1>, cfg, out, bytes, n);
-      break;
-    default:
-      LW_FAIL("dequantize: cannot convert " << file_dtype_name(type) << " to a float type");
+      return;
+    case BlockFormat::q8_0: gpu::launch("weights_dequant_q8_0", dequant_kernel<T, Q8_0>, cfg, out, bytes, n); return;
+    case BlockFormat::q4_0: gpu::launch("weights_dequant_q4_0", dequant_kernel<T, Q4_0>, cfg, out, bytes, n); return;
+    case BlockFormat::q4_1: gpu::launch("weights_dequant_q4_1", dequant_kernel<T, Q4_1>, cfg, out, bytes, n); return;
   }
+  LW_FAIL("dequantize: unknown block format " << static_cast<int>(format));
 }
 
-template void dequantize<float>(float*, const void*, FileDType, int64_t, int, cudaStream_t);
-template void dequantize<half>(half*, const void*, FileDType, int64_t, int, cudaStream_t);
-template void dequantize<bfloat16>(bfloat16*, const void*, FileDType, int64_t, int, cudaStream_t);
+template void dequantize_blocks<float>(float*, const void*, BlockFormat, int64_t, int, cudaStream_t);
+template void dequantize_blocks<half>(half*, const void*, BlockFormat, int64_t, int, cudaStream_t);
+template void dequantize_blocks<bfloat16>(bfloat16*, const void*, BlockFormat, int64_t, int, cudaStream_t);
 
-}  // namespace lw::weights::kernels
+}  // namespace lw::kernels

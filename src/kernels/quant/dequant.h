@@ -1,0 +1,24 @@
+// Expansion of stored weight formats into a float tensor on the device: plain float types
+// converted, GGML's quantised blocks (llama.cpp's layout) expanded in fp32 and rounded once.
+#pragma once
+#include <cstdint>
+
+#include "gpu/compat.h"
+
+namespace lw::kernels {
+
+// The stored formats the expansion kernels read. The kernel layer's own list: checkpoint
+// readers (weights/) map their file types onto it.
+enum class BlockFormat : uint8_t { f32, f16, bf16, q8_0, q4_0, q4_1 };
+
+const char* block_format_name(BlockFormat format);
+// Elements per block (1 for the plain float types) and bytes per block.
+int64_t block_format_elems(BlockFormat format);
+int64_t block_format_bytes(BlockFormat format);
+
+// out[i] = element i of `src` (n elements stored as `format`, in the file's block layout),
+// rounded to T. `src` is device memory; n must be whole blocks.
+template <class T>
+void dequantize_blocks(T* out, const void* src, BlockFormat format, int64_t n, int warp_size, cudaStream_t stream);
+
+}  // namespace lw::kernels

@@ -1,0 +1,246 @@
+#include "ops/weight.h"
+
+#include <sstream>
+
+#include "ops/check.h"
+#include "ops/quant.h"
+
+namespace lw::ops {
+
+namespace {
+
+// GGML's block formats: elements and bytes per block (ggml-common.h).
+struct GgufBlock {
+  WeightFormat format;
+  int64_t elems;
+  int64_t bytes;
+};
+constexpr GgufBlock kGgufBlocks[] = {
+    {WeightFormat::gguf_q4_0, 32, 18},  {WeightFormat::gguf_q4_1, 32, 20},  {WeightFormat::gguf_q5_0, 32, 22},
+    {WeightFormat::gguf_q5_1, 32, 24},  {WeightFormat::gguf_q8_0, 32, 34},  {WeightFormat::gguf_q2_k, 256, 84},
+    {WeightFormat::gguf_q3_k, 256, 110}, {WeightFormat::gguf_q4_k, 256, 144}, {WeightFormat::gguf_q5_k, 256, 176},
+    {WeightFormat::gguf_q6_k, 256, 210},
+};
+
+const GgufBlock* gguf_block(WeightFormat format) {
+  for (const GgufBlock& b : kGgufBlocks)
+    if (b.format == format) return &b;
+  return nullptr;
+}
+
+// Every weight tensor: defined, on the device, contiguous.
+void check_stored(const char* op, const char* name, const Tensor& t) {
+  check_on_device(op, name, t);
+  LW_CHECK(t.is_contiguous(), op << ": " << name << " " << t.describe() << " must be contiguous");
+}
+
+void check_tensor(const char* op, const char* name, const Tensor& t, DType dtype, const std::vector<int64_t>& shape) {
+  check_stored(op, name, t);
+  LW_CHECK(t.dtype() == dtype && t.shape() == shape,
+           op << ": " << name << " " << t.describe() << " must be " << dtype_name(dtype) << shape_str(shape));
+}
+
+// q [N, K] of `dtype` (i8 for int8 and fp8 bytes); returns {N, K}.
+std::pair<int64_t, int64_t> check_matrix(const char* op, const char* name, const Tensor& q, DType dtype) {
+  check_stored(op, name, q);
+  LW_CHECK(q.dtype() == dtype && q.dim() == 2,
+           op << ": " << name << " " << q.describe() << " must be 2-D " << dtype_name(dtype) << " [out_features, in_features]");
+  return {q.size(0), q.size(1)};
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The shared checks of GPTQ and AWQ: sizes, group size, and the scales [K / group, N].
+void check_int4(const char* op, int64_t n, int64_t k, const Tensor& scales, int64_t group_size) {
+  LW_CHECK(n > 0 && k > 0 && n % 8 == 0 && k % 8 == 0,
+           op << ": [N, K] = [" << n << ", " << k << "] must be positive multiples of 8 (eight 4-bit values per int32)");
+  LW_CHECK(group_size > 0 && k % group_size == 0,
+           op << ": group_size " << group_size << " must be positive and divide K = " << k
+              << " (K itself for one group per output channel)");
+  check_stored(op, "scales", scales);
+  LW_CHECK(is_float(scales.dtype()) && scales.shape() == std::vector<int64_t>({k / group_size, n}),
+           op << ": scales " << scales.describe() << " must be f16, bf16 or f32" << shape_str({k / group_size, n}));
+}
+
+}  // namespace
+
+const char* weight_format_name(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::dense: return "dense";
+    case WeightFormat::fp8_e4m3_per_tensor: return "fp8_e4m3_per_tensor";
+    case WeightFormat::fp8_e4m3_per_channel: return "fp8_e4m3_per_channel";
+    case WeightFormat::fp8_e4m3_per_block: return "fp8_e4m3_per_block";
+    case WeightFormat::int8_per_channel: return "int8_per_channel";
+    case WeightFormat::int4_gptq: return "int4_gptq";
+    case WeightFormat::int4_awq: return "int4_awq";
+    case WeightFormat::gguf_q4_0: return "gguf_q4_0";
+    case WeightFormat::gguf_q4_1: return "gguf_q4_1";
+    case WeightFormat::gguf_q5_0: return "gguf_q5_0";
+    case WeightFormat::gguf_q5_1: return "gguf_q5_1";
+    case WeightFormat::gguf_q8_0: return "gguf_q8_0";
+    case WeightFormat::gguf_q2_k: return "gguf_q2_k";
+    case WeightFormat::gguf_q3_k: return "gguf_q3_k";
+    case WeightFormat::gguf_q4_k: return "gguf_q4_k";
+    case WeightFormat::gguf_q5_k: return "gguf_q5_k";
+    case WeightFormat::gguf_q6_k: return "gguf_q6_k";
+  }
+  return "?";
+}
+
+bool is_gguf_block_format(WeightFormat format) { return gguf_block(format) != nullptr; }
+
+int64_t gguf_block_elems(WeightFormat format) {
+  const GgufBlock* b = gguf_block(format);
+  return b != nullptr ? b->elems : 0;
+}
+
+int64_t gguf_block_bytes(WeightFormat format) {
+  const GgufBlock* b = gguf_block(format);
+  return b != nullptr ? b->bytes : 0;
+}
+
+Weight Weight::dense(Tensor w) {
+  const char* op = "Weight::dense";
+  check_float_input(op, "w", w);
+  LW_CHECK(w.dim() == 2, op << ": w " << w.describe() << " must be [out_features, in_features]");
+  Weight r(WeightFormat::dense, w.size(0), w.size(1));
+  r.data_ = std::move(w);
+  return r;
+}
+
+Weight Weight::int8_per_channel(Tensor q, Tensor scales) {
+  const char* op = "Weight::int8_per_channel";
+  auto [n, k] = check_matrix(op, "q", q, DType::i8);
+  check_tensor(op, "scales", scales, DType::f32, {n});
+  Weight r(WeightFormat::int8_per_channel, n, k);
+  r.data_ = std::move(q);
+  r.scales_ = std::move(scales);
+  return r;
+}
+
+Weight Weight::fp8_per_tensor(Tensor q, Tensor scale) {
+  const char* op = "Weight::fp8_per_tensor";
+  auto [n, k] = check_matrix(op, "q (e4m3 bytes)", q, DType::i8);
+  check_stored(op, "scale", scale);
+  LW_CHECK(scale.dtype() == DType::f32 && scale.dim() <= 1 && scale.numel() == 1,
+           op << ": scale " << scale.describe() << " must be one f32 ([] or [1])");
+  Weight r(WeightFormat::fp8_e4m3_per_tensor, n, k);
+  r.data_ = std::move(q);
+  r.scales_ = std::move(scale);
+  return r;
+}
+
+Weight Weight::fp8_per_channel(Tensor q, Tensor scales) {
+  const char* op = "Weight::fp8_per_channel";
+  auto [n, k] = check_matrix(op, "q (e4m3 bytes)", q, DType::i8);
+  check_tensor(op, "scales", scales, DType::f32, {n});
+  Weight r(WeightFormat::fp8_e4m3_per_channel, n, k);
+  r.data_ = std::move(q);
+  r.scales_ = std::move(scales);
+  return r;
+}
+
+Weight Weight::fp8_per_block(Tensor q, Tensor scales, WeightBlock block) {
+  const char* op = "Weight::fp8_per_block";
+  auto [n, k] = check_matrix(op, "q (e4m3 bytes)", q, DType::i8);
+  LW_CHECK(block.rows > 0 && block.cols > 0,
+           op << ": block " << block.rows << " x " << block.cols << " must have positive sides");
+  check_tensor(op, "scales", scales, DType::f32, {ceil_div(n, block.rows), ceil_div(k, block.cols)});
+  Weight r(WeightFormat::fp8_e4m3_per_block, n, k);
+  r.data_ = std::move(q);
+  r.scales_ = std::move(scales);
+  r.block_ = block;
+  return r;
+}
+
+Weight Weight::int4_gptq(int64_t n, int64_t k, Tensor qweight, Tensor qzeros, Tensor scales, int64_t group_size,
+                         Tensor g_idx) {
+  const char* op = "Weight::int4_gptq";
+  check_int4(op, n, k, scales, group_size);
+  check_tensor(op, "qweight", qweight, DType::i32, {k / 8, n});
+  check_tensor(op, "qzeros", qzeros, DType::i32, {k / group_size, n / 8});
+  if (g_idx.defined()) check_tensor(op, "g_idx", g_idx, DType::i32, {k});
+  Weight r(WeightFormat::int4_gptq, n, k);
+  r.data_ = std::move(qweight);
+  r.zeros_ = std::move(qzeros);
+  r.scales_ = std::move(scales);
+  r.g_idx_ = std::move(g_idx);
+  r.group_size_ = group_size;
+  return r;
+}
+
+Weight Weight::int4_awq(int64_t n, int64_t k, Tensor qweight, Tensor qzeros, Tensor scales, int64_t group_size) {
+  const char* op = "Weight::int4_awq";
+  check_int4(op, n, k, scales, group_size);
+  check_tensor(op, "qweight", qweight, DType::i32, {k, n / 8});
+  check_tensor(op, "qzeros", qzeros, DType::i32, {k / group_size, n / 8});
+  Weight r(WeightFormat::int4_awq, n, k);
+  r.data_ = std::move(qweight);
+  r.zeros_ = std::move(qzeros);
+  r.scales_ = std::move(scales);
+  r.group_size_ = group_size;
+  return r;
+}
+
+Weight Weight::gguf(WeightFormat format, int64_t n, int64_t k, Tensor blocks) {
+  const char* op = "Weight::gguf";
+  const GgufBlock* b = gguf_block(format);
+  LW_CHECK(b != nullptr, op << ": " << weight_format_name(format) << " is not a GGUF block format");
+  LW_CHECK(n > 0 && k > 0 && k % b->elems == 0,
+           op << ": " << weight_format_name(format) << " [N, K] = [" << n << ", " << k
+              << "] must be positive with K whole blocks of " << b->elems);
+  check_stored(op, "blocks", blocks);
+  const int64_t bytes = n * (k / b->elems) * b->bytes;
+  LW_CHECK(blocks.dtype() == DType::i8 && blocks.numel() == bytes,
+           op << ": blocks " << blocks.describe() << " must be i8 holding the " << bytes << " bytes of "
+              << weight_format_name(format) << " [" << n << ", " << k << "]");
+  Weight r(format, n, k);
+  r.data_ = std::move(blocks);
+  return r;
+}
+
+size_t Weight::device_bytes() const {
+  size_t bytes = 0;
+  for (const Tensor* t : {&data_, &scales_, &zeros_, &g_idx_})
+    if (t->defined()) bytes += t->nbytes();
+  return bytes;
+}
+
+std::string Weight::describe() const {
+  std::ostringstream s;
+  s << name() << " [" << n_ << ", " << k_ << "]";
+  if (format_ == WeightFormat::dense && data_.defined()) s << " " << dtype_name(data_.dtype());
+  if (group_size_ > 0) s << " group " << group_size_;
+  return s.str();
+}
+
+void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, GemmPath path) {
+  const char* op = "linear";
+  LW_CHECK(w.defined(), op << ": the weight is undefined");
+  switch (w.format()) {
+    case WeightFormat::dense: linear(ctx, x, w.data(), bias, out, path); return;
+    case WeightFormat::int8_per_channel: break;
+    default:
+      LW_FAIL(op << ": weight " << w.describe() << " has format " << w.name()
+                 << ": this build has no linear kernel for it yet (formats that run: dense, int8_per_channel)");
+  }
+
+  // int8 per channel (W8A8): x quantised per token, the int8 GEMM with both scales.
+  check_float_input(op, "x", x);
+  check_float_input(op, "out", out);
+  check_same_dtype(op, "x", x, "out", out);
+  const int64_t n = w.out_features(), k = w.in_features();
+  LW_CHECK(x.dim() >= 1 && x.size(-1) == k,
+           op << ": x " << x.describe() << " must end in in_features " << k << " of the weight " << w.describe());
+  std::vector<int64_t> want = x.shape();
+  want.back() = n;
+  LW_CHECK(out.shape() == want, op << ": out " << out.describe() << " must be " << shape_str(want));
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  Tensor xq = ctx.empty({rows, k}, DType::i8);
+  Tensor x_scale = ctx.empty({rows}, DType::f32);
+  if (rows > 0) quantize_per_token(ctx, x.view({rows, k}), xq, x_scale);
+  linear_int8(ctx, xq, x_scale, w.data(), w.scales(), bias, out.view({rows, n}), path);
+}
+
+}  // namespace lw::ops

@@ -1,0 +1,118 @@
+// A linear layer's weight in whatever format it is stored: the logical matrix [N, K] (out, in
+// features, as checkpoints store it), the format, and the tensors that format needs (data,
+// scales, zero points, group indices). `linear` over a Weight dispatches on the format.
+//
+// Each factory checks what its format's kernels will rely on (dtypes, shapes, scale counts,
+// device, contiguity) and says what is wrong. Formats marked "declared" below are described
+// and checked, but this build has no linear kernel for them yet: `linear` refuses them with a
+// message naming the format, never computing a wrong answer.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/context.h"
+#include "core/tensor.h"
+#include "ops/gemm.h"
+
+namespace lw::ops {
+
+enum class WeightFormat : uint8_t {
+  dense,                 // f32/f16/bf16 [N, K]
+  fp8_e4m3_per_tensor,   // declared: e4m3 bytes (i8) [N, K], one f32 scale
+  fp8_e4m3_per_channel,  // declared: e4m3 bytes (i8) [N, K], f32 scales [N]
+  fp8_e4m3_per_block,    // declared: e4m3 bytes (i8) [N, K], f32 scales [ceil(N/bn), ceil(K/bk)]
+  int8_per_channel,      // symmetric int8 [N, K], f32 scales [N]: w = q * scale[n]
+  int4_gptq,             // declared: GPTQ (AutoGPTQ/exllama layout), optional g_idx
+  int4_awq,              // declared: AWQ (AutoAWQ GEMM layout)
+  gguf_q4_0,             // declared (on the device): GGML blocks, rows of whole blocks
+  gguf_q4_1,
+  gguf_q5_0,
+  gguf_q5_1,
+  gguf_q8_0,
+  gguf_q2_k,
+  gguf_q3_k,
+  gguf_q4_k,
+  gguf_q5_k,
+  gguf_q6_k,
+};
+
+const char* weight_format_name(WeightFormat format);
+bool is_gguf_block_format(WeightFormat format);
+// A GGUF block format's elements and bytes per block (0 for the other formats).
+int64_t gguf_block_elems(WeightFormat format);
+int64_t gguf_block_bytes(WeightFormat format);
+
+// The block of output rows x input columns that shares one fp8 scale (DeepSeek-V3: 128 x 128).
+struct WeightBlock {
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+class Weight {
+ public:
+  Weight() = default;  // no weight: every accessor but defined() describes nothing
+
+  // w f32/f16/bf16 [N, K].
+  static Weight dense(Tensor w);
+  // q i8 [N, K], scales f32 [N]: w[n, k] = q[n, k] * scales[n] (q in [-127, 127]).
+  static Weight int8_per_channel(Tensor q, Tensor scales);
+  // fp8 e4m3 bytes, held in an i8 [N, K] tensor (Tensor has no fp8 dtype): w = fp8(q) * scale.
+  // scale: f32 with one element ([] or [1]).
+  static Weight fp8_per_tensor(Tensor q, Tensor scale);
+  // scales f32 [N].
+  static Weight fp8_per_channel(Tensor q, Tensor scales);
+  // scales f32 [ceil(N / block.rows), ceil(K / block.cols)]; block sides positive.
+  static Weight fp8_per_block(Tensor q, Tensor scales, WeightBlock block);
+  // GPTQ, 4 bits packed eight to an int32 along K (low nibble first): qweight i32 [K / 8, N],
+  // qzeros i32 [K / group, N / 8] (packed along N), scales f16/bf16/f32 [K / group, N];
+  // g_idx (optional) i32 [K], the group of each input column (act-order checkpoints).
+  // group_size divides K (K itself for one group per output channel); 8 divides K and N.
+  static Weight int4_gptq(int64_t n, int64_t k, Tensor qweight, Tensor qzeros, Tensor scales, int64_t group_size,
+                          Tensor g_idx = Tensor());
+  // AWQ, 4 bits packed eight to an int32 along N (AutoAWQ's interleaved order): qweight i32
+  // [K, N / 8], qzeros i32 [K / group, N / 8], scales f16/bf16/f32 [K / group, N].
+  static Weight int4_awq(int64_t n, int64_t k, Tensor qweight, Tensor qzeros, Tensor scales, int64_t group_size);
+  // GGML blocks as llama.cpp stores them, row by row: blocks i8 holding exactly
+  // N * (K / block elements) * block bytes bytes (any shape, contiguous); K whole blocks.
+  static Weight gguf(WeightFormat format, int64_t n, int64_t k, Tensor blocks);
+
+  bool defined() const { return data_.defined(); }
+  WeightFormat format() const { return format_; }
+  const char* name() const { return weight_format_name(format_); }
+  int64_t out_features() const { return n_; }  // N
+  int64_t in_features() const { return k_; }   // K
+  // The format's tensors; undefined where the format has none.
+  const Tensor& data() const { return data_; }
+  const Tensor& scales() const { return scales_; }
+  const Tensor& zeros() const { return zeros_; }
+  const Tensor& g_idx() const { return g_idx_; }
+  // Input columns per scale group (int4), 0 where the format has no groups.
+  int64_t group_size() const { return group_size_; }
+  // The fp8 scale block (per-block fp8 only; {0, 0} otherwise).
+  WeightBlock block() const { return block_; }
+  // Bytes of every tensor the weight holds on the device.
+  size_t device_bytes() const;
+  // "int8_per_channel [N, K]", for messages.
+  std::string describe() const;
+
+ private:
+  Weight(WeightFormat format, int64_t n, int64_t k) : format_(format), n_(n), k_(k) {}
+
+  WeightFormat format_ = WeightFormat::dense;
+  int64_t n_ = 0, k_ = 0;
+  Tensor data_, scales_, zeros_, g_idx_;
+  int64_t group_size_ = 0;
+  WeightBlock block_;
+};
+
+// out[..., N] = x[..., K] @ W^T + bias[N] for W in any format this build has a kernel for:
+//   dense             the tensor `linear` (every path);
+//   int8_per_channel  x quantised per token (quantize_per_token), then `linear_int8` with x's
+//                     per-row scales and the weight's per-channel scales (exact int32
+//                     accumulation; the output rounded once); the gemv path is refused.
+// x, out contiguous with the same leading dimensions and x's dtype (f32/f16/bf16); bias
+// optional, [N] in that dtype. Any other format is an error naming it.
+void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out,
+            GemmPath path = GemmPath::automatic);
+
+}  // namespace lw::ops
