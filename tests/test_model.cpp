@@ -157,6 +157,13 @@ TEST(Model, FamilyKeysAreRead) {
   EXPECT_EQ(qwen3_moe.shared_intermediate, 0);
   EXPECT_EQ(model::block_variant(qwen3_moe, 0).mlp, model::MlpVariant::moe);
   EXPECT_EQ(qwen3_moe.summary(), "qwen3_moe: 4 layers, hidden 32, heads 2/2 x 16, vocab 64, 4 experts (top 2)");
+  // The named benchmark shapes take their family's fixed variant.
+  EXPECT_TRUE(model::ModelConfig::named("qwen2.5-7b").qkv_bias);
+  const model::ModelConfig a3b = model::ModelConfig::named("qwen3-30b-a3b");
+  EXPECT_TRUE(a3b.qk_norm && !a3b.qkv_bias);
+  EXPECT_EQ(a3b.architecture, "qwen3_moe");
+  const model::ModelConfig smol = model::ModelConfig::named("smollm2-135m");
+  EXPECT_TRUE(!smol.qkv_bias && !smol.qk_norm);
 }
 
 TEST(Model, MalformedConfigIsNamed) {

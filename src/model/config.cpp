@@ -155,7 +155,7 @@ namespace {
 // experts, top-k, expert width
 struct NamedShape {
   const char* name;
-  const Architecture* arch;
+  const char* arch;
   int64_t vocab, hidden, layers, heads, kv_heads, head_dim, intermediate;
   double theta;
   bool tied;
@@ -163,11 +163,11 @@ struct NamedShape {
   int64_t moe_intermediate;
 };
 constexpr NamedShape kShapes[] = {
-    {"llama3-8b", &arch::llama, 128256, 4096, 32, 32, 8, 128, 14336, 500000.0, false, 0, 0, 0},
-    {"llama3.2-1b", &arch::llama, 128256, 2048, 16, 32, 8, 64, 8192, 500000.0, true, 0, 0, 0},
-    {"qwen2.5-7b", &arch::qwen2, 152064, 3584, 28, 28, 4, 128, 18944, 1000000.0, false, 0, 0, 0},
-    {"qwen3-30b-a3b", &arch::qwen3_moe, 151936, 2048, 48, 32, 4, 128, 6144, 1000000.0, false, 128, 8, 768},
-    {"smollm2-135m", &arch::llama, 49152, 576, 30, 9, 3, 64, 1536, 100000.0, true, 0, 0, 0},
+    {"llama3-8b", "llama", 128256, 4096, 32, 32, 8, 128, 14336, 500000.0, false, 0, 0, 0},
+    {"llama3.2-1b", "llama", 128256, 2048, 16, 32, 8, 64, 8192, 500000.0, true, 0, 0, 0},
+    {"qwen2.5-7b", "qwen2", 152064, 3584, 28, 28, 4, 128, 18944, 1000000.0, false, 0, 0, 0},
+    {"qwen3-30b-a3b", "qwen3_moe", 151936, 2048, 48, 32, 4, 128, 6144, 1000000.0, false, 128, 8, 768},
+    {"smollm2-135m", "llama", 49152, 576, 30, 9, 3, 64, 1536, 100000.0, true, 0, 0, 0},
 };
 
 }  // namespace
@@ -182,7 +182,8 @@ ModelConfig ModelConfig::named(const std::string& name) {
   for (const auto& s : kShapes) {
     if (name != s.name) continue;
     ModelConfig m;
-    m.architecture = s.arch->name;
+    const Architecture& arch = model::architecture(s.arch);
+    m.architecture = arch.name;
     m.vocab = s.vocab, m.hidden = s.hidden, m.layers = s.layers;
     m.heads = s.heads, m.kv_heads = s.kv_heads, m.head_dim = s.head_dim, m.intermediate = s.intermediate;
     m.rms_eps = 1e-5;
@@ -193,7 +194,7 @@ ModelConfig ModelConfig::named(const std::string& name) {
     m.experts = s.experts, m.experts_per_token = s.top_k, m.moe_intermediate = s.moe_intermediate;
     m.norm_topk_prob = true;
     m.moe_layer.assign(static_cast<size_t>(m.layers), s.experts > 0);
-    if (s.arch->named_defaults) s.arch->named_defaults(m);
+    if (arch.named_defaults) arch.named_defaults(m);
     return m;
   }
   std::string names;

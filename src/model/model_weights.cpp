@@ -30,11 +30,6 @@ class ShardParts {
     const int64_t each = n / size_;
     return Part{dim, offset + each * rank_, offset + each * (rank_ + 1)};
   }
-  // share(), also with one rank (the stacked experts' gate/up halves are always split).
-  Part split(int dim, int64_t n, int64_t offset) const {
-    const int64_t each = n / size_;
-    return Part{dim, offset + each * rank_, offset + each * (rank_ + 1)};
-  }
   Part q_rows() const { return q_rows_; }
   Part kv_rows() const { return kv_rows_; }
 
@@ -123,10 +118,10 @@ class LayerReader {
     const MoeNaming& m = moe_naming();
     w.router = ld_.get(hf(m.prefix + "gate.weight"), {e, h});
     const std::string stacked_gate_up = hf(m.prefix + m.stacked_gate_up);
-    if (ld_.random() || ld_.has(stacked_gate_up)) {
+    if (ld_.has(stacked_gate_up)) {  // always, for random weights
       if (!parts_.whole()) {
-        const Tensor gate = ld_.get(stacked_gate_up, {e, 2 * i, h}, parts_.split(1, i, 0));
-        const Tensor up = ld_.get(stacked_gate_up, {e, 2 * i, h}, parts_.split(1, i, i));
+        const Tensor gate = ld_.get(stacked_gate_up, {e, 2 * i, h}, parts_.share(1, i, 0));
+        const Tensor up = ld_.get(stacked_gate_up, {e, 2 * i, h}, parts_.share(1, i, i));
         w.experts_gate_up = ld_.fuse({gate, up}, {e, 2 * li, h}, 1);
       } else {
         w.experts_gate_up = ld_.get(stacked_gate_up, {e, 2 * i, h});

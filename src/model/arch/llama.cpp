@@ -3,11 +3,13 @@
 // cap on the context length.
 #include <algorithm>
 
-#include "model/arch/registry.h"
+#include "model/arch/architecture.h"
 #include "model/config.h"
 #include "model/config_keys.h"
 
 namespace lw::model::arch {
+
+// extern: registry.cpp lists the definitions (const alone would make them file-local).
 
 namespace {
 
@@ -23,7 +25,7 @@ void read_llama_gguf(const weights::GgufFile&, const std::string&, ModelConfig& 
 
 }  // namespace
 
-const Architecture llama{
+extern const Architecture llama{
     .name = "llama",
     .hf_model_types = {"llama"},
     .gguf_architectures = {"llama"},
@@ -32,7 +34,7 @@ const Architecture llama{
     .names = {},
 };
 
-const Architecture mistral{
+extern const Architecture mistral{
     .name = "mistral",
     .hf_model_types = {"mistral"},
     .read_hf = read_mistral,

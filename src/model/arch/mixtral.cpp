@@ -1,10 +1,12 @@
 // Mixtral: Mistral's attention with a mixture of experts in every layer (top-k of
 // num_local_experts, weights renormalised), experts as wide as intermediate_size.
-#include "model/arch/registry.h"
+#include "model/arch/architecture.h"
 #include "model/config.h"
 #include "model/config_keys.h"
 
 namespace lw::model::arch {
+
+// extern: registry.cpp lists the definitions (const alone would make them file-local).
 
 namespace {
 
@@ -28,7 +30,7 @@ TensorNames mixtral_names() {
 
 }  // namespace
 
-const Architecture mixtral{
+extern const Architecture mixtral{
     .name = "mixtral",
     .hf_model_types = {"mixtral"},
     .read_hf = read_mixtral,

@@ -2,11 +2,13 @@
 // only with attention_bias) and their mixtures of experts: Qwen2-MoE with a shared expert
 // behind a sigmoid gate, Qwen3-MoE without; decoder_sparse_step and mlp_only_layers choose
 // the MoE layers, the rest keep a dense MLP.
-#include "model/arch/registry.h"
+#include "model/arch/architecture.h"
 #include "model/config.h"
 #include "model/config_keys.h"
 
 namespace lw::model::arch {
+
+// extern: registry.cpp lists the definitions (const alone would make them file-local).
 
 namespace {
 
@@ -54,7 +56,7 @@ TensorNames qwen_moe_names() {
 
 }  // namespace
 
-const Architecture qwen2{
+extern const Architecture qwen2{
     .name = "qwen2",
     .hf_model_types = {"qwen2"},
     .gguf_architectures = {"qwen2"},
@@ -63,7 +65,7 @@ const Architecture qwen2{
     .names = {},
 };
 
-const Architecture qwen3{
+extern const Architecture qwen3{
     .name = "qwen3",
     .hf_model_types = {"qwen3"},
     .gguf_architectures = {"qwen3"},
@@ -72,7 +74,7 @@ const Architecture qwen3{
     .names = {},
 };
 
-const Architecture qwen2_moe{
+extern const Architecture qwen2_moe{
     .name = "qwen2_moe",
     .hf_model_types = {"qwen2_moe"},
     .read_hf = read_qwen2_moe,
@@ -80,7 +82,7 @@ const Architecture qwen2_moe{
     .names = qwen_moe_names(),
 };
 
-const Architecture qwen3_moe{
+extern const Architecture qwen3_moe{
     .name = "qwen3_moe",
     .hf_model_types = {"qwen3_moe"},
     .read_hf = read_qwen3_moe,

@@ -4,6 +4,11 @@
 
 namespace lw::model {
 
+// The definitions, one per family in model/arch/<group>.cpp.
+namespace arch {
+extern const Architecture llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe;
+}
+
 const std::vector<const Architecture*>& architectures() {
   // One line per architecture; the order is the order of the "not supported" lists.
   static const std::vector<const Architecture*> all = {

@@ -1,5 +1,5 @@
 // Every supported architecture, by name. Adding a family: its definition in model/arch/
-// (see llama.cpp) and one line in registry.cpp.
+// (see llama.cpp) and its line in registry.cpp.
 #pragma once
 #include <string>
 #include <vector>
@@ -18,10 +18,5 @@ const Architecture* find_gguf_architecture(const std::string& gguf_arch);
 // "llama, mistral, ...": the accepted model_type / GGUF architecture values, for messages.
 std::string hf_model_types();
 std::string gguf_architectures();
-
-// The definitions (one per family, in model/arch/*.cpp).
-namespace arch {
-extern const Architecture llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral;
-}
 
 }  // namespace lw::model
