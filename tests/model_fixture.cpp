@@ -34,7 +34,7 @@ std::vector<std::string> MemoryCheckpoint::names() const {
 
 model::ModelConfig tiny_llama_config(int64_t vocab) {
   model::ModelConfig c;
-  c.family = model::Family::llama;
+  c.architecture = "llama";
   c.vocab = vocab;
   c.hidden = 64;
   c.layers = 2;

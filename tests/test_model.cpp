@@ -2,9 +2,13 @@
 // before any weights reach the device; and the default model (SmolLM2-135M-Instruct, Q4_1
 // GGUF) loads with the configuration its metadata states.
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include "engine/loaded_model.h"
+#include "model/arch/registry.h"
+#include "model/config.h"
+#include "weights/gguf.h"
 #include "test_util.h"
 
 namespace lw::test {
@@ -53,6 +57,115 @@ TEST(Model, UnsupportedArchitectureIsNamed) {
   expect_open_error(d.path().string(), "model_type 'gpt_neox' is not supported");
 }
 
+// The registry lists every supported family, each found under its config.json model_type
+// and, for the GGUF families, its general.architecture.
+TEST(Model, RegistryNamesEverySupportedFamily) {
+  std::vector<std::string> names;
+  for (const model::Architecture* a : model::architectures()) names.push_back(a->name);
+  EXPECT_EQ(names, (std::vector<std::string>{"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe"}));
+  for (const std::string& n : names) {
+    const model::Architecture* a = model::find_hf_architecture(n);
+    ASSERT_NE(a, nullptr) << n;
+    EXPECT_EQ(a->name, n);
+    EXPECT_EQ(&model::architecture(n), a);
+  }
+  for (const std::string n : {"llama", "qwen2", "qwen3"}) {
+    const model::Architecture* a = model::find_gguf_architecture(n);
+    ASSERT_NE(a, nullptr) << n;
+    EXPECT_EQ(a->name, n);
+  }
+  EXPECT_EQ(model::find_hf_architecture("gpt_neox"), nullptr);
+  EXPECT_EQ(model::find_gguf_architecture("mixtral"), nullptr);
+  EXPECT_EQ(model::hf_model_types(), "llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe");
+  EXPECT_EQ(model::gguf_architectures(), "llama, qwen2, qwen3");
+}
+
+void expect_error(const std::function<void()>& f, const std::string& text) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error containing '" << text << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
+TEST(Model, UnknownModelTypeIsRefusedWithTheList) {
+  TempDir d;
+  d.write("config.json", R"({"model_type": "gpt_neox", "vocab_size": 10})");
+  expect_error([&] { model::ModelConfig::from_hf((d.path() / "config.json").string()); },
+               "model_type 'gpt_neox' is not supported (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe)");
+  model::ModelConfig c = model::ModelConfig::named("smollm2-135m");
+  c.architecture = "gpt_neox";
+  expect_error([&] { model::Model::random(ctx(), c, DType::f32); }, "model architecture 'gpt_neox' is not supported (llama,");
+}
+
+// A GGUF file of metadata only: general.architecture = `arch`.
+void write_gguf_header(const fs::path& path, const std::string& arch) {
+  std::ofstream out(path, std::ios::binary);
+  auto u32 = [&](uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
+  auto u64 = [&](uint64_t v) { out.write(reinterpret_cast<const char*>(&v), 8); };
+  auto str = [&](const std::string& v) { u64(v.size()), out.write(v.data(), static_cast<std::streamsize>(v.size())); };
+  out.write("GGUF", 4);
+  u32(3);  // version
+  u64(0);  // tensors
+  u64(1);  // key/value pairs
+  str("general.architecture");
+  u32(8);  // string
+  str(arch);
+}
+
+TEST(Model, UnknownGgufArchitectureIsRefusedWithTheList) {
+  TempDir d;
+  const fs::path file = d.path() / "gpt2.gguf";
+  write_gguf_header(file, "gpt2");
+  expect_error([&] { model::ModelConfig::from_gguf(weights::GgufFile::open(file.string())); },
+               "architecture 'gpt2' is not supported (llama, qwen2, qwen3)");
+}
+
+// The families' own config.json keys, read by their definitions.
+TEST(Model, FamilyKeysAreRead) {
+  TempDir d;
+  auto read = [&](const std::string& extra) {
+    d.write("config.json", R"({"vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 2,
+      "intermediate_size": 40, "max_position_embeddings": 8192, )" + extra + "}");
+    return model::ModelConfig::from_hf((d.path() / "config.json").string());
+  };
+  const model::ModelConfig llama = read(R"("model_type": "llama", "attention_bias": true)");
+  EXPECT_TRUE(llama.qkv_bias && llama.o_bias && !llama.qk_norm);
+  EXPECT_EQ(llama.moe_layer, std::vector<bool>(4, false));
+  EXPECT_EQ(read(R"("model_type": "mistral", "sliding_window": 4096)").max_position, 4096);
+  EXPECT_EQ(read(R"("model_type": "llama", "sliding_window": 4096)").max_position, 8192);
+  const model::ModelConfig qwen2 = read(R"("model_type": "qwen2")");
+  EXPECT_TRUE(qwen2.qkv_bias && !qwen2.o_bias && !qwen2.qk_norm);
+  const model::ModelConfig qwen3 = read(R"("model_type": "qwen3")");
+  EXPECT_TRUE(!qwen3.qkv_bias && qwen3.qk_norm);
+  const model::ModelConfig mixtral = read(R"("model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2)");
+  EXPECT_EQ(mixtral.experts, 8);
+  EXPECT_EQ(mixtral.moe_intermediate, 40);
+  EXPECT_EQ(mixtral.moe_layer, std::vector<bool>(4, true));
+  const model::ModelConfig qwen2_moe = read(R"("model_type": "qwen2_moe", "num_experts": 4, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 16, "shared_expert_intermediate_size": 24, "decoder_sparse_step": 2, "mlp_only_layers": [3])");
+  EXPECT_TRUE(qwen2_moe.qkv_bias);
+  EXPECT_EQ(qwen2_moe.shared_intermediate, 24);
+  EXPECT_FALSE(qwen2_moe.norm_topk_prob);
+  EXPECT_EQ(qwen2_moe.moe_layer, (std::vector<bool>{false, true, false, false}));
+  EXPECT_EQ(model::block_variant(qwen2_moe, 1).mlp, model::MlpVariant::moe_shared_expert);
+  EXPECT_EQ(model::block_variant(qwen2_moe, 0).mlp, model::MlpVariant::dense);
+  const model::ModelConfig qwen3_moe = read(R"("model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 16, "norm_topk_prob": true)");
+  EXPECT_TRUE(qwen3_moe.qk_norm && qwen3_moe.norm_topk_prob);
+  EXPECT_EQ(qwen3_moe.shared_intermediate, 0);
+  EXPECT_EQ(model::block_variant(qwen3_moe, 0).mlp, model::MlpVariant::moe);
+  EXPECT_EQ(qwen3_moe.summary(), "qwen3_moe: 4 layers, hidden 32, heads 2/2 x 16, vocab 64, 4 experts (top 2)");
+  // The named benchmark shapes take their family's fixed variant.
+  EXPECT_TRUE(model::ModelConfig::named("qwen2.5-7b").qkv_bias);
+  const model::ModelConfig a3b = model::ModelConfig::named("qwen3-30b-a3b");
+  EXPECT_TRUE(a3b.qk_norm && !a3b.qkv_bias);
+  EXPECT_EQ(a3b.architecture, "qwen3_moe");
+  const model::ModelConfig smol = model::ModelConfig::named("smollm2-135m");
+  EXPECT_TRUE(!smol.qkv_bias && !smol.qk_norm);
+}
+
 TEST(Model, MalformedConfigIsNamed) {
   TempDir d;
   d.write("config.json", "{\"model_type\": \"llama\",");
@@ -94,7 +207,7 @@ TEST(Model, SmolLM2ConfigFromGgufMetadata) {
   if (!fs::exists(path)) GTEST_SKIP() << path << " is absent (scripts/fetch_model.sh fetches it)";
   engine::LoadedModel g(ctx(), path, DType::bf16);
   const model::ModelConfig& c = g.config();
-  EXPECT_EQ(c.family, model::Family::llama);
+  EXPECT_EQ(c.architecture, "llama");
   EXPECT_EQ(c.layers, 30);
   EXPECT_EQ(c.hidden, 576);
   EXPECT_EQ(c.heads, 9);

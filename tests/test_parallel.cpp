@@ -106,7 +106,7 @@ void expect_split_matches_whole(const ModelConfig& c, int ranks) {
 
 ModelConfig moe_config(int64_t shared) {
   ModelConfig c = tiny_llama_config(103);
-  c.family = shared ? model::Family::qwen2_moe : model::Family::mixtral;
+  c.architecture = shared ? "qwen2_moe" : "mixtral";
   c.experts = 4;
   c.experts_per_token = 2;
   c.moe_intermediate = 32;

@@ -2,10 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "base/error.h"
+#include "model/arch/registry.h"
+#include "model/config_keys.h"
 #include "weights/gguf.h"
 
 namespace lw::model {
@@ -13,50 +16,6 @@ namespace lw::model {
 namespace {
 
 using nlohmann::json;
-
-struct Family_ {
-  const char* hf;
-  Family family;
-};
-constexpr Family_ kFamilies[] = {{"llama", Family::llama},         {"mistral", Family::mistral},
-                                 {"qwen2", Family::qwen2},         {"qwen3", Family::qwen3},
-                                 {"mixtral", Family::mixtral},     {"qwen2_moe", Family::qwen2_moe},
-                                 {"qwen3_moe", Family::qwen3_moe}};
-
-std::string accepted_families() {
-  std::string s;
-  for (const auto& f : kFamilies) s += std::string(s.empty() ? "" : ", ") + f.hf;
-  return s;
-}
-
-// Reads typed keys of config.json with errors naming the file and the key.
-class JsonReader {
- public:
-  JsonReader(const json& j, std::string where) : j_(j), where_(std::move(where)) {}
-  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
-  template <class T>
-  T get(const char* key) const {
-    LW_CHECK(has(key), where_ << ": missing required key '" << key << "'");
-    return as<T>(key);
-  }
-  template <class T>
-  T get(const char* key, T fallback) const {
-    return has(key) ? as<T>(key) : fallback;
-  }
-  const json& raw(const char* key) const { return j_[key]; }
-
- private:
-  template <class T>
-  T as(const char* key) const {
-    try {
-      return j_[key].get<T>();
-    } catch (const json::exception& e) {
-      LW_FAIL(where_ << ": key '" << key << "' has the wrong type (" << j_[key].type_name() << "): " << e.what());
-    }
-  }
-  const json& j_;
-  std::string where_;
-};
 
 std::vector<int32_t> id_list(const json& v) {
   std::vector<int32_t> ids;
@@ -67,13 +26,13 @@ std::vector<int32_t> id_list(const json& v) {
 }
 
 // rope_parameters (transformers 5) or rope_scaling (earlier): the scaling type and its numbers.
-void read_rope(const JsonReader& c, const std::string& where, ops::RopeConfig& rope) {
+void read_rope(const ConfigKeys& c, const std::string& where, ops::RopeConfig& rope) {
   const char* key = c.has("rope_parameters") ? "rope_parameters" : c.has("rope_scaling") ? "rope_scaling" : nullptr;
   rope.theta = c.get<double>("rope_theta", 10000.0);
   if (!key) return;
   const json& r = c.raw(key);
   LW_CHECK(r.is_object(), where << ": '" << key << "' must be an object");
-  JsonReader s(r, where + " " + key);
+  ConfigKeys s(r, where + " " + key);
   rope.theta = s.get<double>("rope_theta", rope.theta);
   const std::string type = s.get<std::string>("rope_type", s.get<std::string>("type", "default"));
   if (type == "default") return;
@@ -98,12 +57,6 @@ void read_rope(const JsonReader& c, const std::string& where, ops::RopeConfig& r
 
 }  // namespace
 
-const char* family_name(Family f) {
-  for (const auto& e : kFamilies)
-    if (e.family == f) return e.hf;
-  return "?";
-}
-
 ModelConfig ModelConfig::from_hf(const std::string& path) {
   std::ifstream in(path);
   LW_CHECK(in, "cannot open model config '" << path << "'");
@@ -113,13 +66,12 @@ ModelConfig ModelConfig::from_hf(const std::string& path) {
   } catch (const json::exception& e) {
     LW_FAIL("model config '" << path << "' is not valid JSON: " << e.what());
   }
-  const JsonReader c(j, "model config '" + path + "'");
+  const ConfigKeys c(j, "model config '" + path + "'");
   ModelConfig m;
   const std::string type = c.get<std::string>("model_type");
-  bool known = false;
-  for (const auto& f : kFamilies)
-    if (type == f.hf) m.family = f.family, known = true;
-  LW_CHECK(known, "model config '" << path << "': model_type '" << type << "' is not supported (" << accepted_families() << ")");
+  const Architecture* arch = find_hf_architecture(type);
+  LW_CHECK(arch, "model config '" << path << "': model_type '" << type << "' is not supported (" << hf_model_types() << ")");
+  m.architecture = arch->name;
 
   m.vocab = c.get<int64_t>("vocab_size");
   m.hidden = c.get<int64_t>("hidden_size");
@@ -138,47 +90,18 @@ ModelConfig ModelConfig::from_hf(const std::string& path) {
   if (c.has("eos_token_id")) m.eos_ids = id_list(c.raw("eos_token_id"));
   const std::string dtype = c.get<std::string>("torch_dtype", c.get<std::string>("dtype", "bfloat16"));
   m.checkpoint_dtype = parse_dtype(dtype);
-
-  const bool attention_bias = c.get<bool>("attention_bias", false);
-  switch (m.family) {
-    case Family::qwen2:
-    case Family::qwen2_moe: m.qkv_bias = true; break;
-    case Family::qwen3:
-    case Family::qwen3_moe: m.qk_norm = true, m.qkv_bias = attention_bias; break;
-    default: m.qkv_bias = m.o_bias = attention_bias; break;
-  }
-  LW_CHECK(!c.get<bool>("mlp_bias", false), "model config '" << path << "': mlp_bias = true is not supported");
-
-  if (m.family == Family::mixtral) {
-    m.experts = c.get<int>("num_local_experts");
-    m.experts_per_token = c.get<int>("num_experts_per_tok");
-    m.moe_intermediate = m.intermediate;
-    m.norm_topk_prob = true;
-  } else if (m.family == Family::qwen2_moe || m.family == Family::qwen3_moe) {
-    m.experts = c.has("num_experts") ? c.get<int>("num_experts") : c.get<int>("num_local_experts");
-    m.experts_per_token = c.get<int>("num_experts_per_tok");
-    m.moe_intermediate = c.get<int64_t>("moe_intermediate_size");
-    m.norm_topk_prob = c.get<bool>("norm_topk_prob", false);
-    if (m.family == Family::qwen2_moe) m.shared_intermediate = c.get<int64_t>("shared_expert_intermediate_size", 0);
-  }
-  m.moe_layer.assign(static_cast<size_t>(m.layers), m.experts > 0);
-  if (m.family == Family::qwen2_moe || m.family == Family::qwen3_moe) {
-    const int step = c.get<int>("decoder_sparse_step", 1);
-    std::vector<int64_t> dense_only = c.get<std::vector<int64_t>>("mlp_only_layers", {});
-    for (int64_t l = 0; l < m.layers; ++l) {
-      bool dense = step <= 0 || (l + 1) % step != 0;
-      for (int64_t d : dense_only) dense |= d == l;
-      m.moe_layer[static_cast<size_t>(l)] = !dense;
-    }
-  }
-  if (c.get<bool>("use_sliding_window", false) || (m.family == Family::mistral && c.has("sliding_window")))
-    m.max_position = std::min<int64_t>(m.max_position, c.get<int64_t>("sliding_window"));
-
   LW_CHECK(m.vocab > 0 && m.hidden > 0 && m.layers > 0 && m.heads > 0 && m.kv_heads > 0 && m.head_dim > 0,
            "model config '" << path << "': sizes must be positive (vocab " << m.vocab << ", hidden " << m.hidden << ", layers "
                             << m.layers << ", heads " << m.heads << "/" << m.kv_heads << ", head_dim " << m.head_dim << ")");
   LW_CHECK(m.heads % m.kv_heads == 0, "model config '" << path << "': " << m.heads << " heads are not a multiple of "
                                                        << m.kv_heads << " key/value heads");
+  LW_CHECK(!c.get<bool>("mlp_bias", false), "model config '" << path << "': mlp_bias = true is not supported");
+  m.moe_layer.assign(static_cast<size_t>(m.layers), false);
+
+  // The family's own keys: the block variant, experts, sliding window.
+  arch->read_hf(c, m);
+  if (c.get<bool>("use_sliding_window", false))
+    m.max_position = std::min<int64_t>(m.max_position, c.get<int64_t>("sliding_window"));
   return m;
 }
 
@@ -186,10 +109,9 @@ ModelConfig ModelConfig::from_gguf(const weights::GgufFile& g) {
   const std::string arch = g.get_string("general.architecture");
   ModelConfig m;
   m.gguf = true;
-  if (arch == "llama") m.family = Family::llama;
-  else if (arch == "qwen2") m.family = Family::qwen2;
-  else if (arch == "qwen3") m.family = Family::qwen3;
-  else LW_FAIL("GGUF '" << g.path() << "': architecture '" << arch << "' is not supported (llama, qwen2, qwen3)");
+  const Architecture* def = find_gguf_architecture(arch);
+  LW_CHECK(def, "GGUF '" << g.path() << "': architecture '" << arch << "' is not supported (" << gguf_architectures() << ")");
+  m.architecture = def->name;
   auto key = [&](const char* k) { return arch + "." + k; };
   m.hidden = g.get_i64(key("embedding_length"));
   m.layers = g.get_i64(key("block_count"));
@@ -201,9 +123,8 @@ ModelConfig ModelConfig::from_gguf(const weights::GgufFile& g) {
   m.max_position = g.get_i64(key("context_length"));
   m.rope.theta = g.has(key("rope.freq_base")) ? g.get_f32(key("rope.freq_base")) : 10000.0;
   m.rope.rotary_dim = static_cast<int>(g.has(key("rope.dimension_count")) ? g.get_i64(key("rope.dimension_count")) : m.head_dim);
-  // llama.cpp's converter permutes Llama's q and k rows so that RoPE rotates adjacent pairs;
-  // Qwen files keep the half-split order.
-  m.rope.neox = m.family != Family::llama;
+  // Half-split RoPE unless the family says otherwise (llama.cpp permutes Llama's q/k rows).
+  m.rope.neox = true;
   if (g.has(key("rope.scaling.type"))) {
     const std::string type = g.get_string(key("rope.scaling.type"));
     if (type == "linear") {
@@ -224,16 +145,17 @@ ModelConfig ModelConfig::from_gguf(const weights::GgufFile& g) {
   if (g.has("tokenizer.ggml.bos_token_id")) m.bos_id = static_cast<int32_t>(g.get_i64("tokenizer.ggml.bos_token_id"));
   if (g.has("tokenizer.ggml.eos_token_id")) m.eos_ids = {static_cast<int32_t>(g.get_i64("tokenizer.ggml.eos_token_id"))};
   m.checkpoint_dtype = DType::f32;
+  if (def->read_gguf) def->read_gguf(g, arch, m);
   return m;
 }
 
 namespace {
 
-// name, family, vocab, hidden, layers, heads, kv heads, head_dim, intermediate, theta, tied,
+// name, architecture, vocab, hidden, layers, heads, kv heads, head_dim, intermediate, theta, tied,
 // experts, top-k, expert width
 struct NamedShape {
   const char* name;
-  Family family;
+  const char* arch;
   int64_t vocab, hidden, layers, heads, kv_heads, head_dim, intermediate;
   double theta;
   bool tied;
@@ -241,11 +163,11 @@ struct NamedShape {
   int64_t moe_intermediate;
 };
 constexpr NamedShape kShapes[] = {
-    {"llama3-8b", Family::llama, 128256, 4096, 32, 32, 8, 128, 14336, 500000.0, false, 0, 0, 0},
-    {"llama3.2-1b", Family::llama, 128256, 2048, 16, 32, 8, 64, 8192, 500000.0, true, 0, 0, 0},
-    {"qwen2.5-7b", Family::qwen2, 152064, 3584, 28, 28, 4, 128, 18944, 1000000.0, false, 0, 0, 0},
-    {"qwen3-30b-a3b", Family::qwen3_moe, 151936, 2048, 48, 32, 4, 128, 6144, 1000000.0, false, 128, 8, 768},
-    {"smollm2-135m", Family::llama, 49152, 576, 30, 9, 3, 64, 1536, 100000.0, true, 0, 0, 0},
+    {"llama3-8b", "llama", 128256, 4096, 32, 32, 8, 128, 14336, 500000.0, false, 0, 0, 0},
+    {"llama3.2-1b", "llama", 128256, 2048, 16, 32, 8, 64, 8192, 500000.0, true, 0, 0, 0},
+    {"qwen2.5-7b", "qwen2", 152064, 3584, 28, 28, 4, 128, 18944, 1000000.0, false, 0, 0, 0},
+    {"qwen3-30b-a3b", "qwen3_moe", 151936, 2048, 48, 32, 4, 128, 6144, 1000000.0, false, 128, 8, 768},
+    {"smollm2-135m", "llama", 49152, 576, 30, 9, 3, 64, 1536, 100000.0, true, 0, 0, 0},
 };
 
 }  // namespace
@@ -260,7 +182,8 @@ ModelConfig ModelConfig::named(const std::string& name) {
   for (const auto& s : kShapes) {
     if (name != s.name) continue;
     ModelConfig m;
-    m.family = s.family;
+    const Architecture& arch = model::architecture(s.arch);
+    m.architecture = arch.name;
     m.vocab = s.vocab, m.hidden = s.hidden, m.layers = s.layers;
     m.heads = s.heads, m.kv_heads = s.kv_heads, m.head_dim = s.head_dim, m.intermediate = s.intermediate;
     m.rms_eps = 1e-5;
@@ -268,11 +191,10 @@ ModelConfig ModelConfig::named(const std::string& name) {
     m.rope.rotary_dim = static_cast<int>(s.head_dim);
     m.max_position = 32768;
     m.tie_embeddings = s.tied;
-    m.qkv_bias = s.family == Family::qwen2;
-    m.qk_norm = s.family == Family::qwen3 || s.family == Family::qwen3_moe;
     m.experts = s.experts, m.experts_per_token = s.top_k, m.moe_intermediate = s.moe_intermediate;
     m.norm_topk_prob = true;
     m.moe_layer.assign(static_cast<size_t>(m.layers), s.experts > 0);
+    if (arch.named_defaults) arch.named_defaults(m);
     return m;
   }
   std::string names;
@@ -282,7 +204,7 @@ ModelConfig ModelConfig::named(const std::string& name) {
 
 std::string ModelConfig::summary() const {
   std::ostringstream s;
-  s << family_name(family) << ": " << layers << " layers, hidden " << hidden << ", heads " << heads << "/" << kv_heads << " x "
+  s << architecture << ": " << layers << " layers, hidden " << hidden << ", heads " << heads << "/" << kv_heads << " x "
     << head_dim << ", vocab " << vocab;
   if (experts) s << ", " << experts << " experts (top " << experts_per_token << ")";
   return s.str();

@@ -1,5 +1,6 @@
-// The architecture of a model, read from a Hugging Face config.json or from GGUF metadata: one
-// description for every supported family (Llama, Mistral, Qwen2, Qwen3 and their MoE forms).
+// The shape of a model, read from a Hugging Face config.json or from GGUF metadata: one
+// description for every supported family (Llama, Mistral, Qwen2, Qwen3 and their MoE forms;
+// model/arch/ defines each, model/arch/registry.cpp lists them).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,11 +15,10 @@ class GgufFile;
 
 namespace lw::model {
 
-enum class Family { llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe };
-const char* family_name(Family f);
-
 struct ModelConfig {
-  Family family = Family::llama;
+  // The architecture's name in the registry (model/arch/registry.h): "llama", "qwen3_moe", ...
+  // It picks the tensor names; the fields below describe the block.
+  std::string architecture = "llama";
   int64_t vocab = 0, hidden = 0, layers = 0;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   int64_t intermediate = 0;  // dense MLP width

@@ -1,0 +1,94 @@
+#include "model/decode_graphs.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "gpu/runtime.h"
+
+namespace lw::model {
+
+namespace {
+
+int64_t pow2_at_least(int64_t v, int64_t floor) {
+  int64_t p = floor;
+  while (p < v) p *= 2;
+  return p;
+}
+
+template <class T>
+void upload(Context& ctx, const std::vector<T>& v, const Tensor& dst) {
+  LW_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, ctx.stream().get()));
+}
+
+}  // namespace
+
+bool DecodeGraphs::applies(const ModelConfig& c, const std::vector<SequenceChunk>& batch) {
+  if (!Graph::graphs_supported() || c.experts > 0 || static_cast<int64_t>(batch.size()) > kMaxBatch) return false;
+  for (const SequenceChunk& s : batch)
+    if (s.tokens.size() != 1 || s.logits != SequenceChunk::Logits::last) return false;
+  return true;
+}
+
+Tensor DecodeGraphs::run(Context& ctx, const KvCache& cache, const HostLayout& h, int64_t max_position, const Compute& compute) {
+  const void* cache_id = cache.k(0).data_ptr();
+  if (cache_id != cache_ || cache.num_blocks() != cache_blocks_) {
+    entries_.clear();  // the graphs hold the old cache's addresses
+    cache_ = cache_id;
+    cache_blocks_ = cache.num_blocks();
+  }
+  const int64_t n = h.tokens, rows = pow2_at_least(n, 1);
+  int64_t longest = 0;
+  for (int32_t c : h.context_lens) longest = std::max<int64_t>(longest, c);
+  const int64_t bucket = std::min(pow2_at_least(longest, 256), std::max(longest, max_position));
+  const int bs = cache.block_size();
+  const int64_t width = KvCache::blocks_for(bucket, bs);
+  std::unique_ptr<Entry>& e = entries_[{rows, bucket}];
+  const bool fresh = !e;
+  if (fresh) e = make_entry(ctx, rows, bucket, width);
+
+  // This step's inputs, padded, into the graph's buffers.
+  std::vector<int32_t> ids(static_cast<size_t>(rows), 0), lens(static_cast<size_t>(rows), 1),
+      tables(static_cast<size_t>(rows * width), 0);
+  std::vector<int64_t> positions(static_cast<size_t>(rows), 0), slots(static_cast<size_t>(rows), -1);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto r = static_cast<size_t>(i);
+    ids[r] = h.ids[r];
+    positions[r] = h.positions[r];
+    slots[r] = h.slots[r];
+    lens[r] = h.context_lens[r];
+    const size_t used = std::min(h.max_blocks, static_cast<size_t>(width));
+    std::copy_n(h.tables.begin() + static_cast<int64_t>(r * h.max_blocks), used, tables.begin() + static_cast<int64_t>(r) * width);
+  }
+  upload(ctx, ids, e->layout.ids);
+  upload(ctx, positions, e->layout.positions);
+  upload(ctx, slots, e->layout.slots);
+  upload(ctx, tables, e->layout.block_tables);
+  upload(ctx, lens, e->layout.attention.token_lens);
+
+  if (fresh) {
+    Tensor eager = compute(e->layout);
+    e->graph.capture(ctx.stream(), [&] { e->logits = compute(e->layout); });
+    return eager.slice(0, 0, n);
+  }
+  e->graph.launch(ctx.stream());
+  return e->logits.slice(0, 0, n);
+}
+
+std::unique_ptr<DecodeGraphs::Entry> DecodeGraphs::make_entry(Context& ctx, int64_t rows, int64_t bucket, int64_t width) {
+  auto e = std::make_unique<Entry>();
+  BatchLayout& b = e->layout;
+  b.ids = ctx.empty({rows}, DType::i32);
+  b.positions = ctx.empty({rows}, DType::i64);
+  b.slots = ctx.empty({rows}, DType::i64);
+  b.block_tables = ctx.empty({rows, width}, DType::i32);
+  b.tokens = b.logits = rows;
+  b.attention.sequences = b.attention.tokens = rows;
+  b.attention.max_context = static_cast<int>(bucket);
+  b.attention.token_lens = ctx.empty({rows}, DType::i32);
+  std::vector<int32_t> identity(static_cast<size_t>(rows));
+  std::iota(identity.begin(), identity.end(), 0);
+  b.attention.token_rows = ctx.to_device(host_vector(identity));
+  return e;
+}
+
+}  // namespace lw::model

@@ -1,0 +1,51 @@
+// Decode steps replayed from graphs (CUDA or HIP), one per batch size (padded up to a power
+// of two) and context bucket (the longest context padded up to a power of two, at least 256;
+// attention's launch is sized by it). The step that first meets a bucket runs eagerly (the
+// GEMM path choice and the allocator's first uses happen there) and is then captured; later
+// steps of the bucket copy their inputs into the graph's buffers and replay it. Padding rows
+// write no K/V (slot -1) and their logits are dropped. MoE models decode eagerly: the grouped
+// expert GEMM reads the expert offsets on the host.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/context.h"
+#include "core/stream.h"
+#include "core/tensor.h"
+#include "model/batch_layout.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+
+namespace lw::model {
+
+class DecodeGraphs {
+ public:
+  static constexpr int64_t kMaxBatch = 256;
+  // Computes the logits of a batch laid out on the device (the model's layers).
+  using Compute = std::function<Tensor(const BatchLayout&)>;
+
+  // Whether `batch` is a decode step graphs can replay: one token and its logits per
+  // sequence, a dense model, a target with graphs.
+  static bool applies(const ModelConfig& config, const std::vector<SequenceChunk>& batch);
+
+  // The step's logits ([tokens, vocab]), from the bucket's graph (captured on first use).
+  Tensor run(Context& ctx, const KvCache& cache, const HostLayout& h, int64_t max_position, const Compute& compute);
+
+ private:
+  struct Entry {
+    BatchLayout layout;
+    Graph graph;
+    Tensor logits;
+  };
+  static std::unique_ptr<Entry> make_entry(Context& ctx, int64_t rows, int64_t bucket, int64_t width);
+
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Entry>> entries_;
+  const void* cache_ = nullptr;
+  int64_t cache_blocks_ = 0;
+};
+
+}  // namespace lw::model

@@ -1,0 +1,107 @@
+#include "model/layers.h"
+
+#include <cmath>
+
+#include "ops/attention.h"
+#include "ops/copy.h"
+#include "ops/elementwise.h"
+#include "ops/gemm.h"
+#include "ops/moe.h"
+#include "ops/norm.h"
+#include "parallel/communicator.h"
+
+namespace lw::model {
+
+void reduce(Context& ctx, const LayerContext& lc, const Tensor& x) {
+  if (lc.shard.size > 1) lc.shard.comm->all_reduce_sum(ctx, x);
+}
+
+void pre_norm(Context& ctx, const LayerContext& lc, ResidualStream& s, const Tensor& weight) {
+  const float eps = static_cast<float>(lc.config.rms_eps);
+  if (s.delta_pending) ops::add_rms_norm(ctx, s.delta, s.sum, weight, eps, s.normed);
+  else ops::rms_norm(ctx, s.sum, weight, eps, s.normed);
+  s.delta_pending = false;
+}
+
+void transformer_block(Context& ctx, const LayerContext& lc, const LayerWeights& w, const BlockVariant& block, KvCache& cache,
+                       int64_t layer, const BatchLayout& b, ResidualStream& s) {
+  pre_norm(ctx, lc, s, w.attn_norm);
+  attention(ctx, lc, w, block, cache, layer, s.normed, b, s.delta);
+  reduce(ctx, lc, s.delta);
+  s.delta_pending = true;
+  pre_norm(ctx, lc, s, w.mlp_norm);
+  switch (block.mlp) {
+    case MlpVariant::dense: dense_mlp(ctx, lc, w.gate_up, w.down, s.normed, s.delta); break;
+    case MlpVariant::moe: moe_mlp(ctx, lc, w, false, s.normed, s.delta); break;
+    case MlpVariant::moe_shared_expert: moe_mlp(ctx, lc, w, true, s.normed, s.delta); break;
+  }
+  reduce(ctx, lc, s.delta);
+  s.delta_pending = true;
+}
+
+void attention(Context& ctx, const LayerContext& lc, const LayerWeights& w, const BlockVariant& block, KvCache& cache,
+               int64_t layer, const Tensor& x, const BatchLayout& b, const Tensor& out) {
+  const int64_t t = x.size(0), d = lc.config.head_dim, nq = lc.local.heads, nkv = lc.local.kv_heads;
+  Tensor qkv = ctx.empty({t, (nq + 2 * nkv) * d}, lc.dtype);
+  ops::linear(ctx, x, w.qkv, w.qkv_bias, qkv);
+  Tensor q = qkv.slice(1, 0, nq * d).unflatten(1, {nq, d});
+  Tensor k = qkv.slice(1, nq * d, (nq + nkv) * d).unflatten(1, {nkv, d});
+  const Tensor v = qkv.slice(1, (nq + nkv) * d, (nq + 2 * nkv) * d).unflatten(1, {nkv, d});
+  q = ops::contiguous(ctx, q);
+  if (block.qk_norm) {
+    const float eps = static_cast<float>(lc.config.rms_eps);
+    Tensor qn = ctx.empty(q.shape(), lc.dtype), kn = ctx.empty({t, nkv, d}, lc.dtype);
+    ops::rms_norm(ctx, q, w.q_norm, eps, qn);
+    ops::rms_norm(ctx, ops::contiguous(ctx, k), w.k_norm, eps, kn);
+    q = qn;
+    k = kn;
+  }
+  lc.rope.apply(ctx, q, k, b.positions);
+  ops::kv_write(ctx, k, v, b.slots, cache.k(layer), cache.v(layer), false);  // slots checked in HostLayout
+  Tensor attn = ctx.empty({t, nq, d}, lc.dtype);
+  ops::prefill_attention(ctx, q, cache.k(layer), cache.v(layer), b.block_tables, b.attention,
+                         static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))), attn);
+  ops::linear(ctx, attn.view({t, nq * d}), w.o, w.o_bias, out);
+}
+
+void dense_mlp(Context& ctx, const LayerContext& lc, const Tensor& gate_up, const Tensor& down, const Tensor& x,
+               const Tensor& out) {
+  const int64_t t = x.size(0), i = down.size(1);
+  Tensor gu = ctx.empty({t, 2 * i}, lc.dtype), act = ctx.empty({t, i}, lc.dtype);
+  ops::linear(ctx, x, gate_up, Tensor(), gu);
+  ops::act_mul(ctx, ops::Activation::silu, gu, act);
+  ops::linear(ctx, act, down, Tensor(), out);
+}
+
+void moe_mlp(Context& ctx, const LayerContext& lc, const LayerWeights& w, bool shared_expert, const Tensor& x,
+             const Tensor& out) {
+  const int64_t t = x.size(0), h = lc.config.hidden, i = lc.local.moe_intermediate, e = lc.config.experts;
+  const int k = lc.config.experts_per_token;
+  const DType dt = lc.dtype;
+  // Every rank routes the same tokens: one fixed GEMM kernel (not a per-rank timed choice), so
+  // their roundings, and so their expert choices, agree.
+  const ops::GemmPath agreed = lc.shard.size > 1 ? ops::GemmPath::tiled : ops::GemmPath::automatic;
+  Tensor logits = ctx.empty({t, e}, dt);
+  ops::linear(ctx, x, w.router, Tensor(), logits, agreed);
+  ops::MoeRouting routing;
+  routing.k = k;
+  routing.renormalize = lc.config.norm_topk_prob;
+  Tensor weights = ctx.empty({t, k}, DType::f32), ids = ctx.empty({t, k}, DType::i32);
+  ops::moe_route(ctx, logits, routing, weights, ids);
+  const ops::MoePermutation perm = ops::moe_permutation(ctx, ids, static_cast<int>(e));
+  Tensor xs = ctx.empty({t * k, h}, dt), gu = ctx.empty({t * k, 2 * i}, dt);
+  Tensor act = ctx.empty({t * k, i}, dt), eo = ctx.empty({t * k, h}, dt);
+  ops::moe_gather(ctx, x, perm, xs);
+  ops::grouped_linear(ctx, xs, w.experts_gate_up, perm.offsets, gu);
+  ops::act_mul(ctx, ops::Activation::silu, gu, act);
+  ops::grouped_linear(ctx, act, w.experts_down, perm.offsets, eo);
+  ops::moe_combine(ctx, eo, weights, perm, out);
+  if (shared_expert) {
+    Tensor shared = ctx.empty({t, h}, dt), gate = ctx.empty({t, 1}, dt);
+    dense_mlp(ctx, lc, w.shared_gate_up, w.shared_down, x, shared);
+    ops::linear(ctx, x, w.shared_gate, Tensor(), gate, agreed);
+    ops::sigmoid_gated_add(ctx, out, gate, shared);
+  }
+}
+
+}  // namespace lw::model

@@ -1,0 +1,181 @@
+#include "model/model_weights.h"
+
+#include <algorithm>
+#include <string>
+
+#include "base/error.h"
+
+namespace lw::model {
+
+namespace {
+
+using Part = WeightLoader::Part;
+
+// The slices of one rank of a tensor-parallel group: column-parallel q/k/v, gate/up and
+// expert gate/up (rows), row-parallel o, down and expert down (columns).
+class ShardParts {
+ public:
+  ShardParts(const ModelConfig& c, const ModelConfig& local, const Shard& shard)
+      : rank_(shard.rank), size_(shard.size), d_(c.head_dim) {
+    // Its KV heads: a share, or with fewer KV heads than ranks the one its query heads read.
+    const int64_t kv_first = c.kv_heads % size_ == 0 ? local.kv_heads * rank_ : local.heads * rank_ / (c.heads / c.kv_heads);
+    kv_rows_ = whole() ? Part{} : Part{0, kv_first * d_, (kv_first + local.kv_heads) * d_};
+    q_rows_ = share(0, c.heads * d_);
+  }
+  bool whole() const { return size_ == 1; }
+  // This rank's share of dimension `dim` of `n` elements (after `offset`); the whole tensor
+  // without tensor parallelism.
+  Part share(int dim, int64_t n, int64_t offset = 0) const {
+    if (whole()) return Part{};
+    const int64_t each = n / size_;
+    return Part{dim, offset + each * rank_, offset + each * (rank_ + 1)};
+  }
+  Part q_rows() const { return q_rows_; }
+  Part kv_rows() const { return kv_rows_; }
+
+ private:
+  int rank_, size_;
+  int64_t d_;
+  Part q_rows_, kv_rows_;
+};
+
+std::string layer_name(bool gguf, int64_t l, const std::string& rest) {
+  return (gguf ? "blk." : "model.layers.") + std::to_string(l) + "." + rest;
+}
+
+class LayerReader {
+ public:
+  LayerReader(WeightLoader& ld, const TensorNames& names, const ModelConfig& c, const ModelConfig& local,
+              const ShardParts& parts, int rank)
+      : ld_(ld), n_(names), c_(c), local_(local), parts_(parts), rank_(rank) {}
+
+  LayerWeights read(int64_t l) {
+    l_ = l;
+    LayerWeights w;
+    const BlockVariant block = block_variant(c_, l);
+    w.attn_norm = get(n_.attn_norm, {c_.hidden});
+    w.mlp_norm = get(n_.mlp_norm, {c_.hidden});
+    attention(block, w);
+    if (block.mlp == MlpVariant::dense) dense_mlp(w);
+    else moe_mlp(block, w);
+    return w;
+  }
+
+ private:
+  std::string name(const TensorName& t) const {
+    LW_CHECK(!(c_.gguf ? t.gguf : t.hf).empty(), "model architecture '" << c_.architecture << "' has no "
+                                                                          << (c_.gguf ? "GGUF" : "Hugging Face")
+                                                                          << " name for tensor '" << t.hf << "'");
+    return layer_name(c_.gguf, l_, c_.gguf ? t.gguf : t.hf);
+  }
+  std::string hf(const std::string& rest) const { return layer_name(false, l_, rest); }
+  Tensor get(const TensorName& t, const std::vector<int64_t>& shape, Part part = {}) { return ld_.get(name(t), shape, part); }
+
+  void attention(const BlockVariant& block, LayerWeights& w) {
+    const int64_t h = c_.hidden, d = c_.head_dim, qd = c_.heads * d, kvd = c_.kv_heads * d;
+    const int64_t lqd = local_.heads * d, lkvd = local_.kv_heads * d;
+    const Tensor q = get(n_.q, {qd, h}, parts_.q_rows());
+    const Tensor k = get(n_.k, {kvd, h}, parts_.kv_rows());
+    const Tensor v = get(n_.v, {kvd, h}, parts_.kv_rows());
+    w.qkv = ld_.fuse({q, k, v}, {lqd + 2 * lkvd, h});
+    if (block.qkv_bias) {
+      const Tensor qb = get(n_.q_bias, {qd}, parts_.q_rows());
+      const Tensor kb = get(n_.k_bias, {kvd}, parts_.kv_rows());
+      const Tensor vb = get(n_.v_bias, {kvd}, parts_.kv_rows());
+      w.qkv_bias = ld_.fuse({qb, kb, vb}, {lqd + 2 * lkvd});
+    }
+    if (block.qk_norm) {
+      w.q_norm = get(n_.q_norm, {d});
+      w.k_norm = get(n_.k_norm, {d});
+    }
+    w.o = get(n_.o, {h, qd}, parts_.share(1, qd));
+    // The bias of a row-parallel projection is added once, by rank 0, before the sum.
+    if (block.o_bias && rank_ == 0) w.o_bias = get(n_.o_bias, {h});
+  }
+
+  void dense_mlp(LayerWeights& w) {
+    const int64_t h = c_.hidden, i = c_.intermediate, li = local_.intermediate;
+    const Tensor gate = get(n_.gate, {i, h}, parts_.share(0, i));
+    const Tensor up = get(n_.up, {i, h}, parts_.share(0, i));
+    w.gate_up = ld_.fuse({gate, up}, {2 * li, h});
+    w.down = get(n_.down, {h, i}, parts_.share(1, i));
+  }
+
+  // The first naming whose router the checkpoint holds, else the last (random weights).
+  const MoeNaming& moe_naming() const {
+    LW_CHECK(!n_.moe.empty() && !c_.gguf, "model architecture '" << c_.architecture << "' has no "
+                                                                  << (c_.gguf ? "GGUF" : "Hugging Face")
+                                                                  << " names for mixture-of-experts layers");
+    if (!ld_.random())
+      for (const MoeNaming& m : n_.moe)
+        if (ld_.has(hf(m.prefix + "gate.weight"))) return m;
+    return n_.moe.back();
+  }
+
+  // Every rank holds every expert's share of the expert width; the router is whole on each.
+  void moe_mlp(const BlockVariant& block, LayerWeights& w) {
+    const int64_t h = c_.hidden, e = c_.experts, i = c_.moe_intermediate, li = local_.moe_intermediate;
+    const MoeNaming& m = moe_naming();
+    w.router = ld_.get(hf(m.prefix + "gate.weight"), {e, h});
+    const std::string stacked_gate_up = hf(m.prefix + m.stacked_gate_up);
+    if (ld_.has(stacked_gate_up)) {  // always, for random weights
+      if (!parts_.whole()) {
+        const Tensor gate = ld_.get(stacked_gate_up, {e, 2 * i, h}, parts_.share(1, i, 0));
+        const Tensor up = ld_.get(stacked_gate_up, {e, 2 * i, h}, parts_.share(1, i, i));
+        w.experts_gate_up = ld_.fuse({gate, up}, {e, 2 * li, h}, 1);
+      } else {
+        w.experts_gate_up = ld_.get(stacked_gate_up, {e, 2 * i, h});
+      }
+      w.experts_down = ld_.get(hf(m.prefix + m.stacked_down), {e, h, i}, parts_.share(2, i));
+    } else {
+      std::vector<Tensor> gate_up, down;
+      for (int64_t x = 0; x < e; ++x) {
+        const std::string p = m.prefix + "experts." + std::to_string(x) + ".";
+        gate_up.push_back(ld_.get(hf(p + m.expert_gate), {i, h}, parts_.share(0, i)));
+        gate_up.push_back(ld_.get(hf(p + m.expert_up), {i, h}, parts_.share(0, i)));
+        down.push_back(ld_.get(hf(p + m.expert_down), {h, i}, parts_.share(1, i)));
+      }
+      w.experts_gate_up = ld_.fuse(gate_up, {e, 2 * li, h});
+      w.experts_down = ld_.fuse(down, {e, h, li}, 0);
+    }
+    if (block.mlp == MlpVariant::moe_shared_expert) {
+      const int64_t sw = c_.shared_intermediate, ls = local_.shared_intermediate;
+      const Tensor gate = ld_.get(hf(n_.shared_gate), {sw, h}, parts_.share(0, sw));
+      const Tensor up = ld_.get(hf(n_.shared_up), {sw, h}, parts_.share(0, sw));
+      w.shared_gate_up = ld_.fuse({gate, up}, {2 * ls, h});
+      w.shared_down = ld_.get(hf(n_.shared_down), {h, sw}, parts_.share(1, sw));
+      w.shared_gate = ld_.get(hf(n_.shared_expert_gate), {1, h});
+    }
+  }
+
+  WeightLoader& ld_;
+  const TensorNames& n_;
+  const ModelConfig &c_, &local_;
+  const ShardParts& parts_;
+  int rank_;
+  int64_t l_ = 0;
+};
+
+}  // namespace
+
+ModelWeights load_weights(WeightLoader& ld, const Architecture& arch, const ModelConfig& c, const ModelConfig& local,
+                          const Shard& shard) {
+  const TensorNames& n = arch.names;
+  const bool g = c.gguf;
+  const int r = shard.rank;
+  const int64_t h = c.hidden;
+  ModelWeights w;
+  const int64_t vs = local.vocab, v0 = std::min(c.vocab, vs * r), v1 = std::min(c.vocab, vs * (r + 1));
+  w.embed = ld.get_padded(g ? n.embed.gguf : n.embed.hf, {c.vocab, h}, v0, v1, vs);
+  w.final_norm = ld.get(g ? n.final_norm.gguf : n.final_norm.hf, {h});
+  if (c.tie_embeddings) w.lm_head = w.embed;
+  else w.lm_head = ld.get_padded(g ? n.lm_head.gguf : n.lm_head.hf, {c.vocab, h}, v0, v1, vs);
+
+  const ShardParts parts(c, local, shard);
+  LayerReader reader(ld, n, c, local, parts, r);
+  w.layers.reserve(static_cast<size_t>(c.layers));
+  for (int64_t l = 0; l < c.layers; ++l) w.layers.push_back(reader.read(l));
+  return w;
+}
+
+}  // namespace lw::model

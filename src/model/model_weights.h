@@ -1,0 +1,37 @@
+// A model's tensors on the device, one struct per layer, and how they are read from an
+// architecture's tensor-name table (a rank's shard sliced out as they are read).
+#pragma once
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/arch/architecture.h"
+#include "model/config.h"
+#include "model/shard.h"
+#include "model/weight_loader.h"
+
+namespace lw::model {
+
+// One layer's weights, in the layout the layers use (tensors a block variant lacks stay
+// undefined).
+struct LayerWeights {
+  Tensor attn_norm, mlp_norm;
+  Tensor qkv, qkv_bias;  // q, k and v projections fused: [(heads + 2 kv_heads) * head_dim, hidden]
+  Tensor q_norm, k_norm;
+  Tensor o, o_bias;
+  Tensor gate_up, down;  // dense MLP: [2 * intermediate, hidden] (gate rows first), [hidden, intermediate]
+  Tensor router;                           // MoE: [experts, hidden]
+  Tensor experts_gate_up, experts_down;    // [experts, 2 * moe_intermediate, hidden], [experts, hidden, moe_intermediate]
+  Tensor shared_gate_up, shared_down, shared_gate;  // Qwen2-MoE shared expert and its gate [1, hidden]
+};
+
+struct ModelWeights {
+  Tensor embed, final_norm, lm_head;  // lm_head is embed with tied embeddings
+  std::vector<LayerWeights> layers;
+};
+
+// Every tensor of the model (or of one rank's shard: `local` has its shapes), under the names
+// of `arch` (GGUF names when config.gguf). With a dry loader only the byte count results.
+ModelWeights load_weights(WeightLoader& loader, const Architecture& arch, const ModelConfig& config, const ModelConfig& local,
+                          const Shard& shard);
+
+}  // namespace lw::model

@@ -1,0 +1,62 @@
+// Where a model's weights come from: a checkpoint (each tensor resolved, shape-checked and
+// converted to the compute dtype) or random values of a seed. A dry run does no device work
+// and only adds up the bytes the weights will take; the real run draws a progress bar.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "core/tensor.h"
+#include "weights/checkpoint.h"
+
+namespace lw::model {
+
+class WeightLoader {
+ public:
+  // ckpt null: random weights from `seed` (benchmarks of named shapes). total: the bytes the
+  // dry run counted; with it (and a terminal on stderr) the real run draws a progress bar.
+  WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType dtype, bool dry, size_t total = 0, uint64_t seed = 0);
+  ~WeightLoader();
+  WeightLoader(const WeightLoader&) = delete;
+  WeightLoader& operator=(const WeightLoader&) = delete;
+
+  // Random weights have every tensor the model asks for, under the names it asks.
+  bool random() const { return ckpt_ == nullptr; }
+  // Whether the checkpoint holds `name` (always, for random weights).
+  bool has(const std::string& name) const;
+
+  // Rows/columns [start, end) of dimension `dim` (a rank's shard); dim < 0: the whole tensor.
+  struct Part {
+    int dim = -1;
+    int64_t start = 0, end = 0;
+  };
+  // The tensor `name` of the whole model's `shape`.
+  Tensor get(const std::string& name, const std::vector<int64_t>& shape);
+  // Only `part` of it: the whole tensor is read, sliced and freed.
+  Tensor get(const std::string& name, const std::vector<int64_t>& shape, Part part);
+  // Rows [start, end) of a [rows, cols] tensor, zero-padded to `padded` rows (a rank's share
+  // of the vocabulary).
+  Tensor get_padded(const std::string& name, const std::vector<int64_t>& shape, int64_t start, int64_t end, int64_t padded);
+  // Parts concatenated along dimension `dim`, viewed as `shape`.
+  Tensor fuse(const std::vector<Tensor>& parts, const std::vector<int64_t>& shape, int dim = 0);
+  // The bytes of the weights on the device so far.
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Tensor random_tensor(const std::string& name, const std::vector<int64_t>& shape);
+  void draw();
+
+  Context& ctx_;
+  const weights::Checkpoint* ckpt_;
+  DType dtype_;
+  bool dry_;
+  size_t total_;
+  bool bar_;
+  uint64_t seed_;
+  bool drawn_ = false;
+  size_t bytes_ = 0;
+};
+
+}  // namespace lw::model
