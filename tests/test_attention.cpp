@@ -1,6 +1,7 @@
-// The paged KV cache write and decode attention against a float64 reference: random caches,
-// scattered block tables, odd block sizes, GQA groups 1..16, head dims 64..256, contexts of
-// one token, block edges and several partitions (the split-K merge), and an empty context.
+// The paged KV cache write and decode attention (every implementation this device has) against a
+// float64 reference: random caches, scattered block tables, odd block sizes, GQA groups 1..16,
+// head dims 64..256, contexts of one token, block edges and several partitions (the split-K
+// merge), and an empty context.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -37,11 +38,7 @@ void run_case(DType dt, const Case& c) {
     lens_h.data<int32_t>()[s] = c.contexts[s];
     for (int b = 0; b < max_blocks; ++b) tables_h.data<int32_t>()[s * max_blocks + b] = perm[s * max_blocks + b];
   }
-  Tensor out = ctx().empty({seqs, c.q_heads, hd}, dt);
-  poison(out);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  ops::decode_attention(ctx(), ctx().to_device(qh), ctx().to_device(kh), ctx().to_device(vh), ctx().to_device(tables_h),
-                        ctx().to_device(lens_h), max_ctx, scale, out);
 
   const std::vector<double> k = to_doubles(kh), v = to_doubles(vh), q = to_doubles(qh);
   const int group = c.q_heads / c.kv_heads;
@@ -69,8 +66,17 @@ void run_case(DType dt, const Case& c) {
       }
     }
   }
-  // One rounding to the dtype (relative) plus float accumulation over |v| <= 1 (absolute).
-  EXPECT_TRUE(all_close(ctx().to_host(out), want, epsilon(dt), 1e-5));
+  // Every implementation this device has, against float64: one rounding to the dtype
+  // (relative) plus float accumulation over |v| <= 1 (absolute).
+  const Tensor q_d = ctx().to_device(qh), k_d = ctx().to_device(kh), v_d = ctx().to_device(vh);
+  const Tensor tables = ctx().to_device(tables_h), lens = ctx().to_device(lens_h);
+  for (ops::AttentionPath path : ops::available_paths<ops::AttentionPaths>(ctx().caps())) {
+    SCOPED_TRACE(ops::path_name<ops::AttentionPaths>(path));
+    Tensor out = ctx().empty({seqs, c.q_heads, hd}, dt);
+    poison(out);
+    ops::decode_attention(ctx(), q_d, k_d, v_d, tables, lens, max_ctx, scale, out, path);
+    EXPECT_TRUE(all_close(ctx().to_host(out), want, epsilon(dt), 1e-5));
+  }
 }
 
 TEST(DecodeAttention, HeadDimsAndGroups) {
@@ -171,11 +177,7 @@ TEST(PrefillAttention, CausalOverCachedPrefixAndNewTokens) {
     std::copy(perm.begin(), perm.end(), tables_h.data<int32_t>());
     const int total = std::accumulate(new_lens.begin(), new_lens.end(), 0);
     Tensor qh = random_host({total, q_heads, hd}, dt);
-    Tensor out = ctx().empty({total, q_heads, hd}, dt);
-    poison(out);
     const float scale = 0.125f;
-    ops::prefill_attention(ctx(), ctx().to_device(qh), ctx().to_device(kh), ctx().to_device(vh),
-                           ctx().to_device(tables_h), new_lens, ctx_lens, scale, out);
     const std::vector<double> k = to_doubles(kh), v = to_doubles(vh), q = to_doubles(qh);
     std::vector<double> want;
     int row = 0;
@@ -202,7 +204,14 @@ TEST(PrefillAttention, CausalOverCachedPrefixAndNewTokens) {
         }
       }
     }
-    EXPECT_TRUE(all_close(ctx().to_host(out), want, epsilon(dt), 1e-5));
+    for (ops::AttentionPath path : ops::available_paths<ops::AttentionPaths>(ctx().caps())) {
+      SCOPED_TRACE(ops::path_name<ops::AttentionPaths>(path));
+      Tensor out = ctx().empty({total, q_heads, hd}, dt);
+      poison(out);
+      ops::prefill_attention(ctx(), ctx().to_device(qh), ctx().to_device(kh), ctx().to_device(vh),
+                             ctx().to_device(tables_h), new_lens, ctx_lens, scale, out, path);
+      EXPECT_TRUE(all_close(ctx().to_host(out), want, epsilon(dt), 1e-5));
+    }
   }
   Tensor q = ctx().empty({3, 4, 64}, DType::bf16), kc = ctx().empty({4, 8, 2, 64}, DType::bf16);
   Tensor tables = ctx().empty({2, 2}, DType::i32);

@@ -17,15 +17,23 @@ constexpr bool kVendorRoundsBeforeBias = false;  // the OpenBLAS path adds the b
 constexpr bool kVendorRoundsBeforeBias = true;
 #endif
 
-// The paths a float GEMM can take on this target.
+// The paths a float linear of m rows can take on this device: every path the selection helper
+// reports available (gemv up to its row limit), and automatic where it may differ from vendor
+// (on the emulator it is the vendor path: not run twice).
 std::vector<ops::GemmPath> float_paths(int64_t m) {
-#if defined(LW_TARGET_HOST)
-  // automatic is the vendor path on the host target: not run twice.
-  std::vector<ops::GemmPath> p = {ops::GemmPath::vendor, ops::GemmPath::tiled};
-#else
-  std::vector<ops::GemmPath> p = {ops::GemmPath::automatic, ops::GemmPath::vendor, ops::GemmPath::tiled};
-#endif
-  if (m <= kernels::kGemvMaxRows) p.push_back(ops::GemmPath::gemv);
+  std::vector<ops::GemmPath> p;
+  if (!ctx().caps().emulator()) p.push_back(ops::GemmPath::automatic);
+  for (ops::GemmPath path : ops::available_paths<ops::GemmPaths>(ctx().caps()))
+    if (path != ops::GemmPath::gemv || m <= kernels::kGemvMaxRows) p.push_back(path);
+  return p;
+}
+
+// The paths of the GEMMs other than linear: every available one but gemv (linear only).
+std::vector<ops::GemmPath> matmul_paths(bool with_automatic) {
+  std::vector<ops::GemmPath> p;
+  if (with_automatic) p.push_back(ops::GemmPath::automatic);
+  for (ops::GemmPath path : ops::available_paths<ops::GemmPaths>(ctx().caps()))
+    if (path != ops::GemmPath::gemv) p.push_back(path);
   return p;
 }
 
@@ -118,7 +126,7 @@ TEST(Gemm, LinearTakesLeadingDimensions) {
 TEST(Gemm, BatchedMatmulBothLayouts) {
   for (DType dt : kFloatTypes)
     for (bool b_transposed : {true, false})
-      for (ops::GemmPath path : {ops::GemmPath::vendor, ops::GemmPath::tiled}) {
+      for (ops::GemmPath path : matmul_paths(false)) {
         SCOPED_TRACE(::testing::Message() << dtype_name(dt) << (b_transposed ? " a@b^T " : " a@b ") << ops::gemm_path_name(path));
         const int64_t z = 3, m = 19, n = 37, k = 45;
         Tensor ah = random_host({z, m, k}, dt);
@@ -142,7 +150,7 @@ TEST(Gemm, GroupedLinearWithEmptyExperts) {
   std::copy(off.begin(), off.end(), offh.data<int32_t>());
   const Tensor offsets = ctx().to_device(offh);
   for (DType dt : kFloatTypes)
-    for (ops::GemmPath path : {ops::GemmPath::automatic, ops::GemmPath::vendor, ops::GemmPath::tiled}) {
+    for (ops::GemmPath path : matmul_paths(true)) {
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << ops::gemm_path_name(path));
       Tensor xh = random_host({t, k}, dt), wh = random_host({e, n, k}, dt);
       Tensor out = ctx().empty({t, n}, dt);

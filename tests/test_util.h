@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -48,6 +49,27 @@ class DeterministicScope {
  private:
   Context& ctx_;
   bool before_;
+};
+
+// An environment variable set (value non-null) or unset (null) for the life of the scope, then
+// restored: for the path overrides of ops/select.h (LW_GEMM_PATH, LW_ATTENTION_PATH).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) before_ = old, had_ = true;
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) ::setenv(name_.c_str(), before_.c_str(), 1);
+    else ::unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, before_;
+  bool had_ = false;
 };
 
 // Unit round-off of a float dtype.

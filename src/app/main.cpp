@@ -23,13 +23,23 @@ using lw::Tensor;
 
 int cmd_info(int device) {
   lw::Context ctx(device);
-  const cudaDeviceProp& p = ctx.properties();
+  const lw::gpu::DeviceCaps& c = ctx.caps();
+  const double kib = 1024.0, gib = 1024.0 * 1024.0 * 1024.0;
   std::printf("lightwave %s\n", LW_VERSION);
-  std::printf("target       %s\n", lw::gpu::target_name());
-  std::printf("device       %d: %s\n", device, p.name);
-  std::printf("warp size    %d\n", ctx.warp_size());
-  std::printf("processors   %d\n", p.multiProcessorCount);
-  std::printf("memory       %.1f GiB\n", static_cast<double>(p.totalGlobalMem) / (1 << 30));
+  std::printf("target        %s\n", lw::gpu::target_name());
+  std::printf("device        %d: %s\n", device, c.name.c_str());
+  std::printf("vendor        %s%s\n", lw::gpu::vendor_name(c.vendor), c.emulator() ? " (kernels run on the CPU)" : "");
+  std::printf("architecture  %s (%d)\n", c.arch.c_str(), c.arch_number);
+  std::printf("warp size     %d\n", c.warp_size);
+  std::printf("processors    %d\n", c.multiprocessors);
+  std::printf("shared memory %.0f KiB per block, %.0f KiB opt-in\n", c.shared_memory_per_block / kib,
+              c.shared_memory_per_block_optin / kib);
+  std::printf("memory        %.1f GiB\n", static_cast<double>(c.global_memory) / gib);
+  if (c.memory_bus_width_bits > 0 && c.memory_clock_khz > 0)
+    std::printf("memory bus    %d-bit at %d MHz, %.0f GB/s peak\n", c.memory_bus_width_bits, c.memory_clock_khz / 1000,
+                c.peak_bandwidth_gb_per_s());
+  if (c.l2_cache > 0) std::printf("L2 cache      %.1f MiB\n", static_cast<double>(c.l2_cache) / (kib * kib));
+  std::printf("matrix cores  %s\n", c.matrix.describe().c_str());
   return 0;
 }
 

@@ -11,11 +11,11 @@ Context::Context(int device) : device_(device) {
   LW_CHECK(device >= 0 && device < count, "device " << device << " does not exist; this machine has " << count);
   LW_CUDA_CHECK(cudaSetDevice(device));
   LW_CUDA_CHECK(cudaGetDeviceProperties(&props_, device));
-  warp_size_ = gpu::warp_size(device);
+  caps_ = gpu::query_device_caps(device);
+  warp_size_ = caps_.warp_size;
   allocator_ = std::make_unique<CachingAllocator>(device);
   stream_ = std::make_unique<Stream>();
-  log().info("context on device {} ({}), warp size {}, {} multiprocessors", device, props_.name, warp_size_,
-             props_.multiProcessorCount);
+  log().info("context on device {}: {}", device, caps_.describe());
 }
 
 Context::~Context() {

@@ -1,5 +1,5 @@
-// Context: one device and what work on it needs — its properties and warp size, a caching
-// allocator, a stream, and library handles created on first use by the layers above.
+// Context: one device and what work on it needs — its properties, capabilities and warp size, a
+// caching allocator, a stream, and library handles created on first use by the layers above.
 #pragma once
 #include <memory>
 #include <string>
@@ -10,6 +10,7 @@
 #include "core/allocator.h"
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "gpu/device_caps.h"
 #include "gpu/runtime.h"
 
 namespace lw {
@@ -24,6 +25,9 @@ class Context {
   int device() const { return device_; }
   int warp_size() const { return warp_size_; }
   const cudaDeviceProp& properties() const { return props_; }
+  // What the device can do (architecture, matrix cores, memory), queried once: ops choose
+  // between their implementations from it (ops/select.h).
+  const gpu::DeviceCaps& caps() const { return caps_; }
   std::string device_name() const { return props_.name; }
   CachingAllocator& allocator() { return *allocator_; }
   Stream& stream() { return *stream_; }
@@ -58,6 +62,7 @@ class Context {
   int warp_size_ = 0;
   bool deterministic_ = false;
   cudaDeviceProp props_{};
+  gpu::DeviceCaps caps_;
   std::unique_ptr<CachingAllocator> allocator_;
   std::unique_ptr<Stream> stream_;
   std::unordered_map<std::type_index, std::shared_ptr<void>> resources_;

@@ -59,11 +59,32 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
 
 namespace {
 
-// The checks and launch shared by decode and prefill; table_rows maps query rows to
-// block-table rows (undefined: one row each).
+// The portable SIMT kernels (kernels/attention_decode.cu): one query row per block row.
+void portable_attention(Context& ctx, const char* op, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                        const Tensor& block_tables, const Tensor& context_lens, const Tensor& table_rows,
+                        int max_context, float scale, const Tensor& out) {
+  const int64_t rows = q.size(0), q_heads = q.size(1), head_dim = q.size(2);
+  const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2);
+  const kernels::DecodeAttentionArgs a{static_cast<int>(rows),       static_cast<int>(q_heads),
+                                       static_cast<int>(kv_heads),   static_cast<int>(head_dim),
+                                       static_cast<int>(block_size), static_cast<int>(block_tables.size(1)),
+                                       max_context,                  scale,
+                                       ctx.deterministic() ? kernels::batch_invariant_partition_size() : 0};
+  const int64_t ws = kernels::decode_attention_workspace(a);
+  Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
+  dispatch_float(q.dtype(), op, [&]<class T>() {
+    kernels::decode_attention<T>(a, q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), block_tables.data<int32_t>(),
+                                 context_lens.data<int32_t>(), table_rows.defined() ? table_rows.data<int32_t>() : nullptr,
+                                 ws > 0 ? workspace.data<float>() : nullptr, out.data<T>(), ctx.warp_size(),
+                                 ctx.stream().get());
+  });
+}
+
+// The checks shared by decode and prefill, then the selected implementation; table_rows maps
+// query rows to block-table rows (undefined: one row each).
 void attention(Context& ctx, const char* op, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                const Tensor& block_tables, const Tensor& context_lens, const Tensor& table_rows, int max_context,
-               float scale, const Tensor& out) {
+               float scale, const Tensor& out, AttentionPath path) {
   check_float_input(op, "q", q);
   check_float_input(op, "out", out);
   check_cache(op, "k_cache", k_cache);
@@ -92,27 +113,27 @@ void attention(Context& ctx, const char* op, const Tensor& q, const Tensor& k_ca
            op << ": max_context " << max_context << " exceeds what " << block_tables.size(1) << " blocks of "
               << block_size << " tokens hold");
   LW_CHECK(std::isfinite(scale), op << ": scale " << scale << " is not finite");
-  const kernels::DecodeAttentionArgs a{static_cast<int>(rows),       static_cast<int>(q_heads),
-                                       static_cast<int>(kv_heads),   static_cast<int>(head_dim),
-                                       static_cast<int>(block_size), static_cast<int>(block_tables.size(1)),
-                                       max_context,                  scale,
-                                       ctx.deterministic() ? kernels::batch_invariant_partition_size() : 0};
-  const int64_t ws = kernels::decode_attention_workspace(a);
-  Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
-  dispatch_float(q.dtype(), op, [&]<class T>() {
-    kernels::decode_attention<T>(a, q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), block_tables.data<int32_t>(),
-                                 context_lens.data<int32_t>(), table_rows.defined() ? table_rows.data<int32_t>() : nullptr,
-                                 ws > 0 ? workspace.data<float>() : nullptr, out.data<T>(), ctx.warp_size(),
-                                 ctx.stream().get());
-  });
+  const AttentionShape shape{rows, q_heads, kv_heads, head_dim, max_context, q.dtype(), table_rows.defined(),
+                             ctx.deterministic()};
+  switch (select<AttentionPaths>(ctx.caps(), shape, path).path) {
+    case AttentionPath::portable:
+    case AttentionPath::automatic:  // select never returns it
+      portable_attention(ctx, op, q, k_cache, v_cache, block_tables, context_lens, table_rows, max_context, scale, out);
+      break;
+  }
 }
 
 }  // namespace
 
+Availability AttentionPaths::available(const gpu::DeviceCaps&, AttentionPath) { return Availability::yes(); }
+
+AttentionPath AttentionPaths::choose(const gpu::DeviceCaps&, const AttentionShape&) { return AttentionPath::portable; }
+
 void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                       const Tensor& block_tables, const Tensor& context_lens, int max_context, float scale,
-                      const Tensor& out) {
-  attention(ctx, "decode_attention", q, k_cache, v_cache, block_tables, context_lens, Tensor(), max_context, scale, out);
+                      const Tensor& out, AttentionPath path) {
+  attention(ctx, "decode_attention", q, k_cache, v_cache, block_tables, context_lens, Tensor(), max_context, scale, out,
+            path);
 }
 
 PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens) {
@@ -147,7 +168,8 @@ PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, c
 }
 
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                       const Tensor& block_tables, const PrefillPlan& plan, float scale, const Tensor& out) {
+                       const Tensor& block_tables, const PrefillPlan& plan, float scale, const Tensor& out,
+                       AttentionPath path) {
   LW_CHECK(block_tables.defined() && block_tables.dim() == 2 && block_tables.size(0) == plan.sequences,
            "prefill_attention: block_tables " << block_tables.describe() << " needs one row per sequence ("
                                               << plan.sequences << ")");
@@ -155,13 +177,14 @@ void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, con
            "prefill_attention: q " << q.describe() << " must have " << plan.tokens << " rows (the new tokens)");
   if (plan.tokens == 0) return;
   attention(ctx, "prefill_attention", q, k_cache, v_cache, block_tables, plan.token_lens, plan.token_rows,
-            plan.max_context, scale, out);
+            plan.max_context, scale, out, path);
 }
 
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const std::vector<int32_t>& query_lens,
-                       const std::vector<int32_t>& context_lens, float scale, const Tensor& out) {
-  prefill_attention(ctx, q, k_cache, v_cache, block_tables, plan_prefill(ctx, query_lens, context_lens), scale, out);
+                       const std::vector<int32_t>& context_lens, float scale, const Tensor& out, AttentionPath path) {
+  prefill_attention(ctx, q, k_cache, v_cache, block_tables, plan_prefill(ctx, query_lens, context_lens), scale, out,
+                    path);
 }
 
 }  // namespace lw::ops

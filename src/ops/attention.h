@@ -1,12 +1,40 @@
-// The paged KV cache and decode attention (the portable SIMT path).
+// The paged KV cache and decode/prefill attention.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "core/context.h"
 #include "core/tensor.h"
+#include "ops/select.h"
 
 namespace lw::ops {
+
+// Which implementation runs decode and prefill attention. portable: the SIMT kernels of
+// kernels/attention_decode.cu, on every target; matrix-core paths join it here.
+// LW_ATTENTION_PATH=portable forces a path where the caller passes automatic (ops/select.h).
+enum class AttentionPath { automatic, portable };
+
+// What the automatic choice of an attention call looks at.
+struct AttentionShape {
+  int64_t rows = 0;  // query rows: sequences (decode) or new tokens (prefill)
+  int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
+  int max_context = 0;
+  DType dtype = DType::f32;
+  bool prefill = false;
+  bool deterministic = false;  // Context::deterministic
+};
+
+// The attention paths for ops/select.h.
+struct AttentionPaths {
+  using Path = AttentionPath;
+  using Shape = AttentionShape;
+  static constexpr const char* op = "attention";
+  static constexpr const char* env = "LW_ATTENTION_PATH";
+  static constexpr PathName<AttentionPath> names[] = {{AttentionPath::automatic, "automatic"},
+                                                      {AttentionPath::portable, "portable"}};
+  static Availability available(const gpu::DeviceCaps& caps, AttentionPath path);
+  static AttentionPath choose(const gpu::DeviceCaps& caps, const AttentionShape& shape);
+};
 
 // Writes new K and V rows into a layer's caches. k, v: [tokens, kv_heads, head_dim] with
 // contiguous heads and any token stride (views into a fused QKV output work);
@@ -25,7 +53,7 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
 // which sizes the launch); out: like q. scale multiplies q.k (usually 1/sqrt(head_dim)).
 void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                       const Tensor& block_tables, const Tensor& context_lens, int max_context, float scale,
-                      const Tensor& out);
+                      const Tensor& out, AttentionPath path = AttentionPath::automatic);
 
 // Prefill (causal) attention for a batch of variable-length sequences whose new tokens are
 // already in the caches (kv_write first): sequence i has query_lens[i] new tokens after a
@@ -37,7 +65,8 @@ void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, cons
 // against (it reads the context once per query token).
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const std::vector<int32_t>& query_lens,
-                       const std::vector<int32_t>& context_lens, float scale, const Tensor& out);
+                       const std::vector<int32_t>& context_lens, float scale, const Tensor& out,
+                       AttentionPath path = AttentionPath::automatic);
 
 // The per-token rows of a prefill batch, checked and uploaded once for all of a model's layers.
 struct PrefillPlan {
@@ -47,6 +76,7 @@ struct PrefillPlan {
 };
 PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens);
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                       const Tensor& block_tables, const PrefillPlan& plan, float scale, const Tensor& out);
+                       const Tensor& block_tables, const PrefillPlan& plan, float scale, const Tensor& out,
+                       AttentionPath path = AttentionPath::automatic);
 
 }  // namespace lw::ops

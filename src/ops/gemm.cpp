@@ -76,6 +76,17 @@ void require_vendor(bool ran, const char* op, int64_t m, int64_t n, int64_t k) {
 
 }  // namespace
 
+Availability GemmPaths::available(const gpu::DeviceCaps&, GemmPath) { return Availability::yes(); }
+
+GemmPath GemmPaths::choose(const gpu::DeviceCaps&, const GemmShape& shape) {
+  if (shape.op == GemmOp::grouped_linear && !shape.deterministic && shape.m <= 16 * shape.groups) return GemmPath::tiled;
+  return GemmPath::vendor;
+}
+
+bool GemmPaths::races_gemv(const gpu::DeviceCaps& caps, const GemmShape& shape) {
+  return shape.op == GemmOp::linear && !shape.deterministic && shape.m <= kernels::kGemvMaxRows && !caps.emulator();
+}
+
 const char* gemm_path_name(GemmPath path) {
   switch (path) {
     case GemmPath::automatic: return "automatic";
@@ -102,9 +113,12 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
   LW_CHECK(out.shape() == want, op << ": out " << out.describe() << " must be " << shape_str(want));
   check_bias(op, bias, out, n);
   const int64_t m = leading_rows(x);
+  const GemmShape shape{GemmOp::linear, m, n, k, 1, ctx.deterministic()};
+  const Selection<GemmPath> sel = select<GemmPaths>(ctx.caps(), shape, path);
   if (m == 0 || n == 0) return;
-  LW_CHECK(path != GemmPath::gemv || m <= kernels::kGemvMaxRows,
-           op << ": the gemv path takes at most " << kernels::kGemvMaxRows << " rows; x has " << m);
+  LW_CHECK(sel.path != GemmPath::gemv || m <= kernels::kGemvMaxRows,
+           op << ": the gemv path takes at most " << kernels::kGemvMaxRows << " rows; x has " << m
+              << origin_note<GemmPaths>(sel));
 
   dispatch_float(x.dtype(), op, [&]<class T>() {
     T* y = out.data<T>();
@@ -126,21 +140,16 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
       p.a_row = k, p.b_row = k, p.c_row = n;
       kernels::tiled_gemm(p, ctx.stream().get());
     };
-    GemmPath use = path;
-    if (k == 0) use = GemmPath::tiled;  // an empty sum: only the bias; no library takes K = 0
-    if (use == GemmPath::automatic && ctx.deterministic()) {
+    // An empty sum is only the bias, whatever the path: no library takes K = 0.
+    GemmPath use = k == 0 ? GemmPath::tiled : sel.path;
+    if (!sel.forced() && use == GemmPath::vendor && ctx.deterministic()) {
       // One implementation for every M: the vendor library's pinned algorithm for this shape,
       // or the tiled GEMM where the library has none (both sum each row in a fixed order).
       if (!detail::vendor_gemm(ctx, g)) run_tiled();
       return;
     }
-    if (use == GemmPath::automatic) {
-      use = GemmPath::vendor;
-#if !defined(LW_TARGET_HOST)
-      if (m <= kernels::kGemvMaxRows)
-        use = ctx.resource<SmallGemmChooser>().choose(ctx, x.dtype(), m, n, k, b != nullptr, run_gemv, run_vendor);
-#endif
-    }
+    if (!sel.forced() && use == GemmPath::vendor && GemmPaths::races_gemv(ctx.caps(), shape))
+      use = ctx.resource<SmallGemmChooser>().choose(ctx, x.dtype(), m, n, k, b != nullptr, run_gemv, run_vendor);
     switch (use) {
       case GemmPath::gemv: run_gemv(); break;
       case GemmPath::tiled: run_tiled(); break;
@@ -166,12 +175,14 @@ void batched_matmul(Context& ctx, const Tensor& a, const Tensor& b, bool b_trans
               << a.describe());
   LW_CHECK(out.shape() == std::vector<int64_t>({z, m, n}),
            op << ": out " << out.describe() << " must be " << shape_str({z, m, n}));
-  LW_CHECK(path != GemmPath::gemv, op << ": the gemv path is for linear only");
+  const Selection<GemmPath> sel =
+      select<GemmPaths>(ctx.caps(), GemmShape{GemmOp::batched_matmul, m, n, k, z, ctx.deterministic()}, path);
+  LW_CHECK(sel.path != GemmPath::gemv, op << ": the gemv path is for linear only" << origin_note<GemmPaths>(sel));
   LW_CHECK(z <= 65535, op << ": " << z << " batches; at most 65535");
   LW_CHECK(std::isfinite(alpha), op << ": alpha " << alpha << " must be finite");
   if (z == 0 || m == 0 || n == 0) return;
   dispatch_float(a.dtype(), op, [&]<class T>() {
-    if (path == GemmPath::tiled || k == 0) {
+    if (sel.path == GemmPath::tiled || k == 0) {
       kernels::TiledGemmArgs<T, T> p;
       p.a = a.data<T>(), p.b = b.data<T>(), p.c = out.data<T>();
       p.alpha = alpha;
@@ -211,15 +222,15 @@ void grouped_linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor
   LW_CHECK(offsets.dtype() == DType::i32 && offsets.dim() == 1 && offsets.size(0) == e + 1 && offsets.is_contiguous(),
            op << ": offsets " << offsets.describe() << " must be contiguous i32 [" << e + 1 << "]");
   LW_CHECK(out.shape() == std::vector<int64_t>({t, n}), op << ": out " << out.describe() << " must be " << shape_str({t, n}));
-  LW_CHECK(path != GemmPath::gemv, op << ": the gemv path is for linear only");
+  const Selection<GemmPath> sel =
+      select<GemmPaths>(ctx.caps(), GemmShape{GemmOp::grouped_linear, t, n, k, e, ctx.deterministic()}, path);
+  LW_CHECK(sel.path != GemmPath::gemv, op << ": the gemv path is for linear only" << origin_note<GemmPaths>(sel));
   LW_CHECK(e <= 65535, op << ": " << e << " experts; at most 65535");
   if (t == 0 || n == 0 || e == 0) return;
-  GemmPath use = path;
   // Deterministic: the vendor library's batch-invariant algorithm per expert (one offsets read
   // back per call), or tiled where it has none; never a choice by the number of tokens.
-  const bool invariant = ctx.deterministic() && use == GemmPath::automatic;
-  if (use == GemmPath::automatic) use = invariant || t > 16 * e ? GemmPath::vendor : GemmPath::tiled;
-  if (k == 0) use = GemmPath::tiled;
+  const bool invariant = ctx.deterministic() && !sel.forced();
+  const GemmPath use = k == 0 ? GemmPath::tiled : sel.path;
   dispatch_float(x.dtype(), op, [&]<class T>() {
     if (use == GemmPath::tiled) {
       kernels::TiledGemmArgs<T, T> p;
@@ -275,11 +286,14 @@ void linear_int8(Context& ctx, const Tensor& xq, const Tensor& x_scale, const Te
   check_float_input(op, "out", out);
   LW_CHECK(out.shape() == std::vector<int64_t>({m, n}), op << ": out " << out.describe() << " must be " << shape_str({m, n}));
   check_bias(op, bias, out, n);
-  LW_CHECK(path != GemmPath::gemv, op << ": the gemv path is for floating-point linear only");
+  const Selection<GemmPath> sel =
+      select<GemmPaths>(ctx.caps(), GemmShape{GemmOp::linear_int8, m, n, k, 1, ctx.deterministic()}, path);
+  LW_CHECK(sel.path != GemmPath::gemv,
+           op << ": the gemv path is for floating-point linear only" << origin_note<GemmPaths>(sel));
   if (m == 0 || n == 0) return;
   dispatch_float(out.dtype(), op, [&]<class TC>() {
     const TC* b = data_or_null<TC>(bias);
-    if (path != GemmPath::tiled && k > 0) {
+    if (sel.path != GemmPath::tiled && k > 0) {
       Tensor acc = ctx.empty({m, n}, DType::i32);
       VendorGemm g;
       g.in = DType::i8;
@@ -292,7 +306,7 @@ void linear_int8(Context& ctx, const Tensor& xq, const Tensor& x_scale, const Te
                                  ctx.stream().get());
         return;
       }
-      if (path == GemmPath::vendor) require_vendor(false, op, m, n, k);
+      if (sel.forced()) require_vendor(false, op, m, n, k);  // only the automatic choice falls back
     }
     kernels::TiledGemmArgs<int8_t, TC> p;
     p.a = xq.data<int8_t>(), p.b = wq.data<int8_t>(), p.c = out.data<TC>(), p.bias = b;

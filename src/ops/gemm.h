@@ -5,14 +5,52 @@
 #pragma once
 #include "core/context.h"
 #include "core/tensor.h"
+#include "ops/select.h"
 
 namespace lw::ops {
 
 // Which implementation runs a GEMM. automatic: the vendor library, except that for a linear of
 // at most kernels::kGemvMaxRows rows on a GPU the faster of the GEMV kernel and the vendor
-// library, timed on first use of each shape, is taken.
+// library, timed on first use of each shape, is taken. LW_GEMM_PATH=vendor|gemv|tiled forces
+// one path where the caller passes automatic (ops/select.h); a path the op cannot take for
+// its arguments (gemv beyond kGemvMaxRows rows, or outside linear) is then an error.
 enum class GemmPath { automatic, vendor, gemv, tiled };
+// The vendor path is named by its library ("cuBLASLt", "hipBLASLt", "OpenBLAS"); the names
+// LW_GEMM_PATH takes are those of GemmPaths::names.
 const char* gemm_path_name(GemmPath path);
+
+// What the automatic choice of a GEMM looks at.
+enum class GemmOp { linear, batched_matmul, grouped_linear, linear_int8 };
+struct GemmShape {
+  GemmOp op = GemmOp::linear;
+  int64_t m = 0, n = 0, k = 0;  // grouped_linear: m counts the tokens of all experts
+  int64_t groups = 1;           // grouped_linear: the experts
+  bool deterministic = false;   // Context::deterministic
+};
+
+// The GEMM paths for ops/select.h. Every path runs on every target: the vendor library
+// (cuBLASLt, hipBLASLt, OpenBLAS), the GEMV kernel and the tiled GEMM. What a library lacks
+// for one problem (OpenBLAS has no int8 GEMM) is reported per call by the vendor layer.
+struct GemmPaths {
+  using Path = GemmPath;
+  using Shape = GemmShape;
+  static constexpr const char* op = "GEMM";
+  static constexpr const char* env = "LW_GEMM_PATH";
+  static constexpr PathName<GemmPath> names[] = {
+      {GemmPath::automatic, "automatic"}, {GemmPath::vendor, "vendor"}, {GemmPath::gemv, "gemv"}, {GemmPath::tiled, "tiled"}};
+  static Availability available(const gpu::DeviceCaps& caps, GemmPath path);
+  // The automatic rules: vendor, except grouped_linear at <= 16 rows per expert on average
+  // (tiled, no host synchronisation) unless deterministic. Refined at run time by the ops:
+  // an automatic vendor choice falls back to tiled where the library has no kernel for the
+  // problem (int8 on the host; deterministic mode without a batch-invariant algorithm), and
+  // a small linear races GEMV against the library (races_gemv).
+  static GemmPath choose(const gpu::DeviceCaps& caps, const GemmShape& shape);
+  // An automatic linear of at most kernels::kGemvMaxRows rows takes the faster of GEMV and the
+  // vendor library, timed once per shape; not in deterministic mode (one implementation for
+  // every M) and not on the emulator, where the GEMV kernel is interpreted while OpenBLAS runs
+  // natively (the race is foregone, and timing it would slow every new shape).
+  static bool races_gemv(const gpu::DeviceCaps& caps, const GemmShape& shape);
+};
 
 // out[..., N] = x[..., K] @ w[N, K]^T + bias[N]. x and out contiguous with the same leading
 // dimensions; bias may be undefined. x, w, bias and out share one float dtype.

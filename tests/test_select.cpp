@@ -1,0 +1,207 @@
+// The device capability record (gpu/device_caps.h) and the selection of an op's implementation
+// (ops/select.h): the automatic choice, overrides by argument and by environment, unknown names
+// and unavailable paths refused; GEMM and attention through their environment variables.
+#include <algorithm>
+#include <string>
+
+#include "gpu/compat.h"
+#include "ops/attention.h"
+#include "ops/gemm.h"
+#include "ops/select.h"
+#include "test_util.h"
+
+namespace lw::test {
+namespace {
+
+// Error text of f(), or "" when it does not throw.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
+TEST(DeviceCaps, DescribesTheContextsDevice) {
+  const gpu::DeviceCaps& c = ctx().caps();
+  EXPECT_EQ(c.warp_size, ctx().warp_size());
+  EXPECT_EQ(c.device, ctx().device());
+  EXPECT_EQ(c.name, ctx().device_name());
+  EXPECT_GT(c.multiprocessors, 0);
+  EXPECT_GT(c.global_memory, 0u);
+  EXPECT_GT(c.shared_memory_per_block, 0u);
+  EXPECT_GE(c.shared_memory_per_block_optin, c.shared_memory_per_block);
+  EXPECT_FALSE(c.arch.empty());
+  EXPECT_CONTAINS(c.describe(), c.arch);
+  EXPECT_CONTAINS(c.describe(), "warp " + std::to_string(c.warp_size));
+#if defined(LW_TARGET_HOST)
+  EXPECT_EQ(c.warp_size, LW_WARP_SIZE);
+  EXPECT_EQ(c.vendor, gpu::Vendor::emulator);
+  EXPECT_TRUE(c.emulator());
+  EXPECT_EQ(c.arch, "simt");
+  EXPECT_EQ(c.arch_number, 0);
+  EXPECT_FALSE(c.matrix.any());
+  EXPECT_EQ(c.matrix.describe(), "none");
+  EXPECT_EQ(c.peak_bandwidth_gb_per_s(), 0.0);  // no bus or clock to report
+#else
+  EXPECT_FALSE(c.emulator());
+  EXPECT_GT(c.arch_number, 0);
+  EXPECT_EQ(c.matrix.mma_sync || c.matrix.wgmma, c.vendor == gpu::Vendor::cuda && c.arch_number >= 80);
+#endif
+}
+
+TEST(DeviceCaps, ArchitectureNumbersAndMatrixCores) {
+  using gpu::Vendor;
+  EXPECT_EQ(gpu::arch_number_of(Vendor::cuda, "sm_90"), 90);
+  EXPECT_EQ(gpu::arch_number_of(Vendor::cuda, "sm_120"), 120);
+  EXPECT_EQ(gpu::arch_number_of(Vendor::hip, "gfx942"), 942);
+  EXPECT_EQ(gpu::arch_number_of(Vendor::hip, "gfx90a"), 910);
+  EXPECT_EQ(gpu::arch_number_of(Vendor::hip, "gfx1100"), 1100);
+  EXPECT_EQ(gpu::arch_number_of(Vendor::emulator, "simt"), 0);
+
+  auto cores = [](Vendor v, const char* arch) { return gpu::matrix_cores_of(v, arch).describe(); };
+  EXPECT_EQ(cores(Vendor::cuda, "sm_75"), "none");
+  EXPECT_EQ(cores(Vendor::cuda, "sm_80"), "mma.sync");
+  EXPECT_EQ(cores(Vendor::cuda, "sm_89"), "mma.sync");
+  EXPECT_EQ(cores(Vendor::cuda, "sm_90"), "mma.sync wgmma");
+  EXPECT_EQ(cores(Vendor::cuda, "sm_100"), "mma.sync");
+  EXPECT_EQ(cores(Vendor::hip, "gfx908"), "none");
+  EXPECT_EQ(cores(Vendor::hip, "gfx90a"), "mfma");
+  EXPECT_EQ(cores(Vendor::hip, "gfx942"), "mfma");
+  EXPECT_EQ(cores(Vendor::hip, "gfx1030"), "none");
+  EXPECT_EQ(cores(Vendor::hip, "gfx1100"), "wmma");
+  EXPECT_EQ(cores(Vendor::emulator, "simt"), "none");
+}
+
+// An op with three implementations, one of which this device never has.
+enum class FakePath { automatic, simple, fast, special };
+struct FakeShape {
+  int64_t rows = 0;
+};
+struct FakePaths {
+  using Path = FakePath;
+  using Shape = FakeShape;
+  static constexpr const char* op = "fake";
+  static constexpr const char* env = "LW_FAKE_PATH";
+  static constexpr ops::PathName<FakePath> names[] = {
+      {FakePath::automatic, "automatic"}, {FakePath::simple, "simple"}, {FakePath::fast, "fast"}, {FakePath::special, "special"}};
+  static ops::Availability available(const gpu::DeviceCaps&, FakePath path) {
+    if (path == FakePath::special) return ops::Availability::no("needs the imaginary instructions");
+    return ops::Availability::yes();
+  }
+  static FakePath choose(const gpu::DeviceCaps&, const FakeShape& shape) {
+    return shape.rows > 8 ? FakePath::fast : FakePath::simple;
+  }
+};
+
+TEST(Select, AutomaticChoiceArgumentAndEnvironment) {
+  const gpu::DeviceCaps& caps = ctx().caps();
+  ScopedEnv none("LW_FAKE_PATH", nullptr);
+  auto s = ops::select<FakePaths>(caps, {4}, FakePath::automatic);
+  EXPECT_EQ(s.path, FakePath::simple);
+  EXPECT_FALSE(s.forced());
+  EXPECT_EQ(ops::select<FakePaths>(caps, {100}, FakePath::automatic).path, FakePath::fast);
+
+  s = ops::select<FakePaths>(caps, {4}, FakePath::fast);  // the caller's argument
+  EXPECT_EQ(s.path, FakePath::fast);
+  EXPECT_EQ(s.origin, ops::PathOrigin::argument);
+
+  {
+    ScopedEnv env("LW_FAKE_PATH", "fast");
+    s = ops::select<FakePaths>(caps, {4}, FakePath::automatic);
+    EXPECT_EQ(s.path, FakePath::fast);
+    EXPECT_EQ(s.origin, ops::PathOrigin::environment);
+    EXPECT_CONTAINS(ops::origin_note<FakePaths>(s), "LW_FAKE_PATH");
+    // An explicit argument is not overridden: tests that run each path keep doing so.
+    EXPECT_EQ(ops::select<FakePaths>(caps, {4}, FakePath::simple).path, FakePath::simple);
+  }
+  {
+    ScopedEnv env("LW_FAKE_PATH", "automatic");  // the op's own choice, as when unset
+    EXPECT_EQ(ops::select<FakePaths>(caps, {100}, FakePath::automatic).path, FakePath::fast);
+    EXPECT_FALSE(ops::select<FakePaths>(caps, {100}, FakePath::automatic).forced());
+  }
+}
+
+TEST(Select, UnknownNamesAndUnavailablePathsAreRefused) {
+  const gpu::DeviceCaps& caps = ctx().caps();
+  {
+    ScopedEnv env("LW_FAKE_PATH", "fastest");
+    const std::string e = error_of([&] { ops::select<FakePaths>(caps, {4}, FakePath::automatic); });
+    EXPECT_CONTAINS(e, "LW_FAKE_PATH=fastest");
+    EXPECT_CONTAINS(e, "unknown fake path 'fastest'");
+    EXPECT_CONTAINS(e, "valid: automatic, simple, fast, special");
+  }
+  {
+    ScopedEnv env("LW_FAKE_PATH", "special");
+    const std::string e = error_of([&] { ops::select<FakePaths>(caps, {4}, FakePath::automatic); });
+    EXPECT_CONTAINS(e, "LW_FAKE_PATH=special");
+    EXPECT_CONTAINS(e, "needs the imaginary instructions");
+  }
+  ScopedEnv none("LW_FAKE_PATH", nullptr);
+  const std::string e = error_of([&] { ops::select<FakePaths>(caps, {4}, FakePath::special); });
+  EXPECT_CONTAINS(e, "'special' cannot run");
+  EXPECT_CONTAINS(e, "needs the imaginary instructions");
+
+  EXPECT_EQ(ops::available_paths<FakePaths>(caps), (std::vector<FakePath>{FakePath::simple, FakePath::fast}));
+  EXPECT_EQ(ops::parse_path<FakePaths>("fast", "test"), FakePath::fast);
+  EXPECT_STREQ(ops::path_name<FakePaths>(FakePath::special), "special");
+}
+
+TEST(Select, GemmPathFromTheEnvironment) {
+  const DType dt = DType::f32;
+  Tensor xh = random_host({17, 24}, dt), wh = random_host({8, 24}, dt);
+  Tensor x = ctx().to_device(xh), w = ctx().to_device(wh), out = ctx().empty({17, 8}, dt);
+  {
+    ScopedEnv env("LW_GEMM_PATH", "tiled");
+    const ops::GemmShape shape{ops::GemmOp::linear, 17, 8, 24};
+    EXPECT_EQ(ops::select<ops::GemmPaths>(ctx().caps(), shape, ops::GemmPath::automatic).path, ops::GemmPath::tiled);
+    EXPECT_NO_THROW(ops::linear(ctx(), x, w, Tensor(), out));
+  }
+  {
+    // Forced gemv beyond its rows is refused (no quiet fall back to another path), naming the variable.
+    ScopedEnv env("LW_GEMM_PATH", "gemv");
+    const std::string e = error_of([&] { ops::linear(ctx(), x, w, Tensor(), out); });
+    EXPECT_CONTAINS(e, "at most 16 rows");
+    EXPECT_CONTAINS(e, "LW_GEMM_PATH");
+    EXPECT_CONTAINS(error_of([&] {
+                      ops::batched_matmul(ctx(), x.view({1, 17, 24}), w.view({1, 8, 24}), true, 1.0f, out.view({1, 17, 8}));
+                    }),
+                    "the gemv path is for linear only");
+  }
+  {
+    ScopedEnv env("LW_GEMM_PATH", "cublas");
+    EXPECT_CONTAINS(error_of([&] { ops::linear(ctx(), x, w, Tensor(), out); }), "valid: automatic, vendor, gemv, tiled");
+  }
+  // Every GEMM path runs on every target today.
+  EXPECT_EQ(ops::available_paths<ops::GemmPaths>(ctx().caps()),
+            (std::vector<ops::GemmPath>{ops::GemmPath::vendor, ops::GemmPath::gemv, ops::GemmPath::tiled}));
+}
+
+TEST(Select, AttentionPathFromTheEnvironment) {
+  const ops::AttentionShape shape{1, 4, 2, 64, 16, DType::bf16};
+  {
+    ScopedEnv env("LW_ATTENTION_PATH", "portable");
+    const auto s = ops::select<ops::AttentionPaths>(ctx().caps(), shape, ops::AttentionPath::automatic);
+    EXPECT_EQ(s.path, ops::AttentionPath::portable);
+    EXPECT_TRUE(s.forced());
+  }
+  {
+    ScopedEnv env("LW_ATTENTION_PATH", "mma");
+    const std::string e =
+        error_of([&] { ops::select<ops::AttentionPaths>(ctx().caps(), shape, ops::AttentionPath::automatic); });
+    EXPECT_CONTAINS(e, "unknown attention path 'mma'");
+    EXPECT_CONTAINS(e, "valid: automatic, portable");
+  }
+  ScopedEnv none("LW_ATTENTION_PATH", nullptr);
+  EXPECT_EQ(ops::select<ops::AttentionPaths>(ctx().caps(), shape, ops::AttentionPath::automatic).path,
+            ops::AttentionPath::portable);
+  const auto paths = ops::available_paths<ops::AttentionPaths>(ctx().caps());
+  EXPECT_NE(std::find(paths.begin(), paths.end(), ops::AttentionPath::portable), paths.end()) << "portable runs everywhere";
+}
+
+}  // namespace
+}  // namespace lw::test
