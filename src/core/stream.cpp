@@ -20,7 +20,7 @@ float Event::elapsed_ms_since(const Event& start) const {
   return ms;
 }
 
-#if !defined(LW_TARGET_HOST)
+#if defined(LW_GPU_GRAPHS)
 
 bool Graph::graphs_supported() { return true; }
 

@@ -61,7 +61,7 @@ class Graph {
   void begin(const Stream& stream);
   void end(const Stream& stream);
   void abandon(const Stream& stream);
-#if !defined(LW_TARGET_HOST)
+#if defined(LW_GPU_GRAPHS)
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
 #else

@@ -3,7 +3,19 @@
 //   LW_TARGET_HIP   HIP/ROCm (runtime API, half types, warp intrinsics with masks dropped);
 //   LW_TARGET_HOST  the host SIMT emulator (lw_simt).
 // Kernel and host code write CUDA C++ and include this header (directly or through the
-// toolkit-named shims of the HIP build); nothing else in the tree tests the target.
+// toolkit-named shims of the HIP build). Code outside gpu/ that must differ per target asks
+// this header instead of testing LW_TARGET_*: lw::gpu::kTarget / kEmulator (with `if constexpr`
+// or a plain `if`, when both branches compile everywhere) or a capability macro (LW_GPU_GRAPHS,
+// when one branch names an API a target lacks); the build system's LW_HAVE_NCCL says whether
+// NCCL / RCCL is there (never on the emulator).
+// The files outside gpu/ that still test LW_TARGET_*, and why:
+//   ops/vendor_gemm_lt.cpp   one binding for cuBLASLt and hipBLASLt (through the cublasLt.h
+//                            shim), whose APIs differ: hipBLASLt has no minimum-alignment or
+//                            reduction-scheme preferences and no cublasLtMatmulAlgoCheck;
+//   tests/test_engine.cpp    turns the emulator's sanitizer off (lw_simt/emulator.h exists
+//                            on the host target only);
+//   tests/test_gemm.cpp,     expectations per target: which GEMM paths exist, how the vendor
+//   tests/test_parallel.cpp  path rounds the bias, whether ranks are threads of the emulator.
 #pragma once
 
 #if defined(LW_TARGET_HOST)
@@ -22,6 +34,12 @@
 // True inside code that is compiled for the device (and always on the emulator).
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
 #define LW_DEVICE_CODE 1
+#endif
+
+// Stream capture and graph replay (cudaGraph_t, cudaStreamBeginCapture, ...): CUDA and HIP
+// have them, the emulator does not.
+#if !defined(LW_TARGET_HOST)
+#define LW_GPU_GRAPHS 1
 #endif
 
 #define LW_HOST_DEVICE __host__ __device__
@@ -57,6 +75,19 @@ static_assert(kWarpSize == 64, "CDNA (gfx90a, gfx942) runs 64-lane wavefronts");
 static_assert(kWarpSize == 32, "RDNA3 (gfx1100) runs 32-lane wavefronts");
 #endif
 #endif
+
+// The target of this build as a value, for host code that branches on it.
+enum class Target { cuda, hip, host };
+#if defined(LW_TARGET_HOST)
+inline constexpr Target kTarget = Target::host;
+#elif defined(LW_TARGET_HIP)
+inline constexpr Target kTarget = Target::hip;
+#else
+inline constexpr Target kTarget = Target::cuda;
+#endif
+// The emulator: device memory is host memory (the CPU may read and write it directly), and
+// there are no graphs and no NCCL.
+inline constexpr bool kEmulator = kTarget == Target::host;
 
 inline constexpr int kMaxBlockThreads = 1024;
 inline constexpr int kMaxWarpsPerBlock = kMaxBlockThreads / kWarpSize;

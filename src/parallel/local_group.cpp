@@ -6,9 +6,8 @@
 #include <mutex>
 #include <vector>
 
-#if defined(LW_TARGET_HOST)
+#include "gpu/compat.h"
 #include "gpu/numeric.h"
-#endif
 
 namespace lw::parallel {
 
@@ -54,9 +53,10 @@ struct LocalGroup::State {
   }
 };
 
-#if defined(LW_TARGET_HOST)
 namespace {
 
+// Reads and writes the ranks' buffers with the CPU: on the emulator only, where device memory
+// is host memory.
 class LocalCommunicator final : public Communicator {
  public:
   LocalCommunicator(LocalGroup::State& g, int rank) : Communicator(rank, g.size), g_(g) {}
@@ -126,12 +126,9 @@ class LocalCommunicator final : public Communicator {
 };
 
 }  // namespace
-#endif
 
 LocalGroup::LocalGroup(int size) : state_(std::make_unique<State>()) {
-#if !defined(LW_TARGET_HOST)
-  LW_FAIL("the in-process communicator runs on the host target only; GPUs talk through NCCL / RCCL");
-#endif
+  LW_CHECK(gpu::kEmulator, "the in-process communicator runs on the host target only; GPUs talk through NCCL / RCCL");
   LW_CHECK(size >= 1, "a group of " << size << " ranks");
   state_->size = size;
   state_->posted.resize(static_cast<size_t>(size), nullptr);
@@ -143,11 +140,8 @@ int LocalGroup::size() const { return state_->size; }
 
 std::unique_ptr<Communicator> LocalGroup::communicator(int rank) {
   LW_CHECK(rank >= 0 && rank < state_->size, "rank " << rank << " of a group of " << state_->size);
-#if defined(LW_TARGET_HOST)
+  LW_CHECK(gpu::kEmulator, "the in-process communicator runs on the host target only");
   return std::make_unique<LocalCommunicator>(*state_, rank);
-#else
-  LW_FAIL("the in-process communicator runs on the host target only");
-#endif
 }
 
 }  // namespace lw::parallel

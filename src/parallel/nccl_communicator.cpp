@@ -8,7 +8,8 @@
 #include "core/logging.h"
 #include "ops/elementwise.h"
 
-#if defined(LW_HAVE_NCCL) && !defined(LW_TARGET_HOST)
+// LW_HAVE_NCCL: a GPU target with NCCL / RCCL (cmake/LwGpu.cmake; never the emulator).
+#if defined(LW_HAVE_NCCL)
 #include <nccl.h>
 #define LW_NCCL 1
 #endif
