@@ -6,6 +6,7 @@
 #include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
+#include "ops/weight.h"
 #include "ops/moe.h"
 #include "ops/norm.h"
 #include "parallel/communicator.h"
@@ -64,9 +65,9 @@ void attention(Context& ctx, const LayerContext& lc, const LayerWeights& w, cons
   ops::linear(ctx, attn.view({t, nq * d}), w.o, w.o_bias, out);
 }
 
-void dense_mlp(Context& ctx, const LayerContext& lc, const Tensor& gate_up, const Tensor& down, const Tensor& x,
-               const Tensor& out) {
-  const int64_t t = x.size(0), i = down.size(1);
+void dense_mlp(Context& ctx, const LayerContext& lc, const ops::Weight& gate_up, const ops::Weight& down,
+               const Tensor& x, const Tensor& out) {
+  const int64_t t = x.size(0), i = down.in_features();
   Tensor gu = ctx.empty({t, 2 * i}, lc.dtype), act = ctx.empty({t, i}, lc.dtype);
   ops::linear(ctx, x, gate_up, Tensor(), gu);
   ops::act_mul(ctx, ops::Activation::silu, gu, act);

@@ -47,7 +47,7 @@ void transformer_block(Context& ctx, const LayerContext& lc, const LayerWeights&
 void attention(Context& ctx, const LayerContext& lc, const LayerWeights& w, const BlockVariant& block, KvCache& cache,
                int64_t layer, const Tensor& x, const BatchLayout& b, const Tensor& out);
 // out = down(silu(gate(x)) * up(x)), gate and up fused as [2 * width, hidden].
-void dense_mlp(Context& ctx, const LayerContext& lc, const Tensor& gate_up, const Tensor& down, const Tensor& x,
+void dense_mlp(Context& ctx, const LayerContext& lc, const ops::Weight& gate_up, const ops::Weight& down, const Tensor& x,
                const Tensor& out);
 // out = the top-k experts' MLPs weighted by the router, plus the gated shared expert when
 // `shared_expert`.

@@ -11,6 +11,7 @@
 #include "ops/copy.h"
 #include "ops/embedding.h"
 #include "ops/gemm.h"
+#include "ops/weight.h"
 #include "ops/norm.h"
 #include "parallel/communicator.h"
 

@@ -11,6 +11,9 @@ namespace {
 
 using Part = WeightLoader::Part;
 
+// A projection matrix as the GEMM takes it; undefined in a dry run (the loader counts bytes only).
+ops::Weight projection(const Tensor& t) { return t.defined() ? ops::Weight::dense(t) : ops::Weight(); }
+
 // The slices of one rank of a tensor-parallel group: column-parallel q/k/v, gate/up and
 // expert gate/up (rows), row-parallel o, down and expert down (columns).
 class ShardParts {
@@ -77,7 +80,7 @@ class LayerReader {
     const Tensor q = get(n_.q, {qd, h}, parts_.q_rows());
     const Tensor k = get(n_.k, {kvd, h}, parts_.kv_rows());
     const Tensor v = get(n_.v, {kvd, h}, parts_.kv_rows());
-    w.qkv = ld_.fuse({q, k, v}, {lqd + 2 * lkvd, h});
+    w.qkv = projection(ld_.fuse({q, k, v}, {lqd + 2 * lkvd, h}));
     if (block.qkv_bias) {
       const Tensor qb = get(n_.q_bias, {qd}, parts_.q_rows());
       const Tensor kb = get(n_.k_bias, {kvd}, parts_.kv_rows());
@@ -88,7 +91,7 @@ class LayerReader {
       w.q_norm = get(n_.q_norm, {d});
       w.k_norm = get(n_.k_norm, {d});
     }
-    w.o = get(n_.o, {h, qd}, parts_.share(1, qd));
+    w.o = projection(get(n_.o, {h, qd}, parts_.share(1, qd)));
     // The bias of a row-parallel projection is added once, by rank 0, before the sum.
     if (block.o_bias && rank_ == 0) w.o_bias = get(n_.o_bias, {h});
   }
@@ -97,8 +100,8 @@ class LayerReader {
     const int64_t h = c_.hidden, i = c_.intermediate, li = local_.intermediate;
     const Tensor gate = get(n_.gate, {i, h}, parts_.share(0, i));
     const Tensor up = get(n_.up, {i, h}, parts_.share(0, i));
-    w.gate_up = ld_.fuse({gate, up}, {2 * li, h});
-    w.down = get(n_.down, {h, i}, parts_.share(1, i));
+    w.gate_up = projection(ld_.fuse({gate, up}, {2 * li, h}));
+    w.down = projection(get(n_.down, {h, i}, parts_.share(1, i)));
   }
 
   // The first naming whose router the checkpoint holds, else the last (random weights).
@@ -116,7 +119,7 @@ class LayerReader {
   void moe_mlp(const BlockVariant& block, LayerWeights& w) {
     const int64_t h = c_.hidden, e = c_.experts, i = c_.moe_intermediate, li = local_.moe_intermediate;
     const MoeNaming& m = moe_naming();
-    w.router = ld_.get(hf(m.prefix + "gate.weight"), {e, h});
+    w.router = projection(ld_.get(hf(m.prefix + "gate.weight"), {e, h}));
     const std::string stacked_gate_up = hf(m.prefix + m.stacked_gate_up);
     if (ld_.has(stacked_gate_up)) {  // always, for random weights
       if (!parts_.whole()) {
@@ -142,9 +145,9 @@ class LayerReader {
       const int64_t sw = c_.shared_intermediate, ls = local_.shared_intermediate;
       const Tensor gate = ld_.get(hf(n_.shared_gate), {sw, h}, parts_.share(0, sw));
       const Tensor up = ld_.get(hf(n_.shared_up), {sw, h}, parts_.share(0, sw));
-      w.shared_gate_up = ld_.fuse({gate, up}, {2 * ls, h});
-      w.shared_down = ld_.get(hf(n_.shared_down), {h, sw}, parts_.share(1, sw));
-      w.shared_gate = ld_.get(hf(n_.shared_expert_gate), {1, h});
+      w.shared_gate_up = projection(ld_.fuse({gate, up}, {2 * ls, h}));
+      w.shared_down = projection(ld_.get(hf(n_.shared_down), {h, sw}, parts_.share(1, sw)));
+      w.shared_gate = projection(ld_.get(hf(n_.shared_expert_gate), {1, h}));
     }
   }
 
@@ -168,8 +171,8 @@ ModelWeights load_weights(WeightLoader& ld, const Architecture& arch, const Mode
   const int64_t vs = local.vocab, v0 = std::min(c.vocab, vs * r), v1 = std::min(c.vocab, vs * (r + 1));
   w.embed = ld.get_padded(g ? n.embed.gguf : n.embed.hf, {c.vocab, h}, v0, v1, vs);
   w.final_norm = ld.get(g ? n.final_norm.gguf : n.final_norm.hf, {h});
-  if (c.tie_embeddings) w.lm_head = w.embed;
-  else w.lm_head = ld.get_padded(g ? n.lm_head.gguf : n.lm_head.hf, {c.vocab, h}, v0, v1, vs);
+  if (c.tie_embeddings) w.lm_head = projection(w.embed);
+  else w.lm_head = projection(ld.get_padded(g ? n.lm_head.gguf : n.lm_head.hf, {c.vocab, h}, v0, v1, vs));
 
   const ShardParts parts(c, local, shard);
   LayerReader reader(ld, n, c, local, parts, r);

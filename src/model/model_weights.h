@@ -5,27 +5,32 @@
 
 #include "core/tensor.h"
 #include "model/arch/architecture.h"
+#include "ops/weight.h"
 #include "model/config.h"
 #include "model/shard.h"
 #include "model/weight_loader.h"
 
 namespace lw::model {
 
-// One layer's weights, in the layout the layers use (tensors a block variant lacks stay
-// undefined).
+// One layer's weights, in the layout the layers use (weights a block variant lacks stay
+// undefined). The projections are ops::Weight, whose format (dense today) selects the GEMM
+// kernel; norms, biases and the stacked expert matrices are plain tensors.
 struct LayerWeights {
   Tensor attn_norm, mlp_norm;
-  Tensor qkv, qkv_bias;  // q, k and v projections fused: [(heads + 2 kv_heads) * head_dim, hidden]
+  ops::Weight qkv;  // q, k and v projections fused: [(heads + 2 kv_heads) * head_dim, hidden]
+  Tensor qkv_bias;
   Tensor q_norm, k_norm;
-  Tensor o, o_bias;
-  Tensor gate_up, down;  // dense MLP: [2 * intermediate, hidden] (gate rows first), [hidden, intermediate]
-  Tensor router;                           // MoE: [experts, hidden]
+  ops::Weight o;
+  Tensor o_bias;
+  ops::Weight gate_up, down;  // dense MLP: [2 * intermediate, hidden] (gate rows first), [hidden, intermediate]
+  ops::Weight router;                      // MoE: [experts, hidden]
   Tensor experts_gate_up, experts_down;    // [experts, 2 * moe_intermediate, hidden], [experts, hidden, moe_intermediate]
-  Tensor shared_gate_up, shared_down, shared_gate;  // Qwen2-MoE shared expert and its gate [1, hidden]
+  ops::Weight shared_gate_up, shared_down, shared_gate;  // Qwen2-MoE shared expert and its gate [1, hidden]
 };
 
 struct ModelWeights {
-  Tensor embed, final_norm, lm_head;  // lm_head is embed with tied embeddings
+  Tensor embed, final_norm;
+  ops::Weight lm_head;  // the embedding table itself with tied embeddings
   std::vector<LayerWeights> layers;
 };
 
