@@ -129,27 +129,27 @@ TensorParallelRunner::TensorParallelRunner(const Placement& placement, const Bui
   g.placement = placement;
   g.local = size / nnodes;
   const int devices = gpu::device_count();
-#if defined(LW_TARGET_HOST)
-  LW_CHECK(nnodes == 1, "a group over several nodes needs NCCL / RCCL: the host target runs every rank in one process");
-  g.local_group.emplace(size);
-#else
-  LW_CHECK(devices >= g.local, "tensor parallelism over " << g.local << " ranks on this node needs " << g.local
-                                                          << " GPUs; it has " << devices);
-  LW_CHECK(parallel::nccl_available(), "tensor parallelism on GPUs needs NCCL / RCCL, and this build has neither");
-  if (nnodes > 1) {
-    g.rendezvous = std::make_unique<parallel::Rendezvous>(placement.address, nnodes, placement.node_rank);
-    std::string id;
-    if (placement.node_rank == 0) {
-      g.nccl_id = parallel::nccl_group_id();
-      id.assign(g.nccl_id.bytes.data(), g.nccl_id.bytes.size());
-    }
-    g.rendezvous->broadcast(id);
-    LW_CHECK(id.size() == g.nccl_id.bytes.size(), "rendezvous: node 0 sent a group id of " << id.size() << " bytes");
-    std::memcpy(g.nccl_id.bytes.data(), id.data(), id.size());
+  if (gpu::kEmulator) {
+    LW_CHECK(nnodes == 1, "a group over several nodes needs NCCL / RCCL: the host target runs every rank in one process");
+    g.local_group.emplace(size);
   } else {
-    g.nccl_id = parallel::nccl_group_id();
+    LW_CHECK(devices >= g.local, "tensor parallelism over " << g.local << " ranks on this node needs " << g.local
+                                                            << " GPUs; it has " << devices);
+    LW_CHECK(parallel::nccl_available(), "tensor parallelism on GPUs needs NCCL / RCCL, and this build has neither");
+    if (nnodes > 1) {
+      g.rendezvous = std::make_unique<parallel::Rendezvous>(placement.address, nnodes, placement.node_rank);
+      std::string id;
+      if (placement.node_rank == 0) {
+        g.nccl_id = parallel::nccl_group_id();
+        id.assign(g.nccl_id.bytes.data(), g.nccl_id.bytes.size());
+      }
+      g.rendezvous->broadcast(id);
+      LW_CHECK(id.size() == g.nccl_id.bytes.size(), "rendezvous: node 0 sent a group id of " << id.size() << " bytes");
+      std::memcpy(g.nccl_id.bytes.data(), id.data(), id.size());
+    } else {
+      g.nccl_id = parallel::nccl_group_id();
+    }
   }
-#endif
   for (int i = 0; i < g.local; ++i) {
     auto rank = std::make_unique<Rank>();
     rank->index = placement.node_rank * g.local + i;

@@ -10,6 +10,18 @@
 
 namespace lw::gpu {
 
+// a * b + c with two roundings (the product, then the sum), never fused into one FMA: what a
+// reference computed without contraction (numpy, ggml's C) gets. nvcc and hipcc contract the
+// plain expression, so they get the intrinsics; the emulator's compiler (ISO mode) does not
+// contract and has no __fmul_rn / __fadd_rn.
+__device__ __forceinline__ float mul_add_unfused(float a, float b, float c) {
+#if defined(LW_TARGET_HOST)
+  return a * b + c;
+#else
+  return __fadd_rn(__fmul_rn(a, b), c);
+#endif
+}
+
 // e^x, within 2 ulp, identical on every target. Underflows to 0 below -87.3, inf above 88.7.
 LW_HOST_DEVICE inline float exp_portable(float x) {
   if (!(x > -87.3f)) return x != x ? x : 0.0f;  // NaN stays NaN

@@ -4,6 +4,7 @@
 
 #include "gpu/launch.h"
 #include "gpu/numeric.h"
+#include "gpu/portable_math.h"
 
 namespace lw::kernels {
 
@@ -18,18 +19,6 @@ constexpr int kQHalf = kQBlock / 2;
 __device__ __forceinline__ float fp16_at(const uint8_t* p) {
   const unsigned short bits = static_cast<unsigned short>(p[0] | (p[1] << 8));
   return gpu::to_float(__ushort_as_half(bits));
-}
-
-// d * q + m rounded twice, as ggml and gguf-py compute it: nvcc would otherwise fuse the two
-// into one FMA and differ from the reference in the last bit. The emulator has no __fmul_rn /
-// __fadd_rn, and the host compiler (ISO mode) does not contract, so the plain expression is
-// the same two roundings there.
-__device__ __forceinline__ float mul_add_unfused(float a, float b, float c) {
-#if defined(LW_TARGET_HOST)
-  return a * b + c;
-#else
-  return __fadd_rn(__fmul_rn(a, b), c);
-#endif
 }
 
 struct Q8_0 {
@@ -53,7 +42,7 @@ struct Q4_1 {
   __device__ static float get(const uint8_t* b, int j) {
     const uint8_t byte = b[4 + (j < kQHalf ? j : j - kQHalf)];
     const int q = j < kQHalf ? (byte & 0x0f) : (byte >> 4);
-    return mul_add_unfused(fp16_at(b), static_cast<float>(q), fp16_at(b + 2));
+    return gpu::mul_add_unfused(fp16_at(b), static_cast<float>(q), fp16_at(b + 2));  // as ggml rounds it
   }
 };
 
