@@ -291,14 +291,6 @@ TEST(Gemm, Int8VendorPathOnTheHostIsAnError) {
 
 TEST(Gemm, MisuseIsReported) {
   Tensor x = ctx().empty({4, 8}, DType::f16), w = ctx().empty({6, 8}, DType::f16), out = ctx().empty({4, 6}, DType::f16);
-  auto expect_error = [](auto&& f, const char* text) {
-    try {
-      f();
-      ADD_FAILURE() << "expected an error containing '" << text << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-    }
-  };
   expect_error([&] { ops::linear(ctx(), x, ctx().empty({6, 9}, DType::f16), Tensor(), out); }, "must end in in_features 9");
   expect_error([&] { ops::linear(ctx(), x, w, Tensor(), ctx().empty({4, 5}, DType::f16)); }, "must be [4, 6]");
   expect_error([&] { ops::linear(ctx(), x, ctx().empty({6, 8}, DType::bf16), Tensor(), out); }, "dtypes differ");

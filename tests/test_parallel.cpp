@@ -48,16 +48,6 @@ bool have_ranks(int n) {
 #define LW_NEED_HOST() GTEST_SKIP() << "the in-process group runs on the host target"
 #endif
 
-template <class F>
-void expect_error(F&& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing '" << part << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
-
 // Logits of two sequences of different lengths (every position), then of one decode token
 // each, as f32 on the host.
 std::vector<float> two_step_logits(ModelRunner& runner) {

@@ -168,14 +168,6 @@ TEST(Quant, DequantizeExpandsGgmlBlocksExactly) {
 }
 
 TEST(Quant, DequantizeRejectsMisuse) {
-  auto expect_error = [](auto&& f, const char* text) {
-    try {
-      f();
-      ADD_FAILURE() << "expected an error containing '" << text << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-    }
-  };
   const Tensor out = ctx().empty({2, 32}, DType::f16);
   expect_error([&] { ops::dequantize(ctx(), ctx().empty({67}, DType::i8), ops::BlockFormat::q4_1, out); },
                "must be a contiguous i8[40]");

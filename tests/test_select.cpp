@@ -13,18 +13,7 @@
 namespace lw::test {
 namespace {
 
-// Error text of f(), or "" when it does not throw.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
 TEST(DeviceCaps, DescribesTheContextsDevice) {
   const gpu::DeviceCaps& c = ctx().caps();

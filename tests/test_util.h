@@ -72,6 +72,27 @@ class ScopedEnv {
   bool had_ = false;
 };
 
+// The message of the lw::Error f throws; "" when it throws none.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// f throws an lw::Error whose message contains `part`.
+template <class F>
+void expect_error(F&& f, const std::string& part) {
+  const std::string e = error_of(f);
+  if (e.empty()) ADD_FAILURE() << "no error; expected one containing '" << part << "'";
+  else EXPECT_NE(e.find(part), std::string::npos) << e;
+}
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
 // Unit round-off of a float dtype.
 double epsilon(DType dtype);
 

@@ -22,16 +22,6 @@ Tensor random_int8(std::vector<int64_t> shape) {
   return t;
 }
 
-// The message of the lw::Error f throws ("(no error)" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 #define EXPECT_ERROR(call, part)                                                                   \
   do {                                                                                             \
