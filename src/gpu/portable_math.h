@@ -12,13 +12,14 @@ namespace lw::gpu {
 
 // a * b + c with two roundings (the product, then the sum), never fused into one FMA: what a
 // reference computed without contraction (numpy, ggml's C) gets. nvcc and hipcc contract the
-// plain expression, so they get the intrinsics; the emulator's compiler (ISO mode) does not
-// contract and has no __fmul_rn / __fadd_rn.
+// plain expression in device code, so it gets the intrinsics there; host compilers (the
+// emulator's, in ISO mode; the host pass of nvcc and hipcc) do not contract, and a plain C++
+// file has no __fmul_rn / __fadd_rn.
 __device__ __forceinline__ float mul_add_unfused(float a, float b, float c) {
-#if defined(LW_TARGET_HOST)
-  return a * b + c;
-#else
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
   return __fadd_rn(__fmul_rn(a, b), c);
+#else
+  return a * b + c;
 #endif
 }
 
