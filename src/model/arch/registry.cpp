@@ -4,22 +4,28 @@
 
 namespace lw::model {
 
-// The definitions, one per family in model/arch/<group>.cpp.
+// Every architecture, one line each, in the order of the "not supported" lists. A family's
+// definition is `extern const Architecture <name>` in namespace arch, in model/arch/<file>.cpp
+// (picked up by src/model/CMakeLists.txt).
+#define LW_ARCHITECTURES(X) \
+  X(llama)                  \
+  X(mistral)                \
+  X(qwen2)                  \
+  X(qwen3)                  \
+  X(mixtral)                \
+  X(qwen2_moe)              \
+  X(qwen3_moe)
+
 namespace arch {
-extern const Architecture llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe;
-}
+#define LW_DECLARE(name) extern const Architecture name;
+LW_ARCHITECTURES(LW_DECLARE)
+#undef LW_DECLARE
+}  // namespace arch
 
 const std::vector<const Architecture*>& architectures() {
-  // One line per architecture; the order is the order of the "not supported" lists.
-  static const std::vector<const Architecture*> all = {
-      &arch::llama,
-      &arch::mistral,
-      &arch::qwen2,
-      &arch::qwen3,
-      &arch::mixtral,
-      &arch::qwen2_moe,
-      &arch::qwen3_moe,
-  };
+#define LW_ENTRY(name) &arch::name,
+  static const std::vector<const Architecture*> all = {LW_ARCHITECTURES(LW_ENTRY)};
+#undef LW_ENTRY
   return all;
 }
 
