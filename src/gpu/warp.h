@@ -27,27 +27,36 @@ LW_DEVICE_INLINE unsigned block_threads() { return blockDim.x * blockDim.y * blo
 LW_DEVICE_INLINE int lane_id() { return static_cast<int>(linear_thread_id() % kWarpSize); }
 LW_DEVICE_INLINE int warp_id() { return static_cast<int>(linear_thread_id() / kWarpSize); }
 
-// The mask of every lane of the physical warp, and of its first `lanes` lanes. CUDA's `_sync`
-// intrinsics take them; the HIP build drops masks (compat_hip.h); the emulator checks them
-// against the lanes that arrive.
+// The mask of every lane of the physical warp, and of its first `lanes` lanes, for CUDA's
+// `_sync` intrinsics.
 LW_DEVICE_INLINE unsigned long long full_warp_mask() { return kWarpSize == 64 ? ~0ull : 0xffffffffull; }
 LW_DEVICE_INLINE unsigned long long first_lanes_mask(int lanes) {
   return lanes >= kWarpSize ? full_warp_mask() : (1ull << lanes) - 1ull;
 }
 
+// LW_WARP_SYNC(__shfl_xor, mask, args...): the `_sync` form with its mask on CUDA and HIP (whose
+// compat_hip.h drops the mask); the unmasked form on the emulator, where, as on AMD hardware,
+// every launched lane takes part: a warp of a block smaller than the warp has lanes that were
+// never launched, which a full mask would name.
+#if defined(LW_TARGET_HOST)
+#define LW_WARP_SYNC(intrinsic, mask, ...) intrinsic(__VA_ARGS__)
+#else
+#define LW_WARP_SYNC(intrinsic, mask, ...) intrinsic##_sync(mask, __VA_ARGS__)
+#endif
+
 // Shuffles in which every lane of the physical warp takes part.
 template <class T>
 LW_DEVICE_INLINE T shfl_xor(T v, int lane_mask, int width = kWarpSize) {
-  return __shfl_xor_sync(full_warp_mask(), v, lane_mask, width);
+  return LW_WARP_SYNC(__shfl_xor, full_warp_mask(), v, lane_mask, width);
 }
 template <class T>
 LW_DEVICE_INLINE T shfl_idx(T v, int src_lane, int width = kWarpSize) {
-  return __shfl_sync(full_warp_mask(), v, src_lane, width);
+  return LW_WARP_SYNC(__shfl, full_warp_mask(), v, src_lane, width);
 }
 // A shuffle in which only the first `lanes` lanes of the warp take part.
 template <class T>
 LW_DEVICE_INLINE T shfl_idx_first_lanes(T v, int src_lane, int lanes) {
-  return __shfl_sync(first_lanes_mask(lanes), v, src_lane);
+  return LW_WARP_SYNC(__shfl, first_lanes_mask(lanes), v, src_lane);
 }
 
 // Reduces each aligned Width-lane segment; every lane of the segment gets the result.
