@@ -298,7 +298,7 @@ TEST(CommandCodec, RoundTripsAndRefusesATruncatedCommand) {
   const std::string huge = parallel::CommandWriter('W').put(uint64_t{1} << 60).str();
   parallel::CommandReader h(huge);
   EXPECT_THROW(h.get_ids(), Error);
-  EXPECT_THROW(parallel::CommandReader(std::string_view()), Error);
+  EXPECT_THROW(parallel::CommandReader{std::string_view{}}, Error);
   EXPECT_TRUE(parallel::is_error_reply(std::string(parallel::kErrorReply) + "rank 1: out of memory"));
   EXPECT_FALSE(parallel::is_error_reply("42"));
 }
