@@ -29,6 +29,7 @@ int32_t mirror(std::vector<float> w, const ops::SamplingOptions& o, const std::v
     v = std::fma(-o.frequency_penalty, static_cast<float>(count), v) - o.presence_penalty;
     w[id] = v;
   }
+  for (const auto& [id, bias] : o.logit_bias) w[id] += bias;
   if (o.temperature == 0.0f) return static_cast<int32_t>(std::max_element(w.begin(), w.end()) - w.begin());
   for (float& v : w) v = v / o.temperature;
   const float mx = *std::max_element(w.begin(), w.end());
@@ -101,6 +102,8 @@ TEST(Sampling, MatchesTheHostMirrorExactly) {
       opts[6].temperature = 0.8f, opts[6].repetition_penalty = 1.3f, opts[6].presence_penalty = 0.5f,
       opts[6].frequency_penalty = 0.25f;
       opts[7].temperature = 0, opts[7].repetition_penalty = 2.0f, opts[7].frequency_penalty = 1.0f;
+      opts[1].logit_bias = {{static_cast<int32_t>(vocab - 1), 3.5f}, {2, -1.25f}};
+      opts[7].logit_bias = {{5, 0.75f}};
       std::vector<std::vector<int32_t>> hist(8);
       for (int s = 0; s < 8; ++s) {
         opts[s].seed = rng()();
@@ -179,6 +182,27 @@ TEST(Sampling, GreedyTiesGoToTheLowestIdAndRunsRepeat) {
   EXPECT_EQ(ops::sample(ctx(), l, seeded).tokens, ops::sample(ctx(), l, seeded).tokens);
 }
 
+TEST(Sampling, LogitBiasForcesAndBansTokens) {
+  Tensor lh = random_host({3, 1000}, DType::f32, -4, 4);
+  std::vector<ops::SamplingOptions> opts(3);
+  opts[0].temperature = 0, opts[0].logit_bias = {{777, 100.0f}};                     // greedy: forced
+  opts[1].temperature = 1.0f, opts[1].seed = 5, opts[1].logit_bias = {{3, 100.0f}};  // sampled: forced
+  opts[2].temperature = 0;
+  const Tensor l = ctx().to_device(lh);
+  const int32_t plain = ops::sample(ctx(), l, opts).tokens[2];
+  opts[2].logit_bias = {{plain, -100.0f}};  // the greedy token banned: another one wins
+  const ops::SampleResult r = ops::sample(ctx(), l, opts);
+  EXPECT_EQ(r.tokens[0], 777);
+  EXPECT_EQ(r.tokens[1], 3);
+  EXPECT_NE(r.tokens[2], plain);
+  // The log-probability stays that of the raw logits: the bias steers, it does not rewrite.
+  std::vector<float> row(lh.data<float>(), lh.data<float>() + 1000);
+  const double mx = *std::max_element(row.begin(), row.end());
+  double sum = 0;
+  for (float v : row) sum += std::exp(v - mx);
+  EXPECT_NEAR(r.logprobs[0], row[777] - mx - std::log(sum), 2e-4);
+}
+
 TEST(Sampling, TopLogprobsOfTheRawLogits) {
   for (DType dt : {DType::f32, DType::bf16}) {
     for (int64_t vocab : {5, 300, 4099}) {
@@ -230,6 +254,13 @@ TEST(Sampling, RejectsMisuse) {
   EXPECT_THROW(ops::sample(ctx(), l, bad), Error);
   bad = two;
   bad[0].repetition_penalty = 0;
+  EXPECT_THROW(ops::sample(ctx(), l, bad), Error);
+  bad = two;
+  bad[1].logit_bias = {{10, 1.0f}};  // outside the vocabulary of 10
+  EXPECT_CONTAINS(error_of([&] { ops::sample(ctx(), l, bad); }), "logit_bias token 10");
+  bad[1].logit_bias = {{3, 1.0f}, {3, 2.0f}};
+  EXPECT_CONTAINS(error_of([&] { ops::sample(ctx(), l, bad); }), "twice");
+  bad[1].logit_bias = {{3, NAN}};
   EXPECT_THROW(ops::sample(ctx(), l, bad), Error);
   EXPECT_THROW(ops::sample(ctx(), l, two, {{1, 2}}), Error);  // one history for two sequences
   EXPECT_THROW(ops::sample(ctx(), l, two, {}, 21), Error);

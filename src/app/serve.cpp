@@ -101,7 +101,7 @@ void add_serve_command(CLI::App& app) {
   s->add_option("--max-queued", args.max_in_flight, "Requests in flight before new ones get 503")->check(CLI::PositiveNumber);
   s->add_option("--kv-fraction", args.kv_fraction, "Fraction of free device memory for the KV cache")->check(CLI::Range(0.01, 1.0));
   s->add_option("--max-body-bytes", args.max_body_bytes, "Largest request body accepted");
-  s->add_option("--grace", args.grace, "Seconds in-flight requests get after SIGINT/SIGTERM")->check(CLI::NonNegativeNumber);
+  s->add_option("--grace", args.grace, "Seconds in-flight requests (streams too) get after SIGINT/SIGTERM before they end with finish_reason abort")->check(CLI::NonNegativeNumber);
   add_deterministic_flag(s, args.deterministic);
 }
 

@@ -84,6 +84,14 @@ __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, 
     }
   }
   __syncthreads();
+  // Logit biases, distinct ids per row: no two threads write the same logit.
+  if (p.bias_len > 0) {
+    for (int64_t b = tid; b < p.bias_len; b += kThreads) {
+      const int32_t id = p.bias_ids[s * p.bias_len + b];
+      if (id >= 0 && id < vocab) w[id] += p.bias_values[s * p.bias_len + b];
+    }
+    __syncthreads();
+  }
 
   const float temperature = p.temperature[s];
   int64_t token = -1;

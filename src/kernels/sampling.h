@@ -20,6 +20,9 @@ struct SamplingParams {
   const uint64_t* step;             // the counter of the seed's random stream
   const int32_t* history;           // [seqs, history_len] token ids the penalties look at; -1 pads
   int64_t history_len;
+  const int32_t* bias_ids;          // [seqs, bias_len] distinct token ids per row; -1 pads
+  const float* bias_values;         // [seqs, bias_len] added to those tokens' logits after the penalties
+  int64_t bias_len;
 };
 
 // The threads of the sampling block: fixed, so the summation order is the same everywhere.

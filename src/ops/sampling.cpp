@@ -41,6 +41,14 @@ SampleResult sample(Context& ctx, const Tensor& logits, const std::vector<Sampli
              "sample: sequence " << i << ": repetition_penalty " << o.repetition_penalty << " must be > 0");
     LW_CHECK(std::isfinite(o.presence_penalty) && std::isfinite(o.frequency_penalty),
              "sample: sequence " << i << ": presence and frequency penalties must be finite");
+    for (size_t b = 0; b < o.logit_bias.size(); ++b) {
+      const auto [id, bias] = o.logit_bias[b];
+      LW_CHECK(id >= 0 && id < vocab, "sample: sequence " << i << ": logit_bias token " << id
+                                                           << " is outside the vocabulary of " << vocab);
+      LW_CHECK(std::isfinite(bias), "sample: sequence " << i << ": logit_bias of token " << id << " must be finite");
+      for (size_t c = 0; c < b; ++c)
+        LW_CHECK(o.logit_bias[c].first != id, "sample: sequence " << i << ": logit_bias names token " << id << " twice");
+    }
   }
   if (seqs == 0) return {};
   size_t longest = 0;
@@ -52,6 +60,23 @@ SampleResult sample(Context& ctx, const Tensor& logits, const std::vector<Sampli
     std::copy(history[s].begin(), history[s].end(), row);
   }
   Tensor hist = longest > 0 ? ctx.to_device(hist_h) : Tensor();
+  size_t biases = 0;
+  for (const SamplingOptions& o : options) biases = std::max(biases, o.logit_bias.size());
+  Tensor bias_ids, bias_values;
+  if (biases > 0) {
+    Tensor ids_h = Tensor::empty_host({seqs, static_cast<int64_t>(biases)}, DType::i32);
+    Tensor values_h = Tensor::empty_host({seqs, static_cast<int64_t>(biases)}, DType::f32);
+    for (int64_t s = 0; s < seqs; ++s) {
+      int32_t* ids = ids_h.data<int32_t>() + s * static_cast<int64_t>(biases);
+      float* values = values_h.data<float>() + s * static_cast<int64_t>(biases);
+      std::fill(ids, ids + biases, -1);
+      std::fill(values, values + biases, 0.0f);
+      const auto& lb = options[static_cast<size_t>(s)].logit_bias;
+      for (size_t b = 0; b < lb.size(); ++b) ids[b] = lb[b].first, values[b] = lb[b].second;
+    }
+    bias_ids = ctx.to_device(ids_h);
+    bias_values = ctx.to_device(values_h);
+  }
   Tensor temperature = column(ctx, options, DType::f32, &SamplingOptions::temperature);
   Tensor top_k = column(ctx, options, DType::i32, &SamplingOptions::top_k);
   Tensor top_p = column(ctx, options, DType::f32, &SamplingOptions::top_p);
@@ -71,7 +96,10 @@ SampleResult sample(Context& ctx, const Tensor& logits, const std::vector<Sampli
                                        static_cast<const uint64_t*>(seed.data_ptr()),
                                        static_cast<const uint64_t*>(step.data_ptr()),
                                        longest > 0 ? hist.data<int32_t>() : nullptr,
-                                       static_cast<int64_t>(longest)};
+                                       static_cast<int64_t>(longest),
+                                       biases > 0 ? bias_ids.data<int32_t>() : nullptr,
+                                       biases > 0 ? bias_values.data<float>() : nullptr,
+                                       static_cast<int64_t>(biases)};
   Tensor workspace = ctx.empty({seqs, vocab}, DType::f32);
   Tensor tokens = ctx.empty({seqs}, DType::i32), logprobs = ctx.empty({seqs}, DType::f32);
   const int64_t n = top_logprobs;

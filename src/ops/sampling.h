@@ -1,6 +1,7 @@
 // Sampling the next token of each sequence from its logits.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/context.h"
@@ -19,6 +20,9 @@ struct SamplingOptions {
   float frequency_penalty = 0.0f;
   uint64_t seed = 0;
   uint64_t step = 0;  // position in the seed's random stream: the token index of the request
+  // (token id, bias) pairs, distinct ids: the bias is added to the token's logit after the
+  // penalties, before temperature and the filters (OpenAI's logit_bias).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 struct SampleResult {
@@ -32,7 +36,7 @@ struct SampleResult {
 
 // logits [seqs, vocab] (f32/f16/bf16, on the device, contiguous); options: one per sequence;
 // history: the token ids each sequence's penalties look at (may be empty). Returns the chosen
-// tokens. Penalties apply once per distinct token; top-k, then top-p over what top-k kept,
+// tokens. Penalties apply once per distinct token, then the logit biases; top-k, then top-p over what top-k kept,
 // then min-p; ties at a cut are kept. The same seed and step give the same token on every
 // target (CUDA, HIP, the emulator at either warp size).
 SampleResult sample(Context& ctx, const Tensor& logits, const std::vector<SamplingOptions>& options,

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "core/logging.h"
 
@@ -130,7 +131,9 @@ HttpServer::HttpServer(engine::LoadedModel& generator, EngineLoop& loop, ServerO
   routes();
 }
 
-HttpServer::~HttpServer() = default;
+HttpServer::~HttpServer() {
+  if (closer_.joinable()) closer_.join();
+}
 
 void HttpServer::routes() {
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -199,16 +202,20 @@ void HttpServer::routes() {
 
   auto generate = [this](bool chat) {
     return [this, chat](const httplib::Request& req, httplib::Response& res) {
+      // Counted before stopping_ is read (stop() sets it before reading the count): the listener
+      // never closes under a request that got past this check. A stream's count is held by its
+      // content provider, so it ends once the last byte is written.
+      struct Active {
+        std::atomic<int64_t>& n;
+        explicit Active(std::atomic<int64_t>& n) : n(n) { ++n; }
+        ~Active() { --n; }
+      };
+      auto active = std::make_shared<Active>(active_);
       if (stopping_) return reply_error(res, ApiError(503, "the server is shutting down", "", "server_error"));
-      json body;
-      try {
-        body = json::parse(req.body);
-        (void)body.dump();  // strings with invalid UTF-8 parse, but do not serialise
-      } catch (const json::exception& e) {
-        return reply_error(res, ApiError(400, std::string("the body is not valid UTF-8 JSON: ") + e.what()));
-      }
       ParsedRequest p;
       try {
+        // Parsing bounds the nesting depth; nothing from the request is serialised.
+        const json body = parse_body(req.body);
         p = parse_request(body, chat, model_);
       } catch (const ApiError& e) {
         return reply_error(res, e);
@@ -247,7 +254,7 @@ void HttpServer::routes() {
         std::map<int64_t, size_t> index;
         int64_t prompt_tokens = 0;
         Clock::time_point start = Clock::now(), first, last;
-        bool started = false, role_sent = false, usage_sent = false;
+        bool started = false, role_sent = false, usage_sent = false, cancelled = false;
         size_t finished = 0;
       };
       auto st = std::make_shared<State>();
@@ -303,16 +310,19 @@ void HttpServer::routes() {
         for (const Choice& c : st->choices) tokens = std::max(tokens, c.tokens);
         if (tokens > 1) metrics_->tpot.observe(std::chrono::duration<double>(st->last - st->first).count() / (tokens - 1));
       };
-      auto past_deadline = [this] {
+      // Past the shutdown deadline: cancels the requests (once); their last outputs then carry
+      // finish_reason "abort".
+      auto cancel_past_deadline = [this, st, handles] {
         const int64_t d = deadline_ns_.load();
-        return d != 0 && now_ns() > d;
+        if (st->cancelled || d == 0 || now_ns() <= d) return;
+        st->cancelled = true;
+        for (int64_t h : handles) loop_.cancel(h);
       };
 
       if (!p.stream) {
         engine::RequestOutput o;
         while (st->finished < handles.size()) {
-          if (past_deadline())
-            for (int64_t h : handles) loop_.cancel(h);
+          cancel_past_deadline();
           if (queue->pop(o, std::chrono::milliseconds(100))) apply(o);
         }
         record_timing();
@@ -333,7 +343,7 @@ void HttpServer::routes() {
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, st, queue, handles, apply, usage, record_timing, past_deadline, chat, id, created,
+          [this, st, queue, apply, usage, record_timing, cancel_past_deadline, chat, id, created, active,
            include_usage = p.include_usage](size_t, httplib::DataSink& sink) {
             auto send = [&](const json& j) {
               const std::string s = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
@@ -348,8 +358,7 @@ void HttpServer::routes() {
                                             {"logprobs", nullptr}, {"finish_reason", nullptr}});
               if (!send(first)) return false;
             }
-            if (past_deadline())
-              for (int64_t h : handles) loop_.cancel(h);
+            cancel_past_deadline();
             engine::RequestOutput o;
             if (queue->pop(o, std::chrono::milliseconds(100))) {
               const json chunk = apply(o);
@@ -386,14 +395,24 @@ void HttpServer::run() {
   LW_CHECK(http_->bind_to_port(options_.host, options_.port), "serve: cannot listen on " << options_.host << ":"
                                                                                           << options_.port);
   bound_port_ = options_.port;
+  if (stopping_) return;  // stopped before it listened
   log().warn("lightwave serve: model '{}' on http://{}:{}", model_.name, options_.host, options_.port);
   http_->listen_after_bind();
 }
 
 void HttpServer::stop() {
   if (stopping_.exchange(true)) return;
-  deadline_ns_ = now_ns() + static_cast<int64_t>(options_.grace_seconds * 1e9);
-  http_->stop();
+  const int64_t deadline = now_ns() + static_cast<int64_t>(options_.grace_seconds * 1e9);
+  deadline_ns_ = deadline;
+  // httplib ends chunked streams as soon as its listener closes: it closes only when every
+  // request is answered (the ones past the deadline are cancelled, so they are answered soon),
+  // or kStopMarginSeconds after the deadline.
+  closer_ = std::thread([this, deadline] {
+    const int64_t last = deadline + static_cast<int64_t>(kStopMarginSeconds * 1e9);
+    while (active_.load() > 0 && now_ns() < last) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (active_.load() > 0) log().warn("lightwave serve: {} requests still unanswered; closing", active_.load());
+    http_->stop();
+  });
 }
 
 }  // namespace lw::server

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "engine/loaded_model.h"
 #include "server/engine_loop.h"
@@ -29,13 +30,20 @@ struct ServerOptions {
   double grace_seconds = 10;  // after stop(): in-flight requests get this long, then are cancelled
 };
 
+// Past the grace period, requests in flight are cancelled and answered (finish_reason "abort",
+// then a stream's [DONE]); the listener closes when none is left, or this much later at most
+// (a client that reads nothing holds its stream no longer).
+inline constexpr double kStopMarginSeconds = 5;
+
 class HttpServer {
  public:
   HttpServer(engine::LoadedModel& generator, EngineLoop& loop, ServerOptions options);
   ~HttpServer();
   // Binds and serves until stop(); throws lw::Error when the address cannot be bound.
   void run();
-  // Stops accepting at once; requests in flight get the grace period. Safe from any thread.
+  // New requests get 503 at once; requests in flight, streamed or not, get the grace period,
+  // then are cancelled and end with finish_reason "abort" (streams then send [DONE]); run()
+  // returns once they are answered. Returns at once; safe from any thread.
   void stop();
   int port() const { return bound_port_; }
 
@@ -50,7 +58,9 @@ class HttpServer {
   std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<Metrics> metrics_;
   std::atomic<bool> stopping_{false};
-  std::atomic<int64_t> deadline_ns_{0};  // steady-clock time past which streams are cancelled
+  std::atomic<int64_t> deadline_ns_{0};  // steady-clock time past which requests are cancelled
+  std::atomic<int64_t> active_{0};       // generation requests not yet answered in full
+  std::thread closer_;                    // after stop(): closes the listener once they are
   int bound_port_ = 0;
 };
 

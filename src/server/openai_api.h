@@ -39,7 +39,16 @@ struct ParsedRequest {
   engine::Request request;  // the per-choice request; choice i has seed + i
 };
 
-// Throws ApiError. `body` is the parsed JSON body.
+// The deepest nesting of arrays and objects a request body may have.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Parses a request body; throws ApiError (400) for text that is not JSON, not UTF-8, or nests
+// deeper than kMaxJsonDepth (checked while parsing, so no deeper value is ever built).
+nlohmann::json parse_body(const std::string& text);
+
+// Throws ApiError. `body` is the parsed JSON body. Every field is honoured or refused: a field
+// the server does not implement (tools, response_format other than text, ...) or does not know
+// is a 400 naming it. `user` is accepted and ignored.
 ParsedRequest parse_request(const nlohmann::json& body, bool chat, const ApiModel& model);
 
 }  // namespace lw::server

@@ -6,6 +6,7 @@ disconnects and shutdown. Starts the server on a free port with the given model.
 """
 import argparse
 import concurrent.futures
+import http.client as http_client
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import urllib.request
 import openai
 
 FAILURES = []
+GRACE = 3  # the server's --grace seconds
 
 
 def check(cond, what):
@@ -48,7 +50,7 @@ def start_server(lightwave, model, port, extra):
     # against n = 3, 64 streams against each alone, the requests admitted past the queue cap)
     # hold whatever batches the load makes.
     server = subprocess.Popen([lightwave, "serve", "--model", model, "--port", str(port), "--served-model-name", "smol",
-                               "--kv-fraction", "0.02", "--grace", "5", "--deterministic"] + extra,
+                               "--kv-fraction", "0.02", "--grace", str(GRACE), "--deterministic"] + extra,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for _ in range(600):
         try:
@@ -160,6 +162,184 @@ def hostile(port, key):
     status, _ = http(port, "GET", "/health")
     check(status == 200, "hostile: healthy while a client sends half a body")
     s.close()
+
+
+def error_of(text):
+    try:
+        return json.loads(text)["error"]
+    except Exception:
+        return {}
+
+
+def nested_json(port, key):
+    """A body of arrays 75,000 deep (about 150 KB) is refused while parsing; the server lives on."""
+    auth = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    depth = 75000
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        raw = b'{"x": ' + b"[" * depth + b"]" * depth + b"}"
+        status, text = http(port, "POST", path, raw=raw, headers=auth)
+        check(status == 400 and "64" in error_of(text).get("message", ""),
+              f"nested JSON: {path} with arrays {depth} deep -> {status} naming the limit ({error_of(text).get('message')!r})")
+
+    def levels(n):  # a body n levels deep: the top object and n - 1 objects under "x"
+        return b'{"prompt": "Hi", "max_tokens": 1, "x": ' + b'{"a": ' * (n - 1) + b"1" + b"}" * (n - 1) + b"}"
+    status, text = http(port, "POST", "/v1/completions", raw=levels(64), headers=auth)
+    check(status == 400 and error_of(text).get("param") == "x",
+          f"nested JSON: 64 levels parse (then 'x' is refused as unknown): {status} {error_of(text).get('message')!r}")
+    status, text = http(port, "POST", "/v1/completions", raw=levels(65), headers=auth)
+    check(status == 400 and "64" in error_of(text).get("message", ""),
+          f"nested JSON: 65 levels -> {status} naming the limit ({error_of(text).get('message')!r})")
+    status, _ = http(port, "GET", "/health")
+    check(status == 200, "nested JSON: the server is still healthy")
+    status, _ = http(port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 1}, headers=auth)
+    check(status == 200, "nested JSON: the server still serves")
+
+
+def fields(port, key):
+    """Every request field is honoured or refused with a 400 naming it."""
+    auth = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    msgs = [{"role": "user", "content": "Hi"}]
+    chat = {"messages": msgs, "max_tokens": 1}
+    comp = {"prompt": "Hi", "max_tokens": 1}
+    refused = [
+        ("tools", "/v1/chat/completions", dict(chat, tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
+        ("tool_choice", "/v1/chat/completions", dict(chat, tool_choice="auto"), "tool_choice"),
+        ("functions", "/v1/chat/completions", dict(chat, functions=[{"name": "f"}]), "functions"),
+        ("response_format json_object", "/v1/chat/completions", dict(chat, response_format={"type": "json_object"}),
+         "response_format"),
+        ("response_format json_schema", "/v1/chat/completions",
+         dict(chat, response_format={"type": "json_schema", "json_schema": {"name": "x"}}), "response_format"),
+        ("stream_options without stream", "/v1/chat/completions", dict(chat, stream_options={"include_usage": True}),
+         "stream_options"),
+        ("stream_options with stream false", "/v1/completions", dict(comp, stream=False, stream_options={"include_usage": True}),
+         "stream_options"),
+        ("stream_options unknown key", "/v1/completions", dict(comp, stream=True, stream_options={"x": 1}), "stream_options.x"),
+        ("null user content", "/v1/chat/completions", {"messages": [{"role": "user", "content": None}]}, "messages[0].content"),
+        ("missing content", "/v1/chat/completions", {"messages": [{"role": "user"}]}, "messages[0].content"),
+        ("image content part", "/v1/chat/completions",
+         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+         "messages[0].content[0]"),
+        ("message name", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x", "name": "bob"}]},
+         "messages[0].name"),
+        ("unknown field", "/v1/chat/completions", dict(chat, frobnicate=1), "frobnicate"),
+        ("unknown field (completions)", "/v1/completions", dict(comp, temprature=0), "temprature"),
+        ("max_completion_tokens on completions", "/v1/completions", dict(comp, max_completion_tokens=2),
+         "max_completion_tokens"),
+        ("max_tokens and max_completion_tokens differ", "/v1/chat/completions",
+         {"messages": msgs, "max_tokens": 2, "max_completion_tokens": 3}, "max_completion_tokens"),
+        ("logit_bias key not a token id", "/v1/completions", dict(comp, logit_bias={"abc": 1}), "logit_bias"),
+        ("logit_bias token outside the vocabulary", "/v1/completions", dict(comp, logit_bias={"99999999": 1}), "logit_bias"),
+        ("logit_bias out of range", "/v1/completions", dict(comp, logit_bias={"5": 500}), "logit_bias"),
+        ("logit_bias a list", "/v1/completions", dict(comp, logit_bias=[1, 2]), "logit_bias"),
+        ("user a number", "/v1/completions", dict(comp, user=5), "user"),
+        ("best_of above n", "/v1/completions", dict(comp, best_of=3), "best_of"),
+        ("suffix", "/v1/completions", dict(comp, suffix="end"), "suffix"),
+    ]
+    for name, path, body, param in refused:
+        status, text = http(port, "POST", path, body, headers=auth)
+        e = error_of(text)
+        check(status == 400 and e.get("param") == param and param.split(".")[0].split("[")[0] in e.get("message", ""),
+              f"refused: {name} -> {status} naming {e.get('param')!r} (want 400 naming {param!r}: {e.get('message')!r})")
+    accepted = [
+        ("response_format text", "/v1/chat/completions", dict(chat, response_format={"type": "text"})),
+        ("user", "/v1/chat/completions", dict(chat, user="alice")),
+        ("tools null", "/v1/chat/completions", dict(chat, tools=None)),
+        ("equal max_tokens and max_completion_tokens", "/v1/chat/completions", dict(chat, max_completion_tokens=1)),
+        ("assistant message with null tool_calls", "/v1/chat/completions",
+         {"messages": msgs + [{"role": "assistant", "content": "Hello", "tool_calls": None}, {"role": "user", "content": "x"}],
+          "max_tokens": 1}),
+        ("text content parts", "/v1/chat/completions",
+         {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "max_tokens": 1}),
+        ("stream_options with stream", "/v1/completions", dict(comp, stream=True, stream_options={"include_usage": False})),
+    ]
+    for name, path, body in accepted:
+        status, text = http(port, "POST", path, body, headers=auth)
+        check(status == 200, f"accepted: {name} -> {status} ({text[:160]!r})")
+
+
+def vocab_of(model):
+    """The GGUF's token strings, or None without the gguf package."""
+    try:
+        import gguf
+        f = gguf.GGUFReader(model).fields["tokenizer.ggml.tokens"]
+        return [bytes(f.parts[i]).decode("utf-8", "replace") for i in f.data]
+    except Exception as e:  # noqa: BLE001
+        print(f"(no vocabulary from the GGUF: {e})")
+        return None
+
+
+def logit_bias_and_aliases(client, model):
+    vocab = vocab_of(model)
+    plain = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=3, temperature=0)
+    if vocab:
+        tid = vocab.index("Paris") if "Paris" in vocab else next(i for i, t in enumerate(vocab) if i > 1000 and t.isalpha())
+        word = vocab[tid]
+    else:
+        tid, word = 1000, None
+    forced = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=3, temperature=0,
+                                       logit_bias={str(tid): 100})
+    text = forced.choices[0].text
+    check((text == word * 3 if word else len(text) > 0 and text == text[:len(text) // 3] * 3) and text != plain.choices[0].text,
+          f"logit_bias: +100 on token {tid} ({word!r}) makes greedy output it ({text!r}; plain {plain.choices[0].text!r})")
+    first = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=1, temperature=0, logprobs=1)
+    banned_text = first.choices[0].logprobs.tokens[0].replace(" ", "\u0120").replace("\n", "\u010a")  # byte-level BPE
+    if vocab and banned_text in vocab:
+        banned = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=1, temperature=0,
+                                           logit_bias={str(vocab.index(banned_text)): -100})
+        check(banned.choices[0].text != first.choices[0].text,
+              f"logit_bias: -100 on the greedy token bans it ({banned.choices[0].text!r} after {first.choices[0].text!r})")
+    chat = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "What is the capital of France?"}],
+                                          max_completion_tokens=3, temperature=0)
+    check(chat.usage.completion_tokens == 3 and chat.choices[0].finish_reason == "length",
+          f"max_completion_tokens: 3 tokens, finish length ({chat.usage.completion_tokens}, {chat.choices[0].finish_reason})")
+    chunks = list(client.completions.create(model="smol", prompt="The capital of France is", max_tokens=2, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    last = chunks[-1]
+    check(last.choices == [] and last.usage is not None and last.usage.completion_tokens == 2 and
+          all(c.usage is None for c in chunks[:-1]),
+          f"include_usage: the last chunk has usage and no choices ({last})")
+    chunks = list(client.completions.create(model="smol", prompt="The capital of France is", max_tokens=2, temperature=0,
+                                            stream=True))
+    check(all(c.usage is None for c in chunks) and all(c.choices for c in chunks), "include_usage: no usage chunk unasked")
+
+
+def sigterm_during_stream(server, port, key, grace):
+    """SIGTERM mid-stream: the stream goes on through the grace period, then ends with finish_reason
+    abort and [DONE]; requests arriving meanwhile get 503."""
+    conn = http_client.HTTPConnection("127.0.0.1", port, timeout=120)
+    body = {"prompt": "Count to one thousand:", "max_tokens": 4000, "temperature": 0, "ignore_eos": True, "stream": True}
+    conn.request("POST", "/v1/completions", body=json.dumps(body),
+                 headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    resp = conn.getresponse()
+    events = []  # (seconds after SIGTERM, data)
+    t0 = None
+    while True:
+        line = resp.readline()
+        if not line:
+            break
+        line = line.decode().strip()
+        if not line.startswith("data: "):
+            continue
+        if t0 is None:
+            server.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            time.sleep(0.3)  # the server notices signals within 0.1 s
+            status, _ = http(port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 1},
+                             headers={"Authorization": f"Bearer {key}"})
+            check(status == 503, f"SIGTERM: a new request during the grace period -> {status} (want 503)")
+        events.append((time.monotonic() - t0, line[6:]))
+        if line == "data: [DONE]":
+            break
+    conn.close()
+    finishes = [c.get("finish_reason") for _, d in events if d != "[DONE]" for c in json.loads(d)["choices"]]
+    check(events and events[-1][1] == "[DONE]", f"SIGTERM: the stream ends with [DONE] ({events[-1:]})")
+    texts = [t for t, d in events if d != "[DONE]" and any(c.get("text") for c in json.loads(d)["choices"])]
+    during = [t for t in texts if 0.6 < t < grace - 0.2]  # before the deadline, past where streams used to be cut
+    check(len(during) > 0, f"SIGTERM: tokens keep coming during the grace period ({len(during)} chunks between 0.6 s and "
+                           f"{grace - 0.2} s; the last text at {texts[-1] if texts else None} s)")
+    check(finishes and finishes[-1] == "abort",
+          f"SIGTERM: the stream's last choice chunk has finish_reason abort (got {finishes[-1:] if finishes else None})")
+    check(events and events[-1][0] <= grace + 2, f"SIGTERM: [DONE] within the grace period ({events[-1][0]:.2f} s, grace {grace} s)")
 
 
 def main():
@@ -274,8 +454,12 @@ def main():
         check(freed, f"disconnect: the request is cancelled and its KV blocks freed (in flight "
                      f"{metric(port, 'lightwave_requests_in_flight')}, blocks used {metric(port, 'lightwave_kv_blocks_used')}, "
                      f"before {before})")
+        nested_json(port, key)
+        fields(port, key)
+        logit_bias_and_aliases(client, a.model)
         status, _ = http(port, "GET", "/health")
         check(status == 200, "the server is healthy after everything")
+        sigterm_during_stream(server, port, key, GRACE)
     finally:
         code, log = stop_server(server)
     check(code == 0, f"SIGTERM: the server exits 0 (got {code})")
