@@ -5,9 +5,11 @@
 // give the right answer. Host target only; the build's warp size is LW_WARP_SIZE.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "gpu/block_reduce.h"
@@ -449,6 +451,230 @@ __global__ void warp_handoff(const float* in, float* out) {
 TEST(PlantedBugs, WarpSynchronisedHandoffIsClean) {
   std::vector<float> in = iota_floats(128), out(128, NAN);
   expect_clean(sanitized("warp_handoff", warp_handoff, dim3(1), dim3(128), in.data(), out.data()));
+}
+
+// ---- 15. CUB's guarded partial-warp reduction reads lanes that do not exist, and discards them ----
+
+// cub::WarpReduce over valid items: every lane shuffles, and a lane adds its partner's value
+// only when the partner holds data. Partners past the end were never launched (a block
+// smaller than the warp) or have left: their values are undefined, and never used.
+template <class T>
+__global__ void guarded_partial_sum(const T* in, T* out, int valid) {
+  const int lane = static_cast<int>(threadIdx.x % warpSize);
+  if (static_cast<int>(threadIdx.x) >= valid) return;  // lanes past the data leave
+  T v = in[threadIdx.x];
+  for (int o = 1; o < warpSize; o *= 2) {
+    const T other = __shfl_down(v, static_cast<unsigned>(o));
+    if (lane + o < valid) v += other;
+  }
+  if (lane == 0) *out = v;
+}
+// A tree reduction without the guard, assuming the block fills the warp: on a 64-lane warp the
+// 32-thread block's lanes add what lanes 32..63 returned, and lane 0's sum is made of it.
+__global__ void unguarded_partial_sum(const float* in, float* out) {
+  float v = in[threadIdx.x];
+  for (int o = warpSize / 2; o > 0; o /= 2) v += __shfl_down(v, static_cast<unsigned>(o));
+  if (threadIdx.x == 0) *out = v;
+}
+
+TEST(PlantedBugs, GuardedPartialWarpReductionIsClean) {
+  std::vector<float> in = iota_floats(W);
+  std::vector<int> ints(W);
+  for (int i = 0; i < W; ++i) ints[i] = 3 * i - 40;
+  // (block, valid): a 32-thread block (never-launched lanes on a 64-lane warp), a 20-thread
+  // block (never launched at both), a full warp with 20 items (exited lanes), 1 item.
+  const std::pair<int, int> cases[] = {{32, 32}, {20, 20}, {W, 20}, {W, 1}};
+  for (const auto& [block, valid] : cases) {
+    float out = NAN;
+    expect_clean(sanitized("guarded_partial_sum", guarded_partial_sum<float>, dim3(1), dim3(block), in.data(), &out,
+                           valid));
+    EXPECT_EQ(out, std::accumulate(in.begin(), in.begin() + valid, 0.0f)) << block << " threads, " << valid;
+    int iout = -1;
+    expect_clean(sanitized("guarded_partial_sum", guarded_partial_sum<int>, dim3(1), dim3(block), ints.data(), &iout,
+                           valid));
+    EXPECT_EQ(iout, std::accumulate(ints.begin(), ints.begin() + valid, 0)) << block << " threads, " << valid;
+  }
+}
+
+TEST(PlantedBugs, UnguardedPartialWarpReductionUsesUndefinedValues) {
+  std::vector<float> in = iota_floats(32);
+  const float want = std::accumulate(in.begin(), in.end(), 0.0f);
+  float out = NAN;
+  auto broken = sanitized("unguarded_partial_sum", unguarded_partial_sum, dim3(1), dim3(32), in.data(), &out);
+  if (W == 64) {
+    expect_fault(broken, Fault::InactiveLaneRead, "unguarded_partial_sum");
+    EXPECT_NE(broken.front().detail.find("never launched"), std::string::npos) << text(broken);
+    EXPECT_NE(broken.front().detail.find("undefined"), std::string::npos) << text(broken);
+  } else {
+    expect_clean(broken);
+    EXPECT_EQ(out, want);
+  }
+  out = NAN;
+  expect_clean(sanitized("guarded_partial_sum", guarded_partial_sum<float>, dim3(1), dim3(32), in.data(), &out, 32));
+  EXPECT_EQ(out, want);
+}
+
+// ---- 16. an undefined shuffle result stored to shared memory ----
+
+__global__ void fold_halves_broken(const float* in, float* out) {
+  LW_SHARED(float, s, [16]);
+  const unsigned t = threadIdx.x;
+  const float other = __shfl_down(in[t], static_cast<unsigned>(warpSize / 2));  // half the block only on 32 lanes
+  if (t < 16) s[t] = in[t] + other;
+  __syncthreads();
+  if (t == 0) {
+    float total = 0;
+    for (int i = 0; i < 16; ++i) total += s[i];
+    *out = total;
+  }
+}
+__global__ void fold_halves_fixed(const float* in, float* out) {
+  LW_SHARED(float, s, [16]);
+  const unsigned t = threadIdx.x;
+  const float other = __shfl_down(in[t], 16u);  // half the 32-thread block
+  if (t < 16) s[t] = in[t] + other;
+  __syncthreads();
+  if (t == 0) {
+    float total = 0;
+    for (int i = 0; i < 16; ++i) total += s[i];
+    *out = total;
+  }
+}
+
+TEST(PlantedBugs, UndefinedShuffleResultStoredToSharedMemory) {
+  std::vector<float> in = iota_floats(32);
+  const float want = std::accumulate(in.begin(), in.end(), 0.0f);
+  float out = NAN;
+  auto broken = sanitized("fold_halves_broken", fold_halves_broken, dim3(1), dim3(32), in.data(), &out);
+  if (W == 64) {
+    expect_fault(broken, Fault::InactiveLaneRead, "fold_halves_broken");
+    EXPECT_NE(broken.front().detail.find("stores to s"), std::string::npos) << text(broken);
+    EXPECT_NE(broken.front().detail.find("never launched"), std::string::npos) << text(broken);
+  } else {
+    expect_clean(broken);
+    EXPECT_EQ(out, want);
+  }
+  out = NAN;
+  expect_clean(sanitized("fold_halves_fixed", fold_halves_fixed, dim3(1), dim3(32), in.data(), &out));
+  EXPECT_EQ(out, want);
+}
+
+// ---- 17. shared atomics on a counter that was never zeroed ----
+
+__global__ void count_shared_broken(const float* in, int* out) {
+  LW_SHARED(int, counter, [1]);
+  if (in[threadIdx.x] > 0.0f) atomicAdd(&counter[0], 1);  // counts up from the poison
+  __syncthreads();
+  if (threadIdx.x == 0) *out = counter[0];
+}
+__global__ void count_shared_fixed(const float* in, int* out) {
+  LW_SHARED(int, counter, [1]);
+  if (threadIdx.x == 0) counter[0] = 0;
+  __syncthreads();
+  if (in[threadIdx.x] > 0.0f) atomicAdd(&counter[0], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) *out = counter[0];
+}
+
+// Dynamic shared memory: the largest value of each of 4 bins (atomicMax), and a flag per bin
+// set once (atomicCAS).
+__global__ void bin_max_broken(const unsigned* in, unsigned* out) {
+  LW_DYNAMIC_SHARED(unsigned, bins);
+  const unsigned t = threadIdx.x;
+  atomicMax(&bins[t % 4], in[t]);  // the bins hold the poison (0xffffffff): every max is that
+  atomicCAS(&bins[4 + t % 4], 0u, 1u);
+  __syncthreads();
+  if (t < 8) out[t] = bins[t];
+}
+__global__ void bin_max_fixed(const unsigned* in, unsigned* out) {
+  LW_DYNAMIC_SHARED(unsigned, bins);
+  const unsigned t = threadIdx.x;
+  if (t < 8) bins[t] = 0;
+  __syncthreads();
+  atomicMax(&bins[t % 4], in[t]);
+  atomicCAS(&bins[4 + t % 4], 0u, 1u);
+  __syncthreads();
+  if (t < 8) out[t] = bins[t];
+}
+
+std::vector<lw::simt::Report> sanitized_dynamic(const char* name, void (*kernel)(const unsigned*, unsigned*),
+                                                size_t bytes, const unsigned* in, unsigned* out) {
+  const bool before = lw::simt::sanitize();
+  lw::simt::set_sanitize(true);
+  std::vector<lw::simt::Report> reports;
+  try {
+    lw::simt::run(name, kernel, dim3(2), dim3(W), bytes, in, out);
+  } catch (const KernelError& e) {
+    reports = e.reports();
+  }
+  lw::simt::set_sanitize(before);
+  return reports;
+}
+
+TEST(PlantedBugs, SharedAtomicsOnUninitialisedMemory) {
+  std::vector<float> in(W);
+  for (int i = 0; i < W; ++i) in[i] = (i % 3 == 0) ? 1.0f : -1.0f;
+  int want = 0;
+  for (float x : in) want += x > 0;
+  int out = -1;
+  auto broken = sanitized("count_shared_broken", count_shared_broken, dim3(2), dim3(W), in.data(), &out);
+  expect_fault(broken, Fault::UninitSharedRead, "count_shared_broken");
+  EXPECT_NE(broken.front().detail.find("atomicAdd on counter (byte 0 of 4)"), std::string::npos) << text(broken);
+  out = -1;
+  expect_clean(sanitized("count_shared_fixed", count_shared_fixed, dim3(2), dim3(W), in.data(), &out));
+  EXPECT_EQ(out, want);
+
+  std::vector<unsigned> vals(W), bins(8, 7);
+  for (int i = 0; i < W; ++i) vals[i] = static_cast<unsigned>((i * 37) % 101);
+  auto dyn = sanitized_dynamic("bin_max_broken", bin_max_broken, 8 * sizeof(unsigned), vals.data(), bins.data());
+  expect_fault(dyn, Fault::UninitSharedRead, "bin_max_broken");
+  EXPECT_NE(dyn.front().detail.find("atomicMax on dynamic shared memory (byte 0 of 32)"), std::string::npos)
+      << text(dyn);
+  expect_clean(sanitized_dynamic("bin_max_fixed", bin_max_fixed, 8 * sizeof(unsigned), vals.data(), bins.data()));
+  for (unsigned b = 0; b < 4; ++b) {
+    unsigned want_max = 0;
+    for (int i = static_cast<int>(b); i < W; i += 4) want_max = std::max(want_max, vals[i]);
+    EXPECT_EQ(bins[b], want_max) << "bin " << b;
+    EXPECT_EQ(bins[4 + b], 1u) << "flag " << b;
+  }
+}
+
+// Atomics of different threads on one address are not a race; a plain read of it beside them is.
+__global__ void atomic_then_plain_read(int* out, bool barrier) {
+  LW_SHARED(int, counter, [1]);
+  const unsigned t = threadIdx.x, last = blockDim.x - 1;
+  if (t == 0) counter[0] = 0;
+  __syncthreads();
+  if (t != last) atomicAdd(&counter[0], 2);
+  if (barrier) __syncthreads();
+  if (t == last) *out = counter[0];  // without the barrier: while the others add
+}
+
+TEST(PlantedBugs, SharedAtomicsAreOrderedAmongThemselvesOnly) {
+  int out = -1;
+  expect_clean(sanitized("atomic_then_plain_read", atomic_then_plain_read, dim3(1), dim3(W), &out, true));
+  EXPECT_EQ(out, 2 * (W - 1));
+  expect_fault(sanitized("atomic_then_plain_read", atomic_then_plain_read, dim3(1), dim3(W), &out, false),
+               Fault::SharedRace, "atomic_then_plain_read");
+}
+
+// A raw pointer that served an atomic and was kept: what it wrote is not reported as unwritten.
+__global__ void atomic_pointer_kept(int* out) {
+  LW_SHARED(int, s, [2]);
+  if (threadIdx.x == 0) {
+    int* p = &s[0];
+    p[0] = 0;  // through the pointer, before the atomic
+    atomicAdd(p, 3);
+    p[1] = 4;  // and after it
+  }
+  __syncthreads();
+  if (threadIdx.x == 1) *out = s[0] + s[1];
+}
+
+TEST(PlantedBugs, SharedPointerKeptAfterAnAtomicIsNotReported) {
+  int out = -1;
+  expect_clean(sanitized("atomic_pointer_kept", atomic_pointer_kept, dim3(1), dim3(W), &out));
+  EXPECT_EQ(out, 7);
 }
 
 }  // namespace

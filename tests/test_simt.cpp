@@ -293,22 +293,29 @@ TEST(Simt, ThirtyTwoBitMaskOnA64LaneWarp) {
   }
 }
 
-__global__ void read_exited_lane_kernel(int* out) {
+// Lanes 0..15 read lanes 16..31, which have exited: the value is undefined (not the read an
+// error, as in CUDA); passing it on to another shuffle uses it, and that is reported.
+__global__ void read_exited_lane_kernel(int* out, bool use) {
   const int lane = static_cast<int>(threadIdx.x);
   if (lane >= 16) return;
-  out[lane] = __shfl_down(lane, 16u, 32);
+  const int other = __shfl_down(lane, 16u, 32);
+  const int kept = use ? other : lane;
+  out[lane] = __shfl(kept, (lane + 1) % 16, 16);
 }
 
 TEST(Simt, ReadingAnExitedLane) {
   SanitizeScope s(true);
-  std::vector<int> out(32);
+  std::vector<int> out(32, -1);
   try {
-    lw::simt::run("read_exited", read_exited_lane_kernel, dim3(1), dim3(32), 0, out.data());
-    FAIL() << "read of an exited lane not reported";
+    lw::simt::run("read_exited", read_exited_lane_kernel, dim3(1), dim3(32), 0, out.data(), true);
+    FAIL() << "use of a value read from an exited lane not reported";
   } catch (const KernelError& e) {
     EXPECT_TRUE(e.has(Fault::InactiveLaneRead)) << e.what();
     EXPECT_NE(std::string(e.what()).find("exited"), std::string::npos) << e.what();
   }
+  // Read and discarded: clean.
+  lw::simt::run("read_exited", read_exited_lane_kernel, dim3(1), dim3(32), 0, out.data(), false);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(out[i], (i + 1) % 16);
 }
 
 __global__ void throwing_kernel(int n) {

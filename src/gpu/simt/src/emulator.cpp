@@ -48,7 +48,15 @@ struct Thread {
   bc::fiber fiber;      // held by the scheduler while the thread is suspended
   bc::fiber scheduler;  // held by the thread while it runs
   Collective op{};
+  ValueKind vkind = ValueKind::Bits;  // what the operand of its shuffle is
+  int vbytes = 8;
   uint64_t result = 0;
+  // Its last shuffle result that was undefined (read from a lane never launched or exited):
+  // not a fault by itself; reported when the value is used (see Block::execute).
+  bool undef = false;
+  CollectiveKind undef_kind{};
+  int undef_src = 0;
+  std::source_location undef_where;
   uint32_t warp_sync = 0;   // its warp's collective count at its last collective
   uint64_t last_lanes = 0;  // the lanes of its last collective
   std::source_location barrier_where;
@@ -127,6 +135,28 @@ std::string hex(uint64_t v) {
   return s.str();
 }
 
+// The value an undefined shuffle result is given: a quiet NaN whose payload is kept by
+// arithmetic (x86 and ARM return a NaN operand's payload) for float and double, 0xa5 bytes for
+// anything else. The sign is ignored when recognising it (negation flips it).
+constexpr uint64_t kPoisonF32 = 0x7fe5a5a5ull;
+constexpr uint64_t kPoisonF64 = 0x7ffca5a5a5a5a5a5ull;
+uint64_t poison_bits(ValueKind k, int bytes) {
+  switch (k) {
+    case ValueKind::F32: return kPoisonF32;
+    case ValueKind::F64: return kPoisonF64;
+    case ValueKind::Bits: break;
+  }
+  return bytes >= 8 ? 0xa5a5a5a5a5a5a5a5ull : 0xa5a5a5a5a5a5a5a5ull >> (64 - 8 * bytes);
+}
+bool is_poison(uint64_t v, ValueKind k, int bytes) {
+  switch (k) {
+    case ValueKind::F32: return (v & 0x7fffffffull) == kPoisonF32;
+    case ValueKind::F64: return (v & 0x7fffffffffffffffull) == kPoisonF64;
+    case ValueKind::Bits: break;
+  }
+  return v == poison_bits(k, bytes);
+}
+
 std::atomic<int> g_sanitize{-1};
 std::atomic<uint64_t> g_block_runs{0};
 
@@ -147,6 +177,8 @@ class Block {
   // ---- called from the device thread that is running ----
   uint64_t collective(const Collective& c);
   void barrier(std::source_location where);
+  bool undefined_values_seen() const { return undefined_reads_ != 0; }
+  void check_defined(uint64_t bits, ValueKind k, int bytes, const std::string& what);
   [[noreturn]] void fault_here(Fault f, const std::string& detail, std::source_location where);
   void* dynamic_shared() { return dyn_smem_.get(); }
   SharedRegion& dynamic_region() { return dyn_region_; }
@@ -164,6 +196,7 @@ class Block {
   void report(Fault f, const Thread& t, std::string where, std::string detail);
   void abort_all();
   std::string lane_status(int warp, int lane) const;
+  std::string undefined_origin(const Thread& holder) const;
   Thread* lane_thread(int warp, int lane) {
     int i = warp * W + lane;
     return i < nthreads_ ? &threads_[i] : nullptr;
@@ -183,6 +216,7 @@ class Block {
   uint32_t epoch_ = 0;                  // barriers passed by this block
   std::vector<uint32_t> warp_counter_;  // collectives resolved per warp
   uint64_t run_id_ = 0;
+  int undefined_reads_ = 0;  // shuffles of this block that returned an undefined value
   std::vector<Report> reports_;
 };
 
@@ -197,6 +231,8 @@ std::vector<Report> Block::run(uint3 idx) {
   idx_ = idx;
   aborted_ = false;
   epoch_ = 0;
+  undefined_reads_ = 0;
+  forget_pending_address();
   warp_counter_.assign(nwarps_, 0);
   run_id_ = g_block_runs.fetch_add(1);
   reports_.clear();
@@ -216,6 +252,7 @@ std::vector<Report> Block::run(uint3 idx) {
     t.abort = false;
     t.warp_sync = 0;
     t.last_lanes = 0;
+    t.undef = false;
   }
   // Poison dynamic shared memory (all-ones bytes: NaN floats, -1 integers) and reset its shadow.
   if (dyn_smem_) dyn_region_.bind(dyn_smem_.get(), params_.dynamic_shared_bytes, run_id_);
@@ -245,6 +282,7 @@ std::vector<Report> Block::run(uint3 idx) {
     }
     abort_all();
   }
+  forget_pending_address();
   tl_block = nullptr;
   tl_thread = nullptr;
   return std::move(reports_);
@@ -280,6 +318,7 @@ void Block::resume(Thread& t) {
           abort_all();
         }
       }
+      commit_pending_address();  // a raw shared pointer it took is out of sight from here
       t.state = State::Exited;
       return std::move(t.scheduler);
     });
@@ -343,6 +382,23 @@ std::string Block::lane_status(int warp, int lane) const {
   return "is inactive";
 }
 
+// Where an undefined value held by `holder` came from, in words.
+std::string Block::undefined_origin(const Thread& holder) const {
+  if (!holder.undef) return "is undefined: a shuffle read it from a lane that was never launched or had exited";
+  return "is undefined: lane " + std::to_string(holder.lane) + "'s " + kind_name(holder.undef_kind) + " at " +
+         where_str(holder.undef_where) + " read lane " + std::to_string(holder.undef_src) + ", which " +
+         lane_status(holder.warp, holder.undef_src);
+}
+
+void Block::check_defined(uint64_t bits, ValueKind k, int bytes, const std::string& what) {
+  Thread& t = *tl_thread;
+  if (!is_poison(bits, k, bytes) || (k == ValueKind::Bits && !t.undef)) return;
+  fault_here(Fault::InactiveLaneRead,
+             "stores to " + what + " a value that " + undefined_origin(t) + " (the value was used)" +
+                 "; guard the use (if (lane + offset < valid)) or read only lanes that exist",
+             t.undef ? t.undef_where : std::source_location{});
+}
+
 uint64_t Block::collective(const Collective& c) {
   Thread& t = *tl_thread;
   const bool is_shuffle = c.kind <= CollectiveKind::ShflXor;
@@ -361,6 +417,7 @@ uint64_t Block::collective(const Collective& c) {
                    "-lane warp?); start the masks at width / 2",
                c.where);
   }
+  commit_pending_address();  // other threads run now: a raw shared pointer leaves the checker
   t.op = c;
   t.state = State::AtCollective;
   yield(t);
@@ -454,7 +511,29 @@ void Block::execute(std::vector<Thread*>& group) {
         }
         if (src >= W) src = lane;
         if (src == lane || (present >> src) & 1) {
-          t->result = lane_thread(warp, src)->op.value;
+          const Thread& s = *lane_thread(warp, src);
+          t->result = s.op.value;
+          // A value that was an undefined shuffle result (or computed from one) read by another
+          // lane: it is used, which is the bug the undefined read alone is not.
+          if (sanitize_ && undefined_reads_ && src != lane && is_poison(s.op.value, s.vkind, s.vbytes) &&
+              (s.undef || s.vkind != ValueKind::Bits)) {
+            report(Fault::InactiveLaneRead, s, s.undef ? where_str(s.undef_where) : where_str(c0.where),
+                   std::string(kind_name(c0.kind)) + " at " + where_str(c0.where) + " in lane " +
+                       std::to_string(lane) + " reads the value of lane " + std::to_string(src) + ", which " +
+                       undefined_origin(s) + "; guard the use (if (lane + offset < valid)) or read only lanes that exist");
+            abort_all();
+            return;
+          }
+        } else if (sanitize_ && (!lane_thread(warp, src) || lane_thread(warp, src)->state == State::Exited)) {
+          // A lane that was never launched or has exited: CUDA calls the value undefined, not the
+          // read an error (a guarded partial-warp reduction reads it and discards it). The value
+          // is made recognisable and reported only where it is used.
+          t->result = poison_bits(t->vkind, t->vbytes);
+          t->undef = true;
+          t->undef_kind = c0.kind;
+          t->undef_src = src;
+          t->undef_where = c0.where;
+          ++undefined_reads_;
         } else if (sanitize_) {
           report(Fault::InactiveLaneRead, *t, where_str(c0.where),
                  std::string(kind_name(c0.kind)) + " in lane " + std::to_string(lane) + " reads lane " +
@@ -529,6 +608,7 @@ bool Block::resolve_barrier() {
 
 void Block::barrier(std::source_location where) {
   Thread& t = *tl_thread;
+  commit_pending_address();
   t.barrier_where = where;
   t.state = State::AtBarrier;
   yield(t);
@@ -665,8 +745,24 @@ void* dynamic_shared() {
 }
 
 uint64_t warp_collective(const Collective& c) {
-  current_thread("a warp collective");
+  Thread& t = current_thread("a warp collective");
+  t.vkind = ValueKind::Bits;
+  t.vbytes = 8;
   return tl_block->collective(c);
+}
+
+uint64_t warp_shuffle(const Collective& c, ValueKind k, int bytes) {
+  Thread& t = current_thread("a warp shuffle");
+  t.vkind = k;
+  t.vbytes = bytes;
+  return tl_block->collective(c);
+}
+
+bool undefined_values_seen() { return tl_block && tl_thread && tl_block->undefined_values_seen(); }
+
+void check_defined(uint64_t bits, ValueKind k, int bytes, const std::string& what) {
+  current_thread("shared memory");
+  tl_block->check_defined(bits, k, bytes, what);
 }
 
 uint64_t last_collective_lanes() { return current_thread("a warp collective").last_lanes; }

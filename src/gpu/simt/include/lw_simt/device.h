@@ -61,7 +61,8 @@ T from_bits(uint64_t b) {
 }
 template <class T>
 T shfl(CollectiveKind k, T v, int arg, int width, bool has_mask, uint64_t mask, std::source_location w) {
-  return from_bits<T>(warp_collective({k, to_bits(v), arg, width, has_mask, mask, w}));
+  return from_bits<T>(
+      warp_shuffle({k, to_bits(v), arg, width, has_mask, mask, w}, value_kind<T>(), static_cast<int>(sizeof(T))));
 }
 
 }  // namespace lw::simt::detail
@@ -278,10 +279,12 @@ inline long long __double_as_longlong(double v) { return std::bit_cast<long long
 template <class T>
 T __ldg(const T* p) { return *p; }
 
-// Atomics: blocks run on several OS threads, so these are real atomics.
+// Atomics: blocks run on several OS threads, so these are real atomics. On checked shared
+// memory (`atomicAdd(&s[i], v)`) the access is checked first: its bytes must have been written.
 #define LW_SIMT_ATOMIC(NAME, EXPR)                                         \
   template <class T>                                                      \
   T NAME(T* addr, T val) {                                                \
+    lw::simt::shared_atomic(addr, sizeof(T), #NAME);                      \
     std::atomic_ref<T> ref(*addr);                                        \
     T old = ref.load();                                                   \
     while (!ref.compare_exchange_weak(old, static_cast<T>(EXPR))) {       \
@@ -299,12 +302,14 @@ LW_SIMT_ATOMIC(atomicXor, old ^ val)
 #undef LW_SIMT_ATOMIC
 template <class T>
 T atomicCAS(T* addr, T compare, T val) {
+  lw::simt::shared_atomic(addr, sizeof(T), "atomicCAS");
   std::atomic_ref<T> ref(*addr);
   ref.compare_exchange_strong(compare, val);
   return compare;
 }
 // fp16 pairs: CUDA updates the two halves as one 32-bit word.
 inline __half2 atomicAdd(__half2* addr, __half2 val) {
+  lw::simt::shared_atomic(addr, sizeof(__half2), "atomicAdd");
   std::atomic_ref<uint32_t> ref(*reinterpret_cast<uint32_t*>(addr));
   uint32_t old = ref.load();
   for (;;) {

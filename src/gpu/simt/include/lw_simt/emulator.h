@@ -12,6 +12,7 @@
 #include <source_location>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "lw_simt/types.h"
@@ -22,7 +23,8 @@ inline constexpr int kWarpSize = LW_WARP_SIZE;
 inline constexpr int kMaxBlockThreads = 1024;
 
 enum class Fault {
-  InactiveLaneRead,   // a collective reads a lane that is not active (not launched, exited, diverged)
+  InactiveLaneRead,   // a shuffle reads a lane on the other side of a divergent branch, or a value read from a
+                      // lane that was never launched or has exited is used (shuffled on, stored to shared memory)
   BadWidth,           // shuffle width not a power of two, or wider than the warp
   BadLaneMask,        // an XOR shuffle whose lane mask is not below its width: every lane reads itself
   MaskMismatch,       // a mask names a lane that never arrives, or omits one that takes part
@@ -30,7 +32,7 @@ enum class Fault {
   DivergentBarrier,   // __syncthreads not reached by every live thread, or reached at different places
   BarrierExit,        // a thread exited while others wait at a barrier
   Deadlock,           // no thread can make progress
-  UninitSharedRead,   // a read of shared memory that no thread of this block has written
+  UninitSharedRead,   // a read (or an atomic) of shared memory that no thread of this block has written
   SharedRace,         // two threads touch the same shared bytes (one writes) with no barrier between
   SharedOutOfBounds,  // an index outside a shared array
   BallotTruncated,    // a 64-lane ballot stored or counted in 32 bits: the votes of lanes 32..63 are lost
@@ -108,6 +110,23 @@ struct Collective {
 
 // Blocks the calling device thread until the collective is resolved; returns the raw result.
 uint64_t warp_collective(const Collective& c);
+
+// What a shuffled value is, so that the result of reading a lane that was never launched or
+// has exited can be made recognisable: a quiet NaN with a payload of its own for float and
+// double (it survives arithmetic), a fixed byte pattern (0xa5...) for anything else.
+enum class ValueKind : uint8_t { Bits, F32, F64 };
+template <class T>
+constexpr ValueKind value_kind() {
+  return std::is_same_v<T, float> ? ValueKind::F32 : std::is_same_v<T, double> ? ValueKind::F64 : ValueKind::Bits;
+}
+// A shuffle of a value of `bytes` bytes and kind k (warp_collective for the shuffle kinds).
+uint64_t warp_shuffle(const Collective& c, ValueKind k, int bytes);
+// Whether any shuffle of the running block has returned an undefined value (cheap; gates the
+// checks of values stored to shared memory).
+bool undefined_values_seen();
+// Reports InactiveLaneRead when `bits` (a value of kind k, `bytes` long, about to be stored to
+// `what`) is an undefined shuffle result.
+void check_defined(uint64_t bits, ValueKind k, int bytes, const std::string& what);
 // The lanes that took part in the calling thread's last warp collective.
 uint64_t last_collective_lanes();
 void syncthreads(std::source_location where);

@@ -3,10 +3,12 @@
 // read of bytes no thread of the block has wrote, a race between two threads with no barrier
 // between them, and an index outside the array. The memory is poisoned (all bytes 0xff) when
 // a block starts using it. Taking a raw pointer (`&s[i]`, or letting the array decay) hands
-// the region to unchecked code: checks stop for that region until the block ends.
+// the region to unchecked code: checks stop for that region until the block ends, unless the
+// pointer goes straight to an atomic (`atomicAdd(&s[i], v)`), which is checked as an access.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <source_location>
 #include <string>
 #include <type_traits>
@@ -26,6 +28,15 @@ class SharedRegion {
   // Checks and records an access of n bytes at p by the calling device thread.
   void read(const void* p, size_t n);
   void write(const void* p, size_t n);
+  // A write of a value (raw bits, kind k): also reports an undefined shuffle result stored.
+  void write_value(const void* p, size_t n, uint64_t bits, ValueKind k);
+  // An atomic read-modify-write of n bytes at p (named `op`): the bytes must have been
+  // written; atomics of different threads are not races with each other.
+  void atomic(const void* p, size_t n, const char* op);
+  // A raw pointer to p was taken: the region escapes the checker at the calling thread's next
+  // step (its next checked access, collective, barrier or exit) unless an atomic on exactly p
+  // comes first (see take_address in shared.cpp).
+  void take_address(const void* p, size_t n);
   void escape() { escaped_ = true; }
   size_t bytes() const { return bytes_; }
 
@@ -33,10 +44,12 @@ class SharedRegion {
   struct Shadow {
     int16_t writer = -1;  // -1: never written in this block
     int16_t reader = -1;
+    bool w_atomic = false;  // the last write was an atomic
     uint32_t w_epoch = 0, r_epoch = 0;
     uint32_t w_sync = 0, r_sync = 0;
   };
   std::string describe(size_t byte) const;
+  bool unwritten(size_t byte) const;
   [[noreturn]] void race(const char* what, size_t byte, const char* other_did, int16_t other) const;
 
   const char* name_;
@@ -56,7 +69,13 @@ class SharedRef {
     return *p_;
   }
   SharedRef& operator=(const T& v) {
-    r_->write(p_, sizeof(T));
+    if constexpr (sizeof(T) <= 8 && std::is_trivially_copyable_v<T>) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, &v, sizeof(T));
+      r_->write_value(p_, sizeof(T), bits, value_kind<T>());
+    } else {
+      r_->write(p_, sizeof(T));
+    }
     *p_ = v;
     return *this;
   }
@@ -82,9 +101,10 @@ class SharedRef {
   SharedRef& operator--() { return *this -= 1; }
   T operator++(int) { const T old = *this; *this += 1; return old; }
   T operator--(int) { const T old = *this; *this -= 1; return old; }
-  // A raw pointer leaves the checker's sight (atomics, vector casts): stop checking the region.
+  // A raw pointer leaves the checker's sight (vector casts, pointer arithmetic): checking of the
+  // region stops, unless the pointer goes straight to an atomic, which is then checked.
   T* operator&() const {
-    r_->escape();
+    r_->take_address(p_, sizeof(T));
     return p_;
   }
 
@@ -112,7 +132,7 @@ class SharedView {
   }
   // Decay to a pointer, as a C array does: unchecked from here on.
   operator Elem*() const {
-    r_->escape();
+    r_->take_address(&(*p_)[0], sizeof(Elem));
     return &(*p_)[0];
   }
 
@@ -141,7 +161,7 @@ class SharedPtr {
   SharedPtr operator+(ptrdiff_t i) const { return SharedPtr(p_ + i, base_, r_); }
   SharedPtr operator-(ptrdiff_t i) const { return SharedPtr(p_ - i, base_, r_); }
   operator T*() const {
-    r_->escape();
+    r_->take_address(p_, sizeof(T));
     return p_;
   }
 
@@ -172,6 +192,13 @@ struct SharedSlot {
   alignas(16) A storage;
   SharedRegion region;
 };
+
+// The raw shared pointer taken last by the running device thread and not yet used: its region
+// escapes now (commit), or it is dropped at a block's start and end (forget). An atomic on
+// T* calls shared_atomic first, which checks the access when addr is that pointer.
+void commit_pending_address();
+void forget_pending_address();
+void shared_atomic(const void* addr, size_t n, const char* op);
 
 // The dynamic shared memory of the running block, as a checked pointer.
 SharedRegion& dynamic_shared_region();
