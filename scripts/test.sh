@@ -28,6 +28,9 @@ export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 # Paths relative to the repository and no working directory in the hash: build folders at the
 # same depth (build/host32, the wheel's build/wheel-*) and clones elsewhere share objects.
 export CCACHE_BASEDIR=$repo CCACHE_NOHASHDIR=1
+# One name for the host compiler in every build: the test builds' CMake finds `c++`, the wheel's
+# isolated CMake `g++` (the same binary), and ccache keys objects on the compiler's name too.
+export CC=${CC:-cc} CXX=${CXX:-c++}
 mkdir -p build/logs "$CCACHE_DIR"
 [[ -d /usr/local/cuda/bin ]] && export PATH=/usr/local/cuda/bin:$PATH
 

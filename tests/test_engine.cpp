@@ -592,6 +592,13 @@ TEST(Engine, RejectsRequestsThatCannotRun) {
   Request stop = make_request(g, 3, 1, tiny().config.vocab);
   stop.stop_strings = {"x"};
   expect_error(stop, "stop strings need a tokenizer");
+  // Sampling options are checked on arrival, not in a step other requests share.
+  Request hot = make_request(g, 3, 1, tiny().config.vocab);
+  hot.sampling.temperature = -1.0f;
+  expect_error(hot, "request: temperature -1 must be finite and >= 0");
+  Request biased = make_request(g, 3, 1, tiny().config.vocab);
+  biased.sampling.logit_bias = {{2, 1.0f}, {static_cast<int32_t>(tiny().config.vocab), 5.0f}};
+  expect_error(biased, "request: logit_bias token");
 }
 
 TEST(Engine, SmolLM2ConcurrentRequestsMatchEachAlone) {

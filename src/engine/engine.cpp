@@ -52,6 +52,7 @@ void Engine::validate(const Request& request) const {
   for (int32_t t : request.prompt)
     LW_CHECK(t >= 0 && t < runner_.config().vocab, "request: prompt token " << t << " is outside the vocabulary of "
                                                                             << runner_.config().vocab);
+  ops::check_sampling_options(request.sampling, runner_.config().vocab, "request");
   LW_CHECK(request.stop_strings.empty() || outputs_.tokenizer(), "request: stop strings need a tokenizer");
   for (const std::string& stop : request.stop_strings) LW_CHECK(!stop.empty(), "request: an empty stop string");
 }

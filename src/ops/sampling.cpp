@@ -19,6 +19,24 @@ Tensor column(Context& ctx, const std::vector<SamplingOptions>& options, DType d
 
 }  // namespace
 
+void check_sampling_options(const SamplingOptions& o, int64_t vocab, const std::string& where) {
+  LW_CHECK(std::isfinite(o.temperature) && o.temperature >= 0,
+           where << ": temperature " << o.temperature << " must be finite and >= 0");
+  LW_CHECK(o.top_k >= 0, where << ": top_k " << o.top_k << " must be >= 0");
+  LW_CHECK(o.top_p > 0 && o.top_p <= 1, where << ": top_p " << o.top_p << " must be in (0, 1]");
+  LW_CHECK(o.min_p >= 0 && o.min_p <= 1, where << ": min_p " << o.min_p << " must be in [0, 1]");
+  LW_CHECK(std::isfinite(o.repetition_penalty) && o.repetition_penalty > 0,
+           where << ": repetition_penalty " << o.repetition_penalty << " must be > 0");
+  LW_CHECK(std::isfinite(o.presence_penalty) && std::isfinite(o.frequency_penalty),
+           where << ": presence and frequency penalties must be finite");
+  for (size_t b = 0; b < o.logit_bias.size(); ++b) {
+    const auto [id, bias] = o.logit_bias[b];
+    LW_CHECK(id >= 0 && id < vocab, where << ": logit_bias token " << id << " is outside the vocabulary of " << vocab);
+    LW_CHECK(std::isfinite(bias), where << ": logit_bias of token " << id << " must be finite");
+    for (size_t c = 0; c < b; ++c) LW_CHECK(o.logit_bias[c].first != id, where << ": logit_bias names token " << id << " twice");
+  }
+}
+
 SampleResult sample(Context& ctx, const Tensor& logits, const std::vector<SamplingOptions>& options,
                     const std::vector<std::vector<int32_t>>& history, int top_logprobs) {
   check_float_input("sample", "logits", logits);
@@ -30,26 +48,8 @@ SampleResult sample(Context& ctx, const Tensor& logits, const std::vector<Sampli
            "sample: top_logprobs " << top_logprobs << " must be in [0, " << kernels::kMaxTopLogprobs << "]");
   LW_CHECK(history.empty() || static_cast<int64_t>(history.size()) == seqs,
            "sample: " << history.size() << " histories for " << seqs << " sequences");
-  for (size_t i = 0; i < options.size(); ++i) {
-    const SamplingOptions& o = options[i];
-    LW_CHECK(std::isfinite(o.temperature) && o.temperature >= 0,
-             "sample: sequence " << i << ": temperature " << o.temperature << " must be finite and >= 0");
-    LW_CHECK(o.top_k >= 0, "sample: sequence " << i << ": top_k " << o.top_k << " must be >= 0");
-    LW_CHECK(o.top_p > 0 && o.top_p <= 1, "sample: sequence " << i << ": top_p " << o.top_p << " must be in (0, 1]");
-    LW_CHECK(o.min_p >= 0 && o.min_p <= 1, "sample: sequence " << i << ": min_p " << o.min_p << " must be in [0, 1]");
-    LW_CHECK(std::isfinite(o.repetition_penalty) && o.repetition_penalty > 0,
-             "sample: sequence " << i << ": repetition_penalty " << o.repetition_penalty << " must be > 0");
-    LW_CHECK(std::isfinite(o.presence_penalty) && std::isfinite(o.frequency_penalty),
-             "sample: sequence " << i << ": presence and frequency penalties must be finite");
-    for (size_t b = 0; b < o.logit_bias.size(); ++b) {
-      const auto [id, bias] = o.logit_bias[b];
-      LW_CHECK(id >= 0 && id < vocab, "sample: sequence " << i << ": logit_bias token " << id
-                                                           << " is outside the vocabulary of " << vocab);
-      LW_CHECK(std::isfinite(bias), "sample: sequence " << i << ": logit_bias of token " << id << " must be finite");
-      for (size_t c = 0; c < b; ++c)
-        LW_CHECK(o.logit_bias[c].first != id, "sample: sequence " << i << ": logit_bias names token " << id << " twice");
-    }
-  }
+  for (size_t i = 0; i < options.size(); ++i)
+    check_sampling_options(options[i], vocab, "sample: sequence " + std::to_string(i));
   if (seqs == 0) return {};
   size_t longest = 0;
   for (const auto& h : history) longest = std::max(longest, h.size());

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <utility>
+#include <string>
 #include <vector>
 
 #include "core/context.h"
@@ -24,6 +25,12 @@ struct SamplingOptions {
   // penalties, before temperature and the filters (OpenAI's logit_bias).
   std::vector<std::pair<int32_t, float>> logit_bias;
 };
+
+// Throws naming `where` (e.g. "request", "sample: sequence 3") when an option is out of its range
+// or a logit_bias names a token outside [0, vocab), a token twice, or a non-finite bias. sample()
+// checks every sequence; a scheduler checks a request on arrival, so that one bad request never
+// fails a step that others share.
+void check_sampling_options(const SamplingOptions& o, int64_t vocab, const std::string& where);
 
 struct SampleResult {
   std::vector<int32_t> tokens;
