@@ -2,6 +2,7 @@
 
 #include "gpu/block_reduce.h"
 #include "gpu/launch.h"
+#include "gpu/matrix_fragment.h"
 
 namespace lw::test {
 
@@ -44,6 +45,41 @@ __global__ void lane_ids_kernel(int* lane, int* warp) {
   const unsigned t = gpu::linear_thread_id();
   lane[t] = gpu::lane_id();
   warp[t] = gpu::warp_id();
+}
+
+template <class T>
+__global__ void fragment_mma_kernel(const T* a, const T* b, bool b_transposed, const float* c, float* d,
+                                    float* row_max, int active_lanes) {
+#if LW_MATRIX_CORES
+  namespace mma = gpu::mma;
+  const int lane = gpu::lane_id();
+  if (lane >= active_lanes) return;
+  const int64_t tile = static_cast<int64_t>(blockIdx.x) * 256;
+  mma::FragA<T> fa;
+  mma::FragB<T> fb;
+  mma::FragC fc;
+  mma::load_a(fa, a + tile, 16);
+  if (b_transposed) mma::load_b_transposed(fb, b + tile, 16);
+  else mma::load_b(fb, b + tile, 16);
+#pragma unroll
+  for (int i = 0; i < mma::kC; ++i) fc.x[i] = c[tile + mma::c_row(lane, i) * 16 + mma::c_col(lane, i)];
+  mma::mma(fc, fa, fb, fc);
+  float m[mma::kRowSlots];
+#pragma unroll
+  for (int s = 0; s < mma::kRowSlots; ++s) m[s] = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < mma::kC; ++i) {
+    d[tile + mma::c_row(lane, i) * 16 + mma::c_col(lane, i)] = fc.x[i];
+    m[mma::c_slot(i)] = fmaxf(m[mma::c_slot(i)], fc.x[i]);
+  }
+#pragma unroll
+  for (int s = 0; s < mma::kRowSlots; ++s) {
+    m[s] = mma::reduce_row(m[s], gpu::MaxOp{});
+    row_max[blockIdx.x * 16 + mma::slot_row(lane, s)] = m[s];  // the lanes of a row write one value
+  }
+#else
+  __trap();
+#endif
 }
 
 template <template <int> class Dispatch, class... Args>
@@ -93,6 +129,17 @@ void run_block_reduce(const float* in, float* out, ReduceOp op, unsigned blocks,
 void run_device_warp_size(int* out, cudaStream_t stream) {
   gpu::launch("device_warp_size", device_warp_size_kernel, {dim3(1), dim3(1), 0, stream}, out);
 }
+
+template <class T>
+void run_fragment_mma(const T* a, const T* b, bool b_transposed, const float* c, float* d, float* row_max,
+                      unsigned tiles, int active_lanes, int warp_size, cudaStream_t stream) {
+  gpu::launch("fragment_mma_test", fragment_mma_kernel<T>, {dim3(tiles), dim3(warp_size), 0, stream}, a, b,
+              b_transposed, c, d, row_max, active_lanes);
+}
+template void run_fragment_mma<half>(const half*, const half*, bool, const float*, float*, float*, unsigned, int, int,
+                                     cudaStream_t);
+template void run_fragment_mma<bfloat16>(const bfloat16*, const bfloat16*, bool, const float*, float*, float*,
+                                         unsigned, int, int, cudaStream_t);
 
 void run_lane_ids(int* lane, int* warp, dim3 block, cudaStream_t stream) {
   gpu::launch("lane_ids", lane_ids_kernel, {dim3(1), block, 0, stream}, lane, warp);

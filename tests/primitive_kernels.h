@@ -25,4 +25,13 @@ void run_device_warp_size(int* out, cudaStream_t stream);
 // Writes the lane and warp of each thread (lane_id, warp_id) for a block of shape `block`.
 void run_lane_ids(int* lane, int* warp, dim3 block, cudaStream_t stream);
 
+// One warp per block, one 16x16 tile per block (gpu/matrix_fragment.h): d = a.b + c, with a
+// [16][16] row-major, b [16][16] row-major or (b_transposed) its transpose row-major, c and d
+// fp32 [16][16]; row_max[16] gets each row's maximum of d through reduce_row. Only the first
+// `active_lanes` lanes of the warp go on to the multiplication (the rest return). T: half or
+// bfloat16.
+template <class T>
+void run_fragment_mma(const T* a, const T* b, bool b_transposed, const float* c, float* d, float* row_max,
+                      unsigned tiles, int active_lanes, int warp_size, cudaStream_t stream);
+
 }  // namespace lw::test

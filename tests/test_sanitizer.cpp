@@ -14,6 +14,7 @@
 
 #include "gpu/block_reduce.h"
 #include "gpu/launch.h"
+#include "gpu/matrix_fragment.h"
 
 namespace {
 
@@ -675,6 +676,102 @@ TEST(PlantedBugs, SharedPointerKeptAfterAnAtomicIsNotReported) {
   int out = -1;
   expect_clean(sanitized("atomic_pointer_kept", atomic_pointer_kept, dim3(1), dim3(W), &out));
   EXPECT_EQ(out, 7);
+}
+
+// ---- 18. a matrix-fragment op inside divergent code, and a kernel that assumes NVIDIA's layout ----
+
+namespace mma = lw::gpu::mma;
+
+// Each block multiplies one 16x16 tile of ones by itself (every element of the result is 16)
+// and writes the first `rows` rows.
+__global__ void tile_rows_broken(float* out, int rows) {
+  const int lane = lw::gpu::lane_id();
+  if (lane / 2 >= rows) return;  // the lanes of the other rows skip the multiplication
+  mma::FragA<lw::half> a;
+  mma::FragB<lw::half> b;
+  mma::FragC c;
+  for (int i = 0; i < mma::kA; ++i) a.x[i] = lw::half(1.0f);
+  for (int i = 0; i < mma::kB; ++i) b.x[i] = lw::half(1.0f);
+  mma::fill(c, 0.0f);
+  mma::mma(c, a, b, c);
+  for (int i = 0; i < mma::kC; ++i) {
+    if (mma::c_row(lane, i) < rows) out[mma::c_row(lane, i) * 16 + mma::c_col(lane, i)] = c.x[i];
+  }
+}
+__global__ void tile_rows_fixed(float* out, int rows) {
+  const int lane = lw::gpu::lane_id();
+  mma::FragA<lw::half> a;
+  mma::FragB<lw::half> b;
+  mma::FragC c;
+  for (int i = 0; i < mma::kA; ++i) a.x[i] = lw::half(1.0f);
+  for (int i = 0; i < mma::kB; ++i) b.x[i] = lw::half(1.0f);
+  mma::fill(c, 0.0f);
+  mma::mma(c, a, b, c);  // every lane multiplies; the predicate guards the stores only
+  for (int i = 0; i < mma::kC; ++i) {
+    if (mma::c_row(lane, i) < rows) out[mma::c_row(lane, i) * 16 + mma::c_col(lane, i)] = c.x[i];
+  }
+}
+
+TEST(PlantedBugs, MatrixOpReachedByPartOfTheWarp) {
+  std::vector<float> out(256, -1.0f);
+  expect_fault(sanitized("tile_rows_broken", tile_rows_broken, dim3(1), dim3(W), out.data(), 4), Fault::PartialWarpMatrix,
+               "tile_rows_broken");
+  expect_clean(sanitized("tile_rows_fixed", tile_rows_fixed, dim3(1), dim3(W), out.data(), 4));
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(out[i], i < 4 * 16 ? 16.0f : -1.0f) << "element " << i;
+}
+
+// d = a.b with a = I (identity) and b(k, n) = 16k + n, so d(r, n) = 16r + n. The broken kernel
+// places the elements where NVIDIA's mma.sync puts them (groups of four lanes per row);
+// the fixed one asks the layer.
+__global__ void identity_product_broken(float* out) {
+  const int lane = lw::gpu::lane_id();
+  mma::FragA<lw::half> a;
+  mma::FragB<lw::half> b;
+  mma::FragC c;
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < mma::kA; ++i) {
+    const int r = g + 8 * ((i >> 1) & 1), k = 2 * t + (i & 1) + 8 * (i >> 2);
+    a.x[i] = lw::half(r == k ? 1.0f : 0.0f);
+  }
+  for (int i = 0; i < mma::kB; ++i) {
+    const int k = 2 * t + (i & 1) + 8 * ((i >> 1) & 1), n = g + 8 * (i >> 2);
+    b.x[i] = lw::half(static_cast<float>(16 * k + n));
+  }
+  mma::fill(c, 0.0f);
+  mma::mma(c, a, b, c);
+  for (int i = 0; i < mma::kC; ++i) {
+    const int r = g + 8 * ((i >> 1) & 1), n = 2 * t + (i & 1) + 8 * (i >> 2);
+    if (r < 16 && n < 16) out[r * 16 + n] = c.x[i];
+  }
+}
+__global__ void identity_product_fixed(float* out) {
+  const int lane = lw::gpu::lane_id();
+  mma::FragA<lw::half> a;
+  mma::FragB<lw::half> b;
+  mma::FragC c;
+  for (int i = 0; i < mma::kA; ++i) a.x[i] = lw::half(mma::a_row(lane, i) == mma::a_col(lane, i) ? 1.0f : 0.0f);
+  for (int i = 0; i < mma::kB; ++i) b.x[i] = lw::half(static_cast<float>(16 * mma::b_row(lane, i) + mma::b_col(lane, i)));
+  mma::fill(c, 0.0f);
+  mma::mma(c, a, b, c);
+  for (int i = 0; i < mma::kC; ++i) out[mma::c_row(lane, i) * 16 + mma::c_col(lane, i)] = c.x[i];
+}
+
+TEST(PlantedBugs, KernelAssumingNvidiaFragmentLayout) {
+  auto wrong = [](const std::vector<float>& out) {
+    int n = 0;
+    for (int i = 0; i < 256; ++i) n += out[i] != static_cast<float>(i);
+    return n;
+  };
+  std::vector<float> out(256, -1.0f);
+  expect_clean(sanitized("identity_product_fixed", identity_product_fixed, dim3(1), dim3(W), out.data()));
+  EXPECT_EQ(wrong(out), 0);
+  std::fill(out.begin(), out.end(), -1.0f);
+  expect_clean(sanitized("identity_product_broken", identity_product_broken, dim3(1), dim3(W), out.data()));
+  if (mma::kLayout == mma::Layout::nvidia_m16n8k16) {
+    EXPECT_EQ(wrong(out), 0);  // right where the assumption holds
+  } else {
+    EXPECT_GT(wrong(out), 0) << "the MFMA/WMMA layout places the elements elsewhere";
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // every target, and what memory-bound kernels need to approach the copy bandwidth.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "gpu/compat.h"
 
@@ -24,6 +25,18 @@ LW_DEVICE_INLINE Vec<T, N> load_vec(const T* p) {
 template <int N, class T>
 LW_DEVICE_INLINE void store_vec(T* p, const Vec<T, N>& v) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;
+}
+
+// Stores a vector at element `offset` of a plain pointer (one wide store) or of a checked
+// shared-memory view of the emulator (element by element, so that each byte is checked).
+template <int N, class P, class T>
+LW_DEVICE_INLINE void store_vec_at(const P& dst, int64_t offset, const Vec<T, N>& v) {
+  if constexpr (std::is_pointer_v<P>) {
+    store_vec<N>(dst + offset, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) dst[offset + j] = v.v[j];
+  }
 }
 
 // True when every pointer is aligned to `bytes`.

@@ -62,6 +62,20 @@ __global__ void decode_kernel(DecodeAttentionArgs a, const T* q, const T* k_cach
   const int hd = a.head_dim, dvecs = hd / VEC;
   const int tid = static_cast<int>(threadIdx.x), nthreads = static_cast<int>(blockDim.x);
   const Layout l = layout(group, hd, part, VEC, nthreads);
+  if (a.window > 0 && begin + n <= ctx - a.window) {
+    // Every key of the partition is outside the window (never the only partition: the last key
+    // is always seen): an empty result for the merge, without reading the cache.
+    for (int e = tid; e < group * hd; e += nthreads) {
+      const int g = e / hd, d = e - g * hd;
+      const int64_t base = (static_cast<int64_t>(s) * a.q_heads + kvh * group + g) * parts + p;
+      part_out[base * hd + d] = 0.0f;
+      if (d == 0) {
+        part_max[base] = -INFINITY;
+        part_sum[base] = 0.0f;
+      }
+    }
+    return;
+  }
   const int64_t row = static_cast<int64_t>(a.kv_heads) * hd;  // elements per cache slot
   const int32_t* table = block_tables + static_cast<int64_t>(table_rows ? table_rows[s] : s) * a.max_blocks_per_seq;
 
@@ -100,7 +114,13 @@ __global__ void decode_kernel(DecodeAttentionArgs a, const T* q, const T* k_cach
     for (int g = 0; g < 16; ++g) {
       if (g < group) {
         const float d = gpu::warp_reduce_sum<kTokenLanes>(dots[g]);
-        if (valid && lane == 0) smem[l.logits + g * part + t0] = d * a.scale;
+        if (valid && lane == 0) {
+          float x = d * a.scale;
+          if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
+          // Outside the window: a score of -inf (the key's weight is zero).
+          if (a.window > 0 && ctx - 1 - (begin + t0) >= a.window) x = -INFINITY;
+          smem[l.logits + g * part + t0] = x;
+        }
       }
     }
   }
@@ -112,9 +132,10 @@ __global__ void decode_kernel(DecodeAttentionArgs a, const T* q, const T* k_cach
     float m = -INFINITY;
     for (int t = wl; t < n; t += gpu::kWarpSize) m = fmaxf(m, smem[l.logits + g * part + t]);
     m = gpu::warp_reduce_max(m);
+    const float ref = m == -INFINITY ? 0.0f : m;  // a partition wholly outside the window
     float sum = 0.0f;
     for (int t = wl; t < n; t += gpu::kWarpSize) {
-      const float e = __expf(static_cast<float>(smem[l.logits + g * part + t]) - m);
+      const float e = __expf(static_cast<float>(smem[l.logits + g * part + t]) - ref);
       smem[l.logits + g * part + t] = e;
       sum += e;
     }

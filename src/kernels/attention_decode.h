@@ -21,6 +21,8 @@ struct DecodeAttentionArgs {
   // few blocks would run, which makes a row's summation order depend on the batch); a fixed
   // size makes each row's result depend on its own context only.
   int partition = 0;
+  int window = 0;          // > 0: the query (at position context - 1) sees the last `window` keys only
+  float softcap = 0.0f;    // > 0: scores become softcap * tanh(score / softcap)
 };
 
 // The largest partition a launch takes for these heads (the scores' shared memory bounds it).

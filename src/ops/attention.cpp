@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/attention_decode.h"
+#include "kernels/attention_prefill.h"
 #include "kernels/kv_cache.h"
 #include "ops/check.h"
 
@@ -62,14 +63,16 @@ namespace {
 // The portable SIMT kernels (kernels/attention_decode.cu): one query row per block row.
 void portable_attention(Context& ctx, const char* op, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                         const Tensor& block_tables, const Tensor& context_lens, const Tensor& table_rows,
-                        int max_context, float scale, const Tensor& out) {
+                        int max_context, float scale, const AttentionOptions& options, const Tensor& out) {
   const int64_t rows = q.size(0), q_heads = q.size(1), head_dim = q.size(2);
   const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2);
-  const kernels::DecodeAttentionArgs a{static_cast<int>(rows),       static_cast<int>(q_heads),
-                                       static_cast<int>(kv_heads),   static_cast<int>(head_dim),
-                                       static_cast<int>(block_size), static_cast<int>(block_tables.size(1)),
-                                       max_context,                  scale,
-                                       ctx.deterministic() ? kernels::batch_invariant_partition_size() : 0};
+  kernels::DecodeAttentionArgs a{static_cast<int>(rows),       static_cast<int>(q_heads),
+                                 static_cast<int>(kv_heads),   static_cast<int>(head_dim),
+                                 static_cast<int>(block_size), static_cast<int>(block_tables.size(1)),
+                                 max_context,                  scale,
+                                 ctx.deterministic() ? kernels::batch_invariant_partition_size() : 0};
+  a.window = options.window;
+  a.softcap = options.softcap;
   const int64_t ws = kernels::decode_attention_workspace(a);
   Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
   dispatch_float(q.dtype(), op, [&]<class T>() {
@@ -80,11 +83,37 @@ void portable_attention(Context& ctx, const char* op, const Tensor& q, const Ten
   });
 }
 
+// The matrix-core prefill kernel (kernels/attention_prefill.cu).
+void matrix_prefill(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                    const Tensor& block_tables, const PrefillPlan& plan, float scale, const AttentionOptions& options,
+                    const Tensor& out) {
+  kernels::PrefillAttentionArgs a{};
+  a.seqs = static_cast<int>(plan.sequences);
+  a.q_heads = static_cast<int>(q.size(1));
+  a.kv_heads = static_cast<int>(k_cache.size(2));
+  a.head_dim = static_cast<int>(q.size(2));
+  a.block_size = static_cast<int>(k_cache.size(1));
+  a.max_blocks_per_seq = static_cast<int>(block_tables.size(1));
+  a.tiles = plan.tiles;
+  a.scale = scale;
+  a.window = options.window;
+  a.softcap = options.softcap;
+  auto run = [&]<class T>() {
+    kernels::prefill_attention<T>(a, q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), block_tables.data<int32_t>(),
+                                  plan.seq_info.data<int32_t>(), plan.tile_info.data<int32_t>(), out.data<T>(),
+                                  ctx.warp_size(), ctx.stream().get());
+  };
+  if (q.dtype() == DType::f16) run.template operator()<half>();
+  else run.template operator()<bfloat16>();
+}
+
 // The checks shared by decode and prefill, then the selected implementation; table_rows maps
-// query rows to block-table rows (undefined: one row each).
+// query rows to block-table rows (undefined: one row each); plan: the prefill batch (null for
+// decode).
 void attention(Context& ctx, const char* op, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                const Tensor& block_tables, const Tensor& context_lens, const Tensor& table_rows, int max_context,
-               float scale, const Tensor& out, AttentionPath path) {
+               float scale, const AttentionOptions& options, const Tensor& out, const PrefillPlan* plan,
+               AttentionPath path) {
   check_float_input(op, "q", q);
   check_float_input(op, "out", out);
   check_cache(op, "k_cache", k_cache);
@@ -113,27 +142,63 @@ void attention(Context& ctx, const char* op, const Tensor& q, const Tensor& k_ca
            op << ": max_context " << max_context << " exceeds what " << block_tables.size(1) << " blocks of "
               << block_size << " tokens hold");
   LW_CHECK(std::isfinite(scale), op << ": scale " << scale << " is not finite");
-  const AttentionShape shape{rows, q_heads, kv_heads, head_dim, max_context, q.dtype(), table_rows.defined(),
-                             ctx.deterministic()};
-  switch (select<AttentionPaths>(ctx.caps(), shape, path).path) {
+  LW_CHECK(options.window >= 0, op << ": window " << options.window << " must be >= 0 (0: no window)");
+  LW_CHECK(std::isfinite(options.softcap) && options.softcap >= 0.0f,
+           op << ": softcap " << options.softcap << " must be finite and >= 0 (0: none)");
+  const AttentionShape shape{rows,     plan ? plan->sequences : rows, q_heads, kv_heads, head_dim, max_context, q.dtype(),
+                             plan != nullptr, ctx.deterministic()};
+  const auto chosen = select<AttentionPaths>(ctx.caps(), shape, path);
+  switch (chosen.path) {
+    case AttentionPath::matrix: {
+      const Availability fits = matrix_attention_supports(shape);
+      LW_CHECK(fits.ok, op << ": the matrix attention path" << origin_note<AttentionPaths>(chosen) << " cannot take "
+                           << dtype_name(q.dtype()) << " q of head_dim " << head_dim << ": " << fits.reason);
+      matrix_prefill(ctx, q, k_cache, v_cache, block_tables, *plan, scale, options, out);
+      break;
+    }
     case AttentionPath::portable:
     case AttentionPath::automatic:  // select never returns it
-      portable_attention(ctx, op, q, k_cache, v_cache, block_tables, context_lens, table_rows, max_context, scale, out);
+      portable_attention(ctx, op, q, k_cache, v_cache, block_tables, context_lens, table_rows, max_context, scale,
+                         options, out);
       break;
   }
 }
 
 }  // namespace
 
-Availability AttentionPaths::available(const gpu::DeviceCaps&, AttentionPath) { return Availability::yes(); }
+Availability AttentionPaths::available(const gpu::DeviceCaps& caps, AttentionPath path) {
+  if (path != AttentionPath::matrix || caps.emulator() || caps.matrix.mma_sync || caps.matrix.mfma ||
+      caps.matrix.wmma) {
+    return Availability::yes();
+  }
+  return Availability::no("it has no matrix cores the kernel is built for (NVIDIA mma.sync, sm_80 and later; AMD "
+                          "MFMA on gfx90a/gfx942; AMD WMMA on gfx11)");
+}
 
-AttentionPath AttentionPaths::choose(const gpu::DeviceCaps&, const AttentionShape&) { return AttentionPath::portable; }
+Availability matrix_attention_supports(const AttentionShape& shape) {
+  if (!shape.prefill) return Availability::no("it has no decode kernel yet (decode runs on the portable path)");
+  if (shape.dtype != DType::f16 && shape.dtype != DType::bf16) {
+    return Availability::no("matrix cores take f16 or bf16 operands");
+  }
+  if (!kernels::prefill_head_dim_supported(static_cast<int>(shape.head_dim))) {
+    return Availability::no("head dims 64, 80, 96, 128 and 256 are built");
+  }
+  return Availability::yes();
+}
+
+AttentionPath AttentionPaths::choose(const gpu::DeviceCaps& caps, const AttentionShape& shape) {
+  if (!available(caps, AttentionPath::matrix).ok || !matrix_attention_supports(shape).ok) return AttentionPath::portable;
+  // Deterministic mode: the matrix kernel's rows depend on their own sequence only, so every
+  // batch takes it. Otherwise batches of single tokens keep the portable kernel's split context.
+  if (shape.deterministic || shape.rows > shape.sequences) return AttentionPath::matrix;
+  return AttentionPath::portable;
+}
 
 void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                       const Tensor& block_tables, const Tensor& context_lens, int max_context, float scale,
-                      const Tensor& out, AttentionPath path) {
-  attention(ctx, "decode_attention", q, k_cache, v_cache, block_tables, context_lens, Tensor(), max_context, scale, out,
-            path);
+                      const Tensor& out, const AttentionOptions& options, AttentionPath path) {
+  attention(ctx, "decode_attention", q, k_cache, v_cache, block_tables, context_lens, Tensor(), max_context, scale,
+            options, out, nullptr, path);
 }
 
 PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens) {
@@ -164,12 +229,16 @@ PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, c
   };
   plan.token_lens = upload(lens_h);
   plan.token_rows = upload(rows_h);
+  const kernels::PrefillTables tables = kernels::prefill_tables(query_lens, context_lens);
+  plan.seq_info = upload(tables.seq_info);
+  plan.tile_info = upload(tables.tile_info);
+  plan.tiles = tables.tiles;
   return plan;
 }
 
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const PrefillPlan& plan, float scale, const Tensor& out,
-                       AttentionPath path) {
+                       const AttentionOptions& options, AttentionPath path) {
   LW_CHECK(block_tables.defined() && block_tables.dim() == 2 && block_tables.size(0) == plan.sequences,
            "prefill_attention: block_tables " << block_tables.describe() << " needs one row per sequence ("
                                               << plan.sequences << ")");
@@ -177,14 +246,15 @@ void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, con
            "prefill_attention: q " << q.describe() << " must have " << plan.tokens << " rows (the new tokens)");
   if (plan.tokens == 0) return;
   attention(ctx, "prefill_attention", q, k_cache, v_cache, block_tables, plan.token_lens, plan.token_rows,
-            plan.max_context, scale, out, path);
+            plan.max_context, scale, options, out, &plan, path);
 }
 
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const std::vector<int32_t>& query_lens,
-                       const std::vector<int32_t>& context_lens, float scale, const Tensor& out, AttentionPath path) {
+                       const std::vector<int32_t>& context_lens, float scale, const Tensor& out,
+                       const AttentionOptions& options, AttentionPath path) {
   prefill_attention(ctx, q, k_cache, v_cache, block_tables, plan_prefill(ctx, query_lens, context_lens), scale, out,
-                    path);
+                    options, path);
 }
 
 }  // namespace lw::ops

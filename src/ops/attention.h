@@ -9,14 +9,25 @@
 
 namespace lw::ops {
 
-// Which implementation runs decode and prefill attention. portable: the SIMT kernels of
-// kernels/attention_decode.cu, on every target; matrix-core paths join it here.
-// LW_ATTENTION_PATH=portable forces a path where the caller passes automatic (ops/select.h).
-enum class AttentionPath { automatic, portable };
+// Which implementation runs decode and prefill attention (LW_ATTENTION_PATH=portable|matrix
+// forces one where the caller passes automatic; ops/select.h):
+//   portable  the SIMT kernels of kernels/attention_decode.cu, every dtype, every target: one
+//             query row per block row, the context split into partitions (the oracle);
+//   matrix    prefill on matrix cores (kernels/attention_prefill.cu): f16/bf16, head dims 64,
+//             80, 96, 128, 256; NVIDIA sm_80+, AMD MFMA (gfx90a, gfx942) and WMMA (gfx11), and
+//             the emulator. Decode has no matrix kernel yet: forcing it on decode is refused.
+enum class AttentionPath { automatic, portable, matrix };
+
+// What shapes the scores beyond softmax(scale * q.k); the defaults change nothing.
+struct AttentionOptions {
+  int window = 0;        // > 0: a query at position p sees keys j with p - window < j <= p (sliding window)
+  float softcap = 0.0f;  // > 0: scores become softcap * tanh(score / softcap), before the mask
+};
 
 // What the automatic choice of an attention call looks at.
 struct AttentionShape {
   int64_t rows = 0;  // query rows: sequences (decode) or new tokens (prefill)
+  int64_t sequences = 0;
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
   int max_context = 0;
   DType dtype = DType::f32;
@@ -30,11 +41,13 @@ struct AttentionPaths {
   using Shape = AttentionShape;
   static constexpr const char* op = "attention";
   static constexpr const char* env = "LW_ATTENTION_PATH";
-  static constexpr PathName<AttentionPath> names[] = {{AttentionPath::automatic, "automatic"},
-                                                      {AttentionPath::portable, "portable"}};
+  static constexpr PathName<AttentionPath> names[] = {
+      {AttentionPath::automatic, "automatic"}, {AttentionPath::portable, "portable"}, {AttentionPath::matrix, "matrix"}};
   static Availability available(const gpu::DeviceCaps& caps, AttentionPath path);
   static AttentionPath choose(const gpu::DeviceCaps& caps, const AttentionShape& shape);
 };
+// Whether the matrix path takes this shape (dtype, head dim, prefill); when not, why.
+Availability matrix_attention_supports(const AttentionShape& shape);
 
 // Writes new K and V rows into a layer's caches. k, v: [tokens, kv_heads, head_dim] with
 // contiguous heads and any token stride (views into a fused QKV output work);
@@ -53,30 +66,37 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
 // which sizes the launch); out: like q. scale multiplies q.k (usually 1/sqrt(head_dim)).
 void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                       const Tensor& block_tables, const Tensor& context_lens, int max_context, float scale,
-                      const Tensor& out, AttentionPath path = AttentionPath::automatic);
+                      const Tensor& out, const AttentionOptions& options = {},
+                      AttentionPath path = AttentionPath::automatic);
 
 // Prefill (causal) attention for a batch of variable-length sequences whose new tokens are
 // already in the caches (kv_write first): sequence i has query_lens[i] new tokens after a
 // cached prefix, context_lens[i] tokens in all (prefix + new); new token j attends to the
 // first context_lens[i] - query_lens[i] + j + 1 tokens. q: [sum of query_lens, q_heads,
 // head_dim], the sequences' tokens one after another; out: like q; caches and block_tables as
-// for decode_attention (one table row per sequence). Every query token runs the decode path
-// over its own causal context: correct everywhere, and the reference a fast path is checked
-// against (it reads the context once per query token).
+// for decode_attention (one table row per sequence). The portable path runs every query token
+// through the decode kernel over its own causal context (it reads the context once per query
+// token); the matrix path reads it once per 64 query rows. The automatic choice takes the
+// matrix path where it supports the shape and some sequence has several new tokens, or always
+// in deterministic mode (a row's result there depends on its own sequence only), else the
+// portable one (its split context suits batches of single tokens).
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const std::vector<int32_t>& query_lens,
                        const std::vector<int32_t>& context_lens, float scale, const Tensor& out,
-                       AttentionPath path = AttentionPath::automatic);
+                       const AttentionOptions& options = {}, AttentionPath path = AttentionPath::automatic);
 
-// The per-token rows of a prefill batch, checked and uploaded once for all of a model's layers.
+// A prefill batch checked and uploaded once for all of a model's layers: per-token rows for
+// the portable path, per-sequence and per-tile tables for the matrix path.
 struct PrefillPlan {
   Tensor token_lens, token_rows;  // i32 [tokens]: causal context length and block-table row
+  Tensor seq_info, tile_info;     // i32 [sequences, 3], [tiles, 2]: kernels/attention_prefill.h
   int64_t sequences = 0, tokens = 0;
+  int tiles = 0;
   int max_context = 0;
 };
 PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens);
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const PrefillPlan& plan, float scale, const Tensor& out,
-                       AttentionPath path = AttentionPath::automatic);
+                       const AttentionOptions& options = {}, AttentionPath path = AttentionPath::automatic);
 
 }  // namespace lw::ops

@@ -125,6 +125,7 @@ const char* kind_name(CollectiveKind k) {
     case CollectiveKind::Any: return "any";
     case CollectiveKind::All: return "all";
     case CollectiveKind::SyncWarp: return "syncwarp";
+    case CollectiveKind::Matrix: return "matrix op";
   }
   return "?";
 }
@@ -192,6 +193,7 @@ class Block {
   void yield(Thread& t);
   bool resolve_collectives();
   void execute(std::vector<Thread*>& group);
+  bool execute_matrix(std::vector<Thread*>& group, uint64_t present);
   bool resolve_barrier();
   void report(Fault f, const Thread& t, std::string where, std::string detail);
   void abort_all();
@@ -560,6 +562,9 @@ void Block::execute(std::vector<Thread*>& group) {
     case CollectiveKind::SyncWarp:
       for (Thread* t : group) t->result = 0;
       break;
+    case CollectiveKind::Matrix:
+      if (!execute_matrix(group, present)) return;
+      break;
   }
   const uint32_t sync = ++warp_counter_[warp];
   for (Thread* t : group) {
@@ -567,6 +572,38 @@ void Block::execute(std::vector<Thread*>& group) {
     t->last_lanes = present;
     t->state = State::Ready;
   }
+}
+
+// Matrix cores take their operands from every lane of the wavefront: a lane that is not there
+// makes the result undefined on the hardware (and a hang on some).
+bool Block::execute_matrix(std::vector<Thread*>& group, uint64_t present) {
+  const Collective& c0 = group.front()->op;
+  const int warp = group.front()->warp;
+  const uint64_t full = W == 64 ? ~0ull : 0xffffffffull;
+  MatrixOp* lanes[64] = {};
+  for (Thread* t : group) lanes[t->lane] = reinterpret_cast<MatrixOp*>(t->op.value);
+  for (Thread* t : group) {
+    if (lanes[t->lane]->run != lanes[group.front()->lane]->run) {
+      report(Fault::CollectiveMismatch, *t, where_str(c0.where),
+             "lanes of one matrix op disagree on the operation: lane " + std::to_string(group.front()->lane) +
+                 " and lane " + std::to_string(t->lane) + " call different fragment shapes or types");
+      abort_all();
+      return false;
+    }
+  }
+  if (sanitize_ && present != full) {
+    const int lane = std::countr_zero(~present & full);
+    report(Fault::PartialWarpMatrix, *group.front(), where_str(c0.where),
+           "a matrix-fragment operation is reached by " + std::to_string(std::popcount(present)) + " of the " +
+               std::to_string(W) + " lanes of warp " + std::to_string(warp) + "; lane " + std::to_string(lane) + " " +
+               lane_status(warp, lane) + " (matrix cores need every lane of the warp: keep the call out of divergent code "
+               "and launch whole warps)");
+    abort_all();
+    return false;
+  }
+  lanes[group.front()->lane]->run(lanes, W);
+  for (Thread* t : group) t->result = 0;
+  return true;
 }
 
 bool Block::resolve_barrier() {
@@ -650,6 +687,7 @@ const char* fault_name(Fault f) {
     case Fault::SharedRace: return "shared-memory race";
     case Fault::SharedOutOfBounds: return "shared out of bounds";
     case Fault::BallotTruncated: return "ballot truncated";
+    case Fault::PartialWarpMatrix: return "partial-warp matrix op";
     case Fault::MemoryError: return "device memory error";
     case Fault::InvalidLaunch: return "invalid launch";
     case Fault::Trap: return "trap";
@@ -749,6 +787,13 @@ uint64_t warp_collective(const Collective& c) {
   t.vkind = ValueKind::Bits;
   t.vbytes = 8;
   return tl_block->collective(c);
+}
+
+void warp_matrix_op(MatrixOp* op, std::source_location where) {
+  Thread& t = current_thread("a matrix-fragment operation");
+  t.vkind = ValueKind::Bits;
+  t.vbytes = 8;
+  tl_block->collective({CollectiveKind::Matrix, reinterpret_cast<uint64_t>(op), 0, W, false, 0, where});
 }
 
 uint64_t warp_shuffle(const Collective& c, ValueKind k, int bytes) {

@@ -36,6 +36,7 @@ enum class Fault {
   SharedRace,         // two threads touch the same shared bytes (one writes) with no barrier between
   SharedOutOfBounds,  // an index outside a shared array
   BallotTruncated,    // a 64-lane ballot stored or counted in 32 bits: the votes of lanes 32..63 are lost
+  PartialWarpMatrix,  // a matrix-fragment operation reached by part of a warp (matrix cores need every lane)
   MemoryError,        // AddressSanitizer: device memory accessed out of bounds or after free
   InvalidLaunch,      // grid/block/shared-memory configuration the hardware would reject
   Trap,               // __trap() or a failed device-side check
@@ -96,7 +97,7 @@ const ThreadView& this_thread();
 unsigned linear_thread_id();
 void* dynamic_shared();
 
-enum class CollectiveKind : uint8_t { ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All, SyncWarp };
+enum class CollectiveKind : uint8_t { ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All, SyncWarp, Matrix };
 
 struct Collective {
   CollectiveKind kind;
@@ -110,6 +111,16 @@ struct Collective {
 
 // Blocks the calling device thread until the collective is resolved; returns the raw result.
 uint64_t warp_collective(const Collective& c);
+
+// A warp-wide matrix operation (the emulation of a matrix-core instruction: lw gpu/matrix_fragment.h).
+// Each lane hands its operands; once every lane of the warp has arrived, `run` of the first lane
+// gets them all, indexed by lane, and writes each lane's results into its operands. A lane that
+// is absent (never launched, exited, elsewhere) is a PartialWarpMatrix fault under the sanitizer;
+// without it, its entry is null.
+struct MatrixOp {
+  void (*run)(MatrixOp* const* lanes, int warp_size);
+};
+void warp_matrix_op(MatrixOp* op, std::source_location where);
 
 // What a shuffled value is, so that the result of reading a lane that was never launched or
 // has exited can be made recognisable: a quiet NaN with a payload of its own for float and

@@ -1,0 +1,49 @@
+// Prefill attention on matrix cores (gpu/matrix_fragment.h), FlashAttention-2 style: a block
+// takes 64 query rows of one sequence and one query head (16 rows per warp), walks the keys of
+// the paged KV cache (kernels/kv_cache.h) in tiles with an online softmax in fp32, and reads
+// each key and value once per tile of query rows, not once per query token.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "gpu/compat.h"
+
+namespace lw::kernels {
+
+struct PrefillAttentionArgs {
+  int seqs;
+  int q_heads;
+  int kv_heads;            // divides q_heads
+  int head_dim;            // one of prefill_head_dims()
+  int block_size;          // tokens per cache block
+  int max_blocks_per_seq;  // columns of block_tables
+  int tiles;               // query tiles of the plan (prefill_tiles)
+  float scale;             // multiplies q.k
+  int window;              // > 0: a query at position p sees keys j with p - window < j <= p
+  float softcap;           // > 0: scores become softcap * tanh(score / softcap) before the mask
+};
+
+// The query rows a block takes.
+inline constexpr int kPrefillTileRows = 64;
+// Head dims the kernel is built for.
+bool prefill_head_dim_supported(int head_dim);
+const std::vector<int>& prefill_head_dims();
+
+// The per-sequence and per-tile tables of a batch: seq_info int32 [seqs][3] = (first row of the
+// sequence in q, new tokens, context length with them); tile_info int32 [tiles][2] =
+// (sequence, first new token of the tile). Sequences without new tokens have no tiles.
+struct PrefillTables {
+  std::vector<int32_t> seq_info, tile_info;
+  int tiles = 0;
+};
+PrefillTables prefill_tables(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens);
+
+// q [rows, q_heads, head_dim] -> out [rows, q_heads, head_dim]: new token j of sequence s (row
+// seq_info[s][0] + j) attends to the keys 0 .. context - new + j of its sequence (within the
+// window). T: half or bfloat16.
+template <class T>
+void prefill_attention(const PrefillAttentionArgs& a, const T* q, const T* k_cache, const T* v_cache,
+                       const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, T* out,
+                       int warp_size, cudaStream_t stream);
+
+}  // namespace lw::kernels
