@@ -48,19 +48,33 @@ __global__ void lane_ids_kernel(int* lane, int* warp) {
 }
 
 template <class T>
-__global__ void fragment_mma_kernel(const T* a, const T* b, bool b_transposed, const float* c, float* d,
-                                    float* row_max, int active_lanes) {
+__global__ void fragment_mma_kernel(const T* a, const T* b, bool b_transposed, bool via_shared, const float* c,
+                                    float* d, float* row_max, int active_lanes) {
 #if LW_MATRIX_CORES
   namespace mma = gpu::mma;
   const int lane = gpu::lane_id();
-  if (lane >= active_lanes) return;
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * 256;
+  LW_DYNAMIC_SHARED(T, tiles);  // a's tile, then b's
+  if (via_shared) {
+    for (int i = lane; i < 256; i += gpu::kWarpSize) {
+      tiles[i] = a[tile + i];
+      tiles[256 + i] = b[tile + i];
+    }
+    __syncwarp();
+  }
+  if (lane >= active_lanes) return;
   mma::FragA<T> fa;
   mma::FragB<T> fb;
   mma::FragC fc;
-  mma::load_a(fa, a + tile, 16);
-  if (b_transposed) mma::load_b_transposed(fb, b + tile, 16);
-  else mma::load_b(fb, b + tile, 16);
+  if (via_shared) {
+    mma::load_a_shared(fa, tiles, 16);
+    if (b_transposed) mma::load_b_transposed_shared(fb, tiles + 256, 16);
+    else mma::load_b_shared(fb, tiles + 256, 16);
+  } else {
+    mma::load_a(fa, a + tile, 16);
+    if (b_transposed) mma::load_b_transposed(fb, b + tile, 16);
+    else mma::load_b(fb, b + tile, 16);
+  }
 #pragma unroll
   for (int i = 0; i < mma::kC; ++i) fc.x[i] = c[tile + mma::c_row(lane, i) * 16 + mma::c_col(lane, i)];
   mma::mma(fc, fa, fb, fc);
@@ -131,14 +145,14 @@ void run_device_warp_size(int* out, cudaStream_t stream) {
 }
 
 template <class T>
-void run_fragment_mma(const T* a, const T* b, bool b_transposed, const float* c, float* d, float* row_max,
-                      unsigned tiles, int active_lanes, int warp_size, cudaStream_t stream) {
-  gpu::launch("fragment_mma_test", fragment_mma_kernel<T>, {dim3(tiles), dim3(warp_size), 0, stream}, a, b,
-              b_transposed, c, d, row_max, active_lanes);
+void run_fragment_mma(const T* a, const T* b, bool b_transposed, bool via_shared, const float* c, float* d,
+                      float* row_max, unsigned tiles, int active_lanes, int warp_size, cudaStream_t stream) {
+  gpu::launch("fragment_mma_test", fragment_mma_kernel<T>, {dim3(tiles), dim3(warp_size), 512 * sizeof(T), stream}, a,
+              b, b_transposed, via_shared, c, d, row_max, active_lanes);
 }
-template void run_fragment_mma<half>(const half*, const half*, bool, const float*, float*, float*, unsigned, int, int,
-                                     cudaStream_t);
-template void run_fragment_mma<bfloat16>(const bfloat16*, const bfloat16*, bool, const float*, float*, float*,
+template void run_fragment_mma<half>(const half*, const half*, bool, bool, const float*, float*, float*, unsigned, int,
+                                     int, cudaStream_t);
+template void run_fragment_mma<bfloat16>(const bfloat16*, const bfloat16*, bool, bool, const float*, float*, float*,
                                          unsigned, int, int, cudaStream_t);
 
 void run_lane_ids(int* lane, int* warp, dim3 block, cudaStream_t stream) {

@@ -120,18 +120,20 @@ TEST(Primitives, FragmentMultiplyAccumulate) {
   const unsigned tiles = 3;
   const int64_t n = 256 * tiles;
   for (DType dt : {DType::f16, DType::bf16}) {
-    for (bool bt : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << (bt ? ", B transposed" : ", B row-major"));
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool bt = variant & 1, via_shared = variant & 2;
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << (bt ? ", B transposed" : ", B row-major")
+                                        << (via_shared ? ", from shared memory" : ", from global memory"));
       Tensor a_h = random_host({n}, dt), b_h = random_host({n}, dt), c_h = random_host({n}, DType::f32);
       Tensor a = ctx().to_device(a_h), b = ctx().to_device(b_h), c = ctx().to_device(c_h);
       Tensor d = ctx().empty({n}, DType::f32), row_max = ctx().empty({16 * tiles}, DType::f32);
       poison(d);
       poison(row_max);
       if (dt == DType::f16) {
-        run_fragment_mma(a.data<half>(), b.data<half>(), bt, c.data<float>(), d.data<float>(), row_max.data<float>(),
-                         tiles, ws, ws, stream());
+        run_fragment_mma(a.data<half>(), b.data<half>(), bt, via_shared, c.data<float>(), d.data<float>(),
+                         row_max.data<float>(), tiles, ws, ws, stream());
       } else {
-        run_fragment_mma(a.data<bfloat16>(), b.data<bfloat16>(), bt, c.data<float>(), d.data<float>(),
+        run_fragment_mma(a.data<bfloat16>(), b.data<bfloat16>(), bt, via_shared, c.data<float>(), d.data<float>(),
                          row_max.data<float>(), tiles, ws, ws, stream());
       }
       const std::vector<double> x = to_doubles(a_h), y = to_doubles(b_h), z = to_doubles(c_h);

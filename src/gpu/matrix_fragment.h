@@ -190,6 +190,60 @@ LW_DEVICE_INLINE void load_b_transposed(FragB<T>& b, const P& src, int ld) {
   for (int i = 0; i < kB; ++i) b.x[i] = src[b_col(lane, i) * ld + b_row(lane, i)];
 }
 
+// The same three loads from shared memory (16-byte aligned rows: ld a multiple of 8 elements,
+// the tile's first element 16-byte aligned). On NVIDIA one ldmatrix each; elsewhere the loads
+// above (on the emulator through its checked shared-memory views).
+#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+namespace detail {
+template <bool Trans, class Frag>
+LW_DEVICE_INLINE void ldmatrix_x4(Frag& f, const void* row_address) {
+  static_assert(sizeof(f.x) == 16, "an ldmatrix.x4 fills eight 16-bit elements per lane");
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row_address));
+  uint32_t r[4];
+  if constexpr (Trans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  }
+  memcpy(f.x, r, sizeof(r));
+}
+}  // namespace detail
+// Lane L names one row of the four 8x8 matrices (L / 8 picks the matrix); register r of the
+// result is matrix r, which the orders below make the fragment's elements 2r and 2r + 1.
+template <class T>
+LW_DEVICE_INLINE void load_a_shared(FragA<T>& a, const T* src, int ld) {
+  const int lane = lane_id(), j = lane >> 3;
+  detail::ldmatrix_x4<false>(a, src + ((lane & 7) + 8 * (j & 1)) * ld + 8 * (j >> 1));
+}
+template <class T>
+LW_DEVICE_INLINE void load_b_shared(FragB<T>& b, const T* src, int ld) {
+  const int lane = lane_id(), j = lane >> 3;
+  detail::ldmatrix_x4<true>(b, src + ((lane & 7) + 8 * (j & 1)) * ld + 8 * (j >> 1));
+}
+template <class T>
+LW_DEVICE_INLINE void load_b_transposed_shared(FragB<T>& b, const T* src, int ld) {
+  const int lane = lane_id(), j = lane >> 3;
+  detail::ldmatrix_x4<false>(b, src + ((lane & 7) + 8 * (j >> 1)) * ld + 8 * (j & 1));
+}
+#else
+template <class T, class P>
+LW_DEVICE_INLINE void load_a_shared(FragA<T>& a, const P& src, int ld) {
+  load_a(a, src, ld);
+}
+template <class T, class P>
+LW_DEVICE_INLINE void load_b_shared(FragB<T>& b, const P& src, int ld) {
+  load_b(b, src, ld);
+}
+template <class T, class P>
+LW_DEVICE_INLINE void load_b_transposed_shared(FragB<T>& b, const P& src, int ld) {
+  load_b_transposed(b, src, ld);
+}
+#endif
+
 // The A fragment holding C's values (layouts where kCMatchesA only).
 template <class T>
 LW_DEVICE_INLINE FragA<T> c_as_a(const FragC& c) {

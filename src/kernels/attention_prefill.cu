@@ -21,7 +21,7 @@ constexpr int kPad = 8;                        // elements added to each shared 
 // Keys per tile: 64, or 32 for the widest heads (their K and V tiles would not fit beside each
 // other in the 64 KiB of an AMD work-group's LDS).
 template <int D>
-constexpr int key_tile() {
+LW_HOST_DEVICE constexpr int key_tile() {
   return D > 128 ? 32 : 64;
 }
 
@@ -112,7 +112,7 @@ __global__ void prefill_kernel(PrefillAttentionArgs a, const T* q, const T* k_ca
 #pragma unroll
       for (int kd = 0; kd < D / 16; ++kd) {
         mma::FragB<T> kb;
-        mma::load_b_transposed(kb, k_tile + nt * 16 * KS + kd * 16, KS);
+        mma::load_b_transposed_shared(kb, k_tile + nt * 16 * KS + kd * 16, KS);
         mma::mma(sc[nt], qa[kd], kb, sc[nt]);
       }
     }
@@ -172,13 +172,13 @@ __global__ void prefill_kernel(PrefillAttentionArgs a, const T* q, const T* k_ca
           staging[mma::c_row(lane, i) * PS + mma::c_col(lane, i)] = gpu::from_float<T>(sc[kc].x[i]);
         }
         __syncwarp();
-        mma::load_a(pa, staging, PS);
+        mma::load_a_shared(pa, staging, PS);
         __syncwarp();  // read before the next chunk overwrites it
       }
 #pragma unroll
       for (int dt = 0; dt < D / 16; ++dt) {
         mma::FragB<T> vb;
-        mma::load_b(vb, v_tile + kc * 16 * KS + dt * 16, KS);
+        mma::load_b_shared(vb, v_tile + kc * 16 * KS + dt * 16, KS);
         mma::mma(o[dt], pa, vb, o[dt]);
       }
     }

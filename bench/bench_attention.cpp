@@ -1,0 +1,152 @@
+// Times attention on the device with events and prints a table: causal prefill of one sequence
+// (TFLOP/s, FLOPs = 2 * 2 * L^2 * head_dim * q_heads / 2) and paged decode (GB/s of K and V read,
+// and % of a device-to-device copy measured in the same run), for each attention path the
+// device has. Llama-3-8B heads: 32 query, 8 key/value, 128 dims, bf16, 16-token cache blocks.
+//     bench_attention [--repeats N] [--prefill 512,2048,8192] [--json FILE]
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+
+namespace {
+
+using lw::DType;
+using lw::Tensor;
+namespace ops = lw::ops;
+
+double median_ms(lw::Context& ctx, int repeats, const std::function<void()>& run) {
+  run();
+  ctx.synchronize();
+  std::vector<double> t;
+  lw::Event start, stop;
+  for (int i = 0; i < repeats; ++i) {
+    start.record(ctx.stream());
+    run();
+    stop.record(ctx.stream());
+    stop.synchronize();
+    t.push_back(stop.elapsed_ms_since(start));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Row {
+  std::string what, path;
+  double ms, tflops, gbs;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_attention: prefill and decode attention, every path"};
+  int repeats = 20;
+  std::vector<int> prefill = {512, 2048, 8192};
+  std::string json_path;
+  app.add_option("--repeats", repeats, "timed runs per case")->check(CLI::PositiveNumber);
+  app.add_option("--prefill", prefill, "prompt lengths of the prefill cases")->delimiter(',');
+  app.add_option("--json", json_path, "also write the results as JSON");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const DType dt = DType::bf16;
+    const int qh = 32, kh = 8, hd = 128, bs = 16;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    lw::Context ctx;
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> dist(-2, 2);
+    auto random = [&](std::vector<int64_t> shape) {
+      Tensor f = Tensor::empty_host(shape, DType::f32);
+      for (int64_t i = 0; i < f.numel(); ++i) f.data<float>()[i] = dist(rng);
+      Tensor d32 = ctx.to_device(f), d = ctx.empty(shape, dt);
+      ops::cast(ctx, d32, d);
+      return d;
+    };
+    // A cache of `seqs` sequences of `context` tokens, blocks interleaved across sequences.
+    struct Cache {
+      Tensor k, v, tables;
+    };
+    auto make_cache = [&](int seqs, int context) {
+      const int per = (context + bs - 1) / bs;
+      Cache c{random({int64_t(seqs) * per, bs, kh, hd}), random({int64_t(seqs) * per, bs, kh, hd}), Tensor()};
+      Tensor t = Tensor::empty_host({seqs, per}, DType::i32);
+      for (int s = 0; s < seqs; ++s)
+        for (int b = 0; b < per; ++b) t.data<int32_t>()[s * per + b] = b * seqs + s;
+      c.tables = ctx.to_device(t);
+      return c;
+    };
+    const auto paths = ops::available_paths<ops::AttentionPaths>(ctx.caps());
+    std::vector<Row> rows;
+
+    // Reference copy bandwidth: 1 GiB read + written.
+    const int64_t copy_n = int64_t(1) << 29;
+    Tensor src = ctx.empty({copy_n}, dt), dst = ctx.empty({copy_n}, dt);
+    LW_CUDA_CHECK(cudaMemsetAsync(src.data_ptr(), 0, src.nbytes(), ctx.stream().get()));
+    const double copy_ms = median_ms(ctx, repeats, [&] {
+      LW_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), src.nbytes(), cudaMemcpyDeviceToDevice,
+                                    ctx.stream().get()));
+    });
+    const double copy_gbs = 2.0 * static_cast<double>(src.nbytes()) / (copy_ms * 1e6);
+    src = Tensor();
+    dst = Tensor();
+
+    for (int len : prefill) {
+      Cache c = make_cache(1, len);
+      Tensor q = random({len, qh, hd}), out = ctx.empty({len, qh, hd}, dt);
+      const ops::PrefillPlan plan = ops::plan_prefill(ctx, {len}, {len});
+      const double flops = 4.0 * double(len) * double(len) * hd * qh / 2;
+      for (ops::AttentionPath path : paths) {
+        const int reps = path == ops::AttentionPath::portable && len > 2048 ? 3 : repeats;
+        const double ms = median_ms(ctx, reps, [&] {
+          ops::prefill_attention(ctx, q, c.k, c.v, c.tables, plan, scale, out, {}, path);
+        });
+        rows.push_back({"prefill causal 1x" + std::to_string(len), ops::path_name<ops::AttentionPaths>(path), ms,
+                        flops / (ms * 1e9), 0});
+      }
+    }
+    for (auto [seqs, context] : std::vector<std::pair<int, int>>{{1, 4096}, {16, 4096}, {64, 640}, {128, 2048}}) {
+      Cache c = make_cache(seqs, context);
+      Tensor lens_h = Tensor::empty_host({seqs}, DType::i32);
+      std::fill_n(lens_h.data<int32_t>(), seqs, context);
+      Tensor lens = ctx.to_device(lens_h);
+      Tensor q = random({seqs, qh, hd}), out = ctx.empty({seqs, qh, hd}, dt);
+      const double bytes = 2.0 * seqs * double(context) * kh * hd * lw::dtype_size(dt);
+      for (ops::AttentionPath path : paths) {
+        if (path == ops::AttentionPath::matrix) continue;  // prefill only
+        const double ms = median_ms(ctx, repeats, [&] {
+          ops::decode_attention(ctx, q, c.k, c.v, c.tables, lens, context, scale, out, {}, path);
+        });
+        rows.push_back({"decode " + std::to_string(seqs) + "x" + std::to_string(context),
+                        ops::path_name<ops::AttentionPaths>(path), ms, 0, bytes / (ms * 1e6)});
+      }
+    }
+
+    std::printf("device %s, bf16, 32 q / 8 kv heads of 128; copy %.0f GB/s; median of %d runs\n",
+                ctx.device_name().c_str(), copy_gbs, repeats);
+    std::printf("%-24s %-9s %10s %9s %9s %8s\n", "case", "path", "ms", "TFLOP/s", "GB/s", "% copy");
+    for (const Row& r : rows) {
+      std::printf("%-24s %-9s %10.4f %9.1f %9.0f %7.1f%%\n", r.what.c_str(), r.path.c_str(), r.ms, r.tflops, r.gbs,
+                  100 * r.gbs / copy_gbs);
+    }
+    if (!json_path.empty()) {
+      std::ofstream js(json_path);
+      js << "{\"device\": \"" << ctx.device_name() << "\", \"copy_gbs\": " << copy_gbs << ", \"results\": [";
+      for (size_t i = 0; i < rows.size(); ++i) {
+        js << (i ? ", " : "") << "{\"case\": \"" << rows[i].what << "\", \"path\": \"" << rows[i].path
+           << "\", \"ms\": " << rows[i].ms << ", \"tflops\": " << rows[i].tflops << ", \"gbs\": " << rows[i].gbs << "}";
+      }
+      js << "]}\n";
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_attention: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""The torch SDPA figures that bench_attention is compared with, measured the same way (CUDA
+events, median), on the same shapes: causal prefill of one sequence (TFLOP/s) and decode of one
+query token per sequence over a contiguous KV (GB/s of K and V). 32 query / 8 key-value heads of
+128, bf16. Prints a table in bench_attention's format."""
+import argparse
+
+import torch
+import torch.nn.functional as F
+
+
+def median_ms(fn, repeats):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--prefill", default="512,2048,8192")
+    a = ap.parse_args()
+    dt, qh, kh, hd = torch.bfloat16, 32, 8, 128
+    src = torch.empty(1 << 29, device="cuda", dtype=dt)
+    dst = torch.empty_like(src)
+    copy_ms = median_ms(lambda: dst.copy_(src), a.repeats)
+    copy_gbs = 2 * src.numel() * 2 / (copy_ms * 1e6)
+    del src, dst
+    print(f"device {torch.cuda.get_device_name()}, bf16, torch {torch.__version__} SDPA; copy {copy_gbs:.0f} GB/s")
+    print(f"{'case':24} {'path':9} {'ms':>10} {'TFLOP/s':>9} {'GB/s':>9} {'% copy':>8}")
+    for n in [int(x) for x in a.prefill.split(",")]:
+        q = torch.randn(1, qh, n, hd, device="cuda", dtype=dt)
+        k = torch.randn(1, kh, n, hd, device="cuda", dtype=dt)
+        v = torch.randn(1, kh, n, hd, device="cuda", dtype=dt)
+        ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), a.repeats)
+        flops = 4.0 * n * n * hd * qh / 2
+        print(f"{'prefill causal 1x' + str(n):24} {'sdpa':9} {ms:10.4f} {flops / (ms * 1e9):9.1f} {0:9.0f} {0:7.1f}%")
+    for seqs, ctx in [(1, 4096), (16, 4096), (64, 640), (128, 2048)]:
+        q = torch.randn(seqs, qh, 1, hd, device="cuda", dtype=dt)
+        k = torch.randn(seqs, kh, ctx, hd, device="cuda", dtype=dt)
+        v = torch.randn(seqs, kh, ctx, hd, device="cuda", dtype=dt)
+        ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), a.repeats)
+        gbs = 2 * seqs * ctx * kh * hd * 2 / (ms * 1e6)
+        print(f"{'decode ' + str(seqs) + 'x' + str(ctx):24} {'sdpa':9} {ms:10.4f} {0:9.1f} {gbs:9.0f} {100 * gbs / copy_gbs:7.1f}%")
+
+
+if __name__ == "__main__":
+    main()
