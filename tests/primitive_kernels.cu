@@ -60,7 +60,7 @@ __global__ void fragment_mma_kernel(const T* a, const T* b, bool b_transposed, b
       tiles[i] = a[tile + i];
       tiles[256 + i] = b[tile + i];
     }
-    __syncwarp();
+    gpu::sync_warp();
   }
   if (lane >= active_lanes) return;
   mma::FragA<T> fa;

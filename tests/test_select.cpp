@@ -171,25 +171,41 @@ TEST(Select, GemmPathFromTheEnvironment) {
 }
 
 TEST(Select, AttentionPathFromTheEnvironment) {
-  const ops::AttentionShape shape{1, 4, 2, 64, 16, DType::bf16};
+  // rows, sequences, q heads, kv heads, head dim, max context, dtype, prefill, deterministic
+  const ops::AttentionShape decode{4, 4, 4, 2, 64, 16, DType::bf16, false, false};
+  const ops::AttentionShape prefill{40, 2, 4, 2, 64, 40, DType::bf16, true, false};
   {
     ScopedEnv env("LW_ATTENTION_PATH", "portable");
-    const auto s = ops::select<ops::AttentionPaths>(ctx().caps(), shape, ops::AttentionPath::automatic);
+    const auto s = ops::select<ops::AttentionPaths>(ctx().caps(), prefill, ops::AttentionPath::automatic);
     EXPECT_EQ(s.path, ops::AttentionPath::portable);
     EXPECT_TRUE(s.forced());
   }
   {
     ScopedEnv env("LW_ATTENTION_PATH", "mma");
     const std::string e =
-        error_of([&] { ops::select<ops::AttentionPaths>(ctx().caps(), shape, ops::AttentionPath::automatic); });
+        error_of([&] { ops::select<ops::AttentionPaths>(ctx().caps(), decode, ops::AttentionPath::automatic); });
     EXPECT_CONTAINS(e, "unknown attention path 'mma'");
-    EXPECT_CONTAINS(e, "valid: automatic, portable");
+    EXPECT_CONTAINS(e, "valid: automatic, portable, matrix");
   }
   ScopedEnv none("LW_ATTENTION_PATH", nullptr);
-  EXPECT_EQ(ops::select<ops::AttentionPaths>(ctx().caps(), shape, ops::AttentionPath::automatic).path,
-            ops::AttentionPath::portable);
   const auto paths = ops::available_paths<ops::AttentionPaths>(ctx().caps());
   EXPECT_NE(std::find(paths.begin(), paths.end(), ops::AttentionPath::portable), paths.end()) << "portable runs everywhere";
+  const bool matrix = std::find(paths.begin(), paths.end(), ops::AttentionPath::matrix) != paths.end();
+  if (ctx().caps().emulator()) EXPECT_TRUE(matrix) << "the emulator emulates the matrix cores";
+  auto chosen = [&](const ops::AttentionShape& s) {
+    return ops::select<ops::AttentionPaths>(ctx().caps(), s, ops::AttentionPath::automatic).path;
+  };
+  // Decode and single-token batches keep the split-context kernel; prompts take the matrix cores.
+  EXPECT_EQ(chosen(decode), ops::AttentionPath::portable);
+  EXPECT_EQ(chosen({4, 4, 4, 2, 64, 16, DType::bf16, true, false}), ops::AttentionPath::portable);
+  EXPECT_EQ(chosen(prefill), matrix ? ops::AttentionPath::matrix : ops::AttentionPath::portable);
+  // Deterministic mode takes the matrix kernel for every prefill batch (its rows do not depend on
+  // the batch), and what it cannot take stays portable: f32, a head dim not built.
+  EXPECT_EQ(chosen({4, 4, 4, 2, 64, 16, DType::bf16, true, true}), matrix ? ops::AttentionPath::matrix : ops::AttentionPath::portable);
+  EXPECT_EQ(chosen({40, 2, 4, 2, 64, 40, DType::f32, true, false}), ops::AttentionPath::portable);
+  EXPECT_EQ(chosen({40, 2, 4, 2, 112, 40, DType::bf16, true, false}), ops::AttentionPath::portable);
+  EXPECT_FALSE(ops::matrix_attention_supports(decode).ok);
+  EXPECT_CONTAINS(ops::matrix_attention_supports({40, 2, 4, 2, 48, 40, DType::f16, true, false}).reason, "head dims");
 }
 
 }  // namespace

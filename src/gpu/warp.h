@@ -44,6 +44,16 @@ LW_DEVICE_INLINE unsigned long long first_lanes_mask(int lanes) {
 #define LW_WARP_SYNC(intrinsic, mask, ...) intrinsic##_sync(mask, __VA_ARGS__)
 #endif
 
+// Orders the shared-memory accesses of the lanes of a warp (all of them must call it): what one
+// lane wrote before it, every lane reads after it.
+LW_DEVICE_INLINE void sync_warp() {
+#if defined(LW_TARGET_HIP)
+  __syncwarp();
+#else
+  __syncwarp(full_warp_mask());
+#endif
+}
+
 // Shuffles in which every lane of the physical warp takes part.
 template <class T>
 LW_DEVICE_INLINE T shfl_xor(T v, int lane_mask, int width = kWarpSize) {

@@ -22,7 +22,7 @@ constexpr int kPad = 8;                        // elements added to each shared 
 // other in the 64 KiB of an AMD work-group's LDS).
 template <int D>
 LW_HOST_DEVICE constexpr int key_tile() {
-  return D > 128 ? 32 : 64;
+  return D > 128 ? 32 : 64;  // lint: not-a-warp (keys)
 }
 
 template <class T, int D>
@@ -171,9 +171,9 @@ __global__ void prefill_kernel(PrefillAttentionArgs a, const T* q, const T* k_ca
         for (int i = 0; i < mma::kC; ++i) {
           staging[mma::c_row(lane, i) * PS + mma::c_col(lane, i)] = gpu::from_float<T>(sc[kc].x[i]);
         }
-        __syncwarp();
+        gpu::sync_warp();
         mma::load_a_shared(pa, staging, PS);
-        __syncwarp();  // read before the next chunk overwrites it
+        gpu::sync_warp();  // read before the next chunk overwrites it
       }
 #pragma unroll
       for (int dt = 0; dt < D / 16; ++dt) {
@@ -219,7 +219,7 @@ void launch_prefill(const PrefillAttentionArgs& a, const T* q, const T* k_cache,
 }  // namespace
 
 const std::vector<int>& prefill_head_dims() {
-  static const std::vector<int> dims = {64, 80, 96, 128, 256};
+  static const std::vector<int> dims = {64, 80, 96, 128, 256};  // lint: not-a-warp
   return dims;
 }
 bool prefill_head_dim_supported(int head_dim) {
@@ -249,7 +249,7 @@ void prefill_attention(const PrefillAttentionArgs& a, const T* q, const T* k_cac
   LW_CHECK(a.kv_heads > 0 && a.q_heads % a.kv_heads == 0,
            "prefill_attention: " << a.q_heads << " query heads over " << a.kv_heads << " key/value heads");
   switch (a.head_dim) {
-    case 64: launch_prefill<T, 64>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, out, warp_size, stream); break;
+    case 64: launch_prefill<T, 64>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, out, warp_size, stream); break;  // lint: not-a-warp
     case 80: launch_prefill<T, 80>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, out, warp_size, stream); break;
     case 96: launch_prefill<T, 96>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, out, warp_size, stream); break;
     case 128: launch_prefill<T, 128>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, out, warp_size, stream); break;

@@ -24,7 +24,7 @@ struct PrefillAttentionArgs {
 };
 
 // The query rows a block takes.
-inline constexpr int kPrefillTileRows = 64;
+inline constexpr int kPrefillTileRows = 64;  // lint: not-a-warp (4 fragments of 16 rows)
 // Head dims the kernel is built for.
 bool prefill_head_dim_supported(int head_dim);
 const std::vector<int>& prefill_head_dims();
