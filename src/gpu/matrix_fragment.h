@@ -400,13 +400,18 @@ LW_DEVICE_INLINE void mma(FragC& d, const FragA<T>& a, const FragB<T>& b, const 
     for (int i = 0; i < 8; ++i) d.x[i] = acc[i];
   }
 #endif
-#else
+#elif defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
   // No matrix cores in this device compilation: kernels guard their bodies with
   // LW_MATRIX_CORES, so this is never reached.
   (void)a;
   (void)b;
   d = c;
   __trap();
+#else
+  // The host pass of nvcc or hipcc: no device code is generated here.
+  (void)a;
+  (void)b;
+  d = c;
 #endif
 }
 

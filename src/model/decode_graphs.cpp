@@ -64,6 +64,16 @@ Tensor DecodeGraphs::run(Context& ctx, const KvCache& cache, const HostLayout& h
   upload(ctx, slots, e->layout.slots);
   upload(ctx, tables, e->layout.block_tables);
   upload(ctx, lens, e->layout.attention.token_lens);
+  // The matrix attention path's per-sequence table (kernels/attention_prefill.h): row i, one new
+  // token, its context.
+  std::vector<int32_t> seq_info(static_cast<size_t>(3 * rows));
+  for (int64_t i = 0; i < rows; ++i) {
+    const auto r = static_cast<size_t>(i);
+    seq_info[3 * r] = static_cast<int32_t>(i);
+    seq_info[3 * r + 1] = 1;
+    seq_info[3 * r + 2] = lens[r];
+  }
+  upload(ctx, seq_info, e->layout.attention.seq_info);
 
   if (fresh) {
     Tensor eager = compute(e->layout);
@@ -88,6 +98,12 @@ std::unique_ptr<DecodeGraphs::Entry> DecodeGraphs::make_entry(Context& ctx, int6
   std::vector<int32_t> identity(static_cast<size_t>(rows));
   std::iota(identity.begin(), identity.end(), 0);
   b.attention.token_rows = ctx.to_device(host_vector(identity));
+  // One query tile per sequence (one token each) for the matrix path; seq_info is filled per step.
+  std::vector<int32_t> tiles(static_cast<size_t>(2 * rows), 0);
+  for (int64_t i = 0; i < rows; ++i) tiles[static_cast<size_t>(2 * i)] = static_cast<int32_t>(i);
+  b.attention.tile_info = ctx.to_device(host_vector(tiles));
+  b.attention.seq_info = ctx.empty({3 * rows}, DType::i32);
+  b.attention.tiles = static_cast<int>(rows);
   return e;
 }
 

@@ -87,6 +87,8 @@ void portable_attention(Context& ctx, const char* op, const Tensor& q, const Ten
 void matrix_prefill(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                     const Tensor& block_tables, const PrefillPlan& plan, float scale, const AttentionOptions& options,
                     const Tensor& out) {
+  LW_CHECK(plan.seq_info.defined() && plan.tile_info.defined() && plan.tiles > 0,
+           "prefill_attention: the plan has no tables for the matrix path (make it with plan_prefill)");
   kernels::PrefillAttentionArgs a{};
   a.seqs = static_cast<int>(plan.sequences);
   a.q_heads = static_cast<int>(q.size(1));

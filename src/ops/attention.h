@@ -89,7 +89,7 @@ void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, con
 // the portable path, per-sequence and per-tile tables for the matrix path.
 struct PrefillPlan {
   Tensor token_lens, token_rows;  // i32 [tokens]: causal context length and block-table row
-  Tensor seq_info, tile_info;     // i32 [sequences, 3], [tiles, 2]: kernels/attention_prefill.h
+  Tensor seq_info, tile_info;     // i32 [3 * sequences], [2 * tiles]: kernels/attention_prefill.h
   int64_t sequences = 0, tokens = 0;
   int tiles = 0;
   int max_context = 0;
