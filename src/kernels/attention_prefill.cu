@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "gpu/async_copy.h"
 #include "gpu/launch.h"
 #include "gpu/matrix_fragment.h"
 #include "gpu/numeric.h"
@@ -25,26 +26,45 @@ LW_HOST_DEVICE constexpr int key_tile() {
   return D > 128 ? 32 : 64;  // lint: not-a-warp (keys)
 }
 
+// Dynamic shared memory: the cache slots of two key tiles (int32), then K and V tiles, then
+// (where C is no A fragment) a 16x16 staging tile per warp.
+template <int D>
+LW_HOST_DEVICE constexpr size_t slot_table_bytes() {
+  return 2ull * key_tile<D>() * sizeof(int32_t);
+}
 template <class T, int D>
 constexpr size_t shared_bytes() {
   constexpr int kn = key_tile<D>();
   const size_t kv = 2ull * kn * (D + kPad);
   const size_t staging = mma::kCMatchesA ? 0 : static_cast<size_t>(kWarps) * 16 * (16 + kPad);
-  return (kv + staging) * sizeof(T);
+  return slot_table_bytes<D>() + (kv + staging) * sizeof(T);
 }
 
 // Grid (tile, query head). Each tile of keys: K and V to shared memory (all threads), then per
 // warp S = Q.K^T on the matrix cores, scale, soft-cap and mask, the online softmax update, and
 // O += P.V. Rows past the sequence's new tokens compute on zeros and are not written.
+// NVIDIA: three blocks of 128 threads per multiprocessor for head dims up to 128 (at most 170
+// registers a thread), so that one block's barrier waits are covered by the others; the widest
+// heads need their registers.
+#if defined(LW_TARGET_CUDA)
+#define LW_PREFILL_BOUNDS __launch_bounds__(kWarps * 32, D > 128 ? 1 : 3)  // lint: not-a-warp (CUDA's warp)
+#else
+#define LW_PREFILL_BOUNDS
+#endif
+
 template <class T, int D>
-__global__ void prefill_kernel(PrefillAttentionArgs a, const T* q, const T* k_cache, const T* v_cache,
+__global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T* q, const T* k_cache, const T* v_cache,
                                const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, T* out) {
 #if LW_MATRIX_CORES
   constexpr int KN = key_tile<D>(), KS = D + kPad, PS = 16 + kPad, V = gpu::kVecWidth<T>;
-  LW_DYNAMIC_SHARED(T, smem);
+  LW_DYNAMIC_SHARED(int32_t, slot_table);  // [2][KN]: tiles alternate between the halves
+  LW_DYNAMIC_SHARED(T, smem_base);
+  const auto smem = smem_base + slot_table_bytes<D>() / sizeof(T);
   const auto k_tile = smem;
   const auto v_tile = smem + KN * KS;
-  const int tile = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
+  // The last tiles of a sequence see the most keys: they start first, so that the short ones
+  // fill in behind them rather than the long ones running alone at the end.
+  const int tile = a.tiles - 1 - static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
   const int s = tile_info[2 * tile], q0 = tile_info[2 * tile + 1];
   const int row0 = seq_info[3 * s], qlen = seq_info[3 * s + 1], ctx = seq_info[3 * s + 2];
   const int prefix = ctx - qlen;
@@ -84,102 +104,155 @@ __global__ void prefill_kernel(PrefillAttentionArgs a, const T* q, const T* k_ca
   const int warp_last_pos = prefix + min(wq0 + 15, qlen - 1);
   const int warp_first_key = a.window > 0 ? prefix + wq0 - a.window + 1 : 0;
 
-  for (int kv0 = key_begin / KN * KN; kv0 < key_end; kv0 += KN) {
-    __syncthreads();  // the previous tile's readers are done
+  // The cache slots of a tile's keys, once per tile (an integer division each) for its K and V.
+  auto fill_slots = [&](int kv0, int half) {
+    for (int r = tid; r < KN; r += nthreads) {
+      const int t = kv0 + r;
+      slot_table[half * KN + r] = t < key_end ? table[t / a.block_size] * a.block_size + t % a.block_size : 0;
+    }
+  };
+  // A tile's K (or V) rows to shared memory, in the background where the target can: K of the
+  // next tile loads during this tile's P.V, V during its Q.K^T.
+  auto load_tile = [&](const T* cache, const auto& dst, int kv0, int half) {
     for (int e = tid; e < KN * (D / V); e += nthreads) {
       const int r = e / (D / V), c = e - r * (D / V);
-      const int t = kv0 + r;
-      gpu::Vec<T, V> kv, vv;
-      if (t < key_end) {
-        const int64_t slot = static_cast<int64_t>(table[t / a.block_size]) * a.block_size + t % a.block_size;
-        const int64_t off = slot * slot_stride + static_cast<int64_t>(kvh) * D + c * V;
-        kv = gpu::load_vec<V>(k_cache + off);
-        vv = gpu::load_vec<V>(v_cache + off);
+      if (kv0 + r < key_end) {
+        const int64_t slot = slot_table[half * KN + r];
+        gpu::copy_16_async(dst, r * KS + c * V, cache + slot * slot_stride + static_cast<int64_t>(kvh) * D + c * V);
       } else {
+        gpu::Vec<T, V> zero;
 #pragma unroll
-        for (int j = 0; j < V; ++j) kv.v[j] = vv.v[j] = gpu::from_float<T>(0.0f);
+        for (int j = 0; j < V; ++j) zero.v[j] = gpu::from_float<T>(0.0f);
+        gpu::store_vec_at<V>(dst, r * KS + c * V, zero);
       }
-      gpu::store_vec_at<V>(k_tile, r * KS + c * V, kv);
-      gpu::store_vec_at<V>(v_tile, r * KS + c * V, vv);
     }
+    gpu::async_commit();
+  };
+
+  // Scores are kept in log2 units (exp2 of the difference is the softmax weight).
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float score_scale = a.scale * kLog2e;
+  const float inv_cap = a.softcap > 0.0f ? 1.0f / a.softcap : 0.0f;
+  const float cap_log2 = a.softcap * kLog2e;
+
+  const int first_tile = key_begin / KN * KN;
+  if (first_tile < key_end) {
+    fill_slots(first_tile, 0);
     __syncthreads();
-    if (!warp_rows || kv0 > warp_last_pos || kv0 + KN - 1 < warp_first_key) continue;
+    load_tile(k_cache, k_tile, first_tile, 0);
+  }
+  for (int kv0 = first_tile; kv0 < key_end; kv0 += KN) {
+    const int half = ((kv0 - first_tile) / KN) & 1;
+    gpu::async_wait<0>();
+    __syncthreads();  // K of this tile is in; every warp is done with the previous V
+    load_tile(v_cache, v_tile, kv0, half);
+    if (kv0 + KN < key_end) fill_slots(kv0 + KN, half ^ 1);
+    // Whether this warp's rows see any key of the tile, and whether they see all of them.
+    const bool work = warp_rows && kv0 <= warp_last_pos && kv0 + KN - 1 >= warp_first_key;
+    const bool unmasked = a.window <= 0 && wq0 + 15 < qlen && kv0 + KN - 1 <= prefix + wq0;
 
     mma::FragC sc[KN / 16];
+    if (work) {
 #pragma unroll
-    for (int nt = 0; nt < KN / 16; ++nt) {
-      mma::fill(sc[nt], 0.0f);
+      for (int nt = 0; nt < KN / 16; ++nt) {
+        mma::fill(sc[nt], 0.0f);
 #pragma unroll
-      for (int kd = 0; kd < D / 16; ++kd) {
-        mma::FragB<T> kb;
-        mma::load_b_transposed_shared(kb, k_tile + nt * 16 * KS + kd * 16, KS);
-        mma::mma(sc[nt], qa[kd], kb, sc[nt]);
-      }
-    }
-
-    float tile_max[mma::kRowSlots];
-#pragma unroll
-    for (int r = 0; r < mma::kRowSlots; ++r) tile_max[r] = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < KN / 16; ++nt) {
-#pragma unroll
-      for (int i = 0; i < mma::kC; ++i) {
-        const int row = wq0 + mma::c_row(lane, i), key = kv0 + nt * 16 + mma::c_col(lane, i);
-        const int pos = prefix + row;
-        float x = sc[nt].x[i] * a.scale;
-        if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
-        const bool visible = row < qlen && key <= pos && (a.window <= 0 || pos - key < a.window);
-        x = visible ? x : -INFINITY;
-        sc[nt].x[i] = x;
-        tile_max[mma::c_slot(i)] = fmaxf(tile_max[mma::c_slot(i)], x);
-      }
-    }
-    float ref[mma::kRowSlots], corr[mma::kRowSlots];
-#pragma unroll
-    for (int r = 0; r < mma::kRowSlots; ++r) {
-      const float m_new = fmaxf(m[r], mma::reduce_row(tile_max[r], gpu::MaxOp{}));
-      // A row that has seen no key yet keeps m = -inf: exponentials against 0 give zeros.
-      ref[r] = m_new == -INFINITY ? 0.0f : m_new;
-      corr[r] = __expf(m[r] - ref[r]);
-      m[r] = m_new;
-      l[r] *= corr[r];
-    }
-#pragma unroll
-    for (int dt = 0; dt < D / 16; ++dt) {
-#pragma unroll
-      for (int i = 0; i < mma::kC; ++i) o[dt].x[i] *= corr[mma::c_slot(i)];
-    }
-#pragma unroll
-    for (int nt = 0; nt < KN / 16; ++nt) {
-#pragma unroll
-      for (int i = 0; i < mma::kC; ++i) {
-        const float p = __expf(sc[nt].x[i] - ref[mma::c_slot(i)]);
-        sc[nt].x[i] = p;
-        l[mma::c_slot(i)] += p;  // this lane's part of the row; summed over the row at the end
-      }
-    }
-
-#pragma unroll
-    for (int kc = 0; kc < KN / 16; ++kc) {
-      mma::FragA<T> pa;
-      if constexpr (mma::kCMatchesA) {
-        pa = mma::c_as_a<T>(sc[kc]);
-      } else {
-        // This layout's C fragment is not an A fragment: through the warp's staging tile.
-        const auto staging = smem + 2 * KN * KS + warp * 16 * PS;
-#pragma unroll
-        for (int i = 0; i < mma::kC; ++i) {
-          staging[mma::c_row(lane, i) * PS + mma::c_col(lane, i)] = gpu::from_float<T>(sc[kc].x[i]);
+        for (int kd = 0; kd < D / 16; ++kd) {
+          mma::FragB<T> kb;
+          mma::load_b_transposed_shared(kb, k_tile + nt * 16 * KS + kd * 16, KS);
+          mma::mma(sc[nt], qa[kd], kb, sc[nt]);
         }
-        gpu::sync_warp();
-        mma::load_a_shared(pa, staging, PS);
-        gpu::sync_warp();  // read before the next chunk overwrites it
+      }
+
+      if (a.softcap > 0.0f) {
+#pragma unroll
+        for (int nt = 0; nt < KN / 16; ++nt) {
+#pragma unroll
+          for (int i = 0; i < mma::kC; ++i) sc[nt].x[i] = cap_log2 * tanhf(sc[nt].x[i] * a.scale * inv_cap);
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < KN / 16; ++nt) {
+#pragma unroll
+          for (int i = 0; i < mma::kC; ++i) sc[nt].x[i] *= score_scale;
+        }
+      }
+      if (!unmasked) {
+#pragma unroll
+        for (int nt = 0; nt < KN / 16; ++nt) {
+#pragma unroll
+          for (int i = 0; i < mma::kC; ++i) {
+            const int row = wq0 + mma::c_row(lane, i), key = kv0 + nt * 16 + mma::c_col(lane, i);
+            const int pos = prefix + row;
+            const bool visible = row < qlen && key <= pos && (a.window <= 0 || pos - key < a.window);
+            if (!visible) sc[nt].x[i] = -INFINITY;
+          }
+        }
+      }
+      float tile_max[mma::kRowSlots];
+#pragma unroll
+      for (int r = 0; r < mma::kRowSlots; ++r) tile_max[r] = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < KN / 16; ++nt) {
+#pragma unroll
+        for (int i = 0; i < mma::kC; ++i) tile_max[mma::c_slot(i)] = fmaxf(tile_max[mma::c_slot(i)], sc[nt].x[i]);
+      }
+      float ref[mma::kRowSlots], corr[mma::kRowSlots];
+#pragma unroll
+      for (int r = 0; r < mma::kRowSlots; ++r) {
+        const float m_new = fmaxf(m[r], mma::reduce_row(tile_max[r], gpu::MaxOp{}));
+        // A row that has seen no key yet keeps m = -inf: exponentials against 0 give zeros.
+        ref[r] = m_new == -INFINITY ? 0.0f : m_new;
+        corr[r] = exp2f(m[r] - ref[r]);
+        m[r] = m_new;
+        l[r] *= corr[r];
       }
 #pragma unroll
       for (int dt = 0; dt < D / 16; ++dt) {
-        mma::FragB<T> vb;
-        mma::load_b_shared(vb, v_tile + kc * 16 * KS + dt * 16, KS);
-        mma::mma(o[dt], pa, vb, o[dt]);
+#pragma unroll
+        for (int i = 0; i < mma::kC; ++i) o[dt].x[i] *= corr[mma::c_slot(i)];
+      }
+#pragma unroll
+      for (int nt = 0; nt < KN / 16; ++nt) {
+#pragma unroll
+        for (int i = 0; i < mma::kC; ++i) {
+          const float p = exp2f(sc[nt].x[i] - ref[mma::c_slot(i)]);
+          sc[nt].x[i] = p;
+          l[mma::c_slot(i)] += p;  // this lane's part of the row; summed over the row at the end
+        }
+      }
+    }
+
+    __syncthreads();  // every warp is done with K
+    const bool more = kv0 + KN < key_end;
+    if (more) load_tile(k_cache, k_tile, kv0 + KN, half ^ 1);
+    if (more) gpu::async_wait<1>();  // V of this tile is in; the next K may still be loading
+    else gpu::async_wait<0>();
+    __syncthreads();
+
+    if (work) {
+#pragma unroll
+      for (int kc = 0; kc < KN / 16; ++kc) {
+        mma::FragA<T> pa;
+        if constexpr (mma::kCMatchesA) {
+          pa = mma::c_as_a<T>(sc[kc]);
+        } else {
+          // This layout's C fragment is not an A fragment: through the warp's staging tile.
+          const auto staging = smem + 2 * KN * KS + warp * 16 * PS;
+#pragma unroll
+          for (int i = 0; i < mma::kC; ++i) {
+            staging[mma::c_row(lane, i) * PS + mma::c_col(lane, i)] = gpu::from_float<T>(sc[kc].x[i]);
+          }
+          gpu::sync_warp();
+          mma::load_a_shared(pa, staging, PS);
+          gpu::sync_warp();  // read before the next chunk overwrites it
+        }
+#pragma unroll
+        for (int dt = 0; dt < D / 16; ++dt) {
+          mma::FragB<T> vb;
+          mma::load_b_shared(vb, v_tile + kc * 16 * KS + dt * 16, KS);
+          mma::mma(o[dt], pa, vb, o[dt]);
+        }
       }
     }
   }
