@@ -1,6 +1,7 @@
 // Times attention on the device with events and prints a table: causal prefill of one sequence
-// (TFLOP/s, FLOPs = 2 * 2 * L^2 * head_dim * q_heads / 2) and paged decode (GB/s of K and V read,
-// and % of a device-to-device copy measured in the same run), for each attention path the
+// (TFLOP/s, FLOPs = 2 * 2 * L^2 * head_dim * q_heads / 2) and paged decode as the model runs it
+// (prefill_attention with one new token per sequence; GB/s of K and V read, and % of a
+// device-to-device copy measured in the same run), for each attention path the
 // device has. Llama-3-8B heads: 32 query, 8 key/value, 128 dims, bf16, 16-token cache blocks.
 //     bench_attention [--repeats N] [--prefill 512,2048,8192] [--json FILE]
 #include <CLI/CLI.hpp>
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
     for (int len : prefill) {
       Cache c = make_cache(1, len);
       Tensor q = random({len, qh, hd}), out = ctx.empty({len, qh, hd}, dt);
-      const ops::PrefillPlan plan = ops::plan_prefill(ctx, {len}, {len});
+      const ops::PrefillPlan plan = ops::plan_prefill(ctx, {len}, {len}, qh / kh);
       const double flops = 4.0 * double(len) * double(len) * hd * qh / 2;
       for (ops::AttentionPath path : paths) {
         const int reps = path == ops::AttentionPath::portable && len > 2048 ? 3 : repeats;
@@ -114,15 +115,14 @@ int main(int argc, char** argv) {
     }
     for (auto [seqs, context] : std::vector<std::pair<int, int>>{{1, 4096}, {16, 4096}, {64, 640}, {128, 2048}}) {
       Cache c = make_cache(seqs, context);
-      Tensor lens_h = Tensor::empty_host({seqs}, DType::i32);
-      std::fill_n(lens_h.data<int32_t>(), seqs, context);
-      Tensor lens = ctx.to_device(lens_h);
       Tensor q = random({seqs, qh, hd}), out = ctx.empty({seqs, qh, hd}, dt);
       const double bytes = 2.0 * seqs * double(context) * kh * hd * lw::dtype_size(dt);
+      // As the model runs a decode step: prefill_attention with one new token per sequence.
+      const ops::PrefillPlan plan =
+          ops::plan_prefill(ctx, std::vector<int32_t>(seqs, 1), std::vector<int32_t>(seqs, context), qh / kh);
       for (ops::AttentionPath path : paths) {
-        if (path == ops::AttentionPath::matrix) continue;  // prefill only
         const double ms = median_ms(ctx, repeats, [&] {
-          ops::decode_attention(ctx, q, c.k, c.v, c.tables, lens, context, scale, out, {}, path);
+          ops::prefill_attention(ctx, q, c.k, c.v, c.tables, plan, scale, out, {}, path);
         });
         rows.push_back({"decode " + std::to_string(seqs) + "x" + std::to_string(context),
                         ops::path_name<ops::AttentionPaths>(path), ms, 0, bytes / (ms * 1e6)});

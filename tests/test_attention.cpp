@@ -287,6 +287,7 @@ TEST(PrefillAttention, TileEdgesHeadDimsAndGroups) {
   run_prefill_case(DType::bf16, {3, 1, 96, 16, {33}, {31}});
   run_prefill_case(DType::bf16, {4, 2, 128, 16, {130, 2}, {0, 60}});
   run_prefill_case(DType::f16, {2, 1, 256, 16, {40, 3}, {30, 0}});
+  run_prefill_case(DType::bf16, {9, 3, 64, 16, {37, 1}, {0, 37}});  // SmolLM2's heads: 21-token tiles
 }
 
 TEST(PrefillAttention, WindowAndSoftCap) {
@@ -294,6 +295,18 @@ TEST(PrefillAttention, WindowAndSoftCap) {
   run_prefill_case(DType::f16, {2, 1, 128, 8, {65, 9}, {3, 0}, {.window = 1}});
   run_prefill_case(DType::bf16, {2, 2, 64, 16, {70, 4}, {10, 100}, {.window = 0, .softcap = 5.0f}});
   run_prefill_case(DType::f32, {2, 1, 64, 16, {20}, {50}, {.window = 30, .softcap = 20.0f}});
+}
+
+// Decode as the model runs it: one new token per sequence after long contexts, few sequences
+// (the matrix path splits the contexts over several blocks and merges them), groups of 1 to 8
+// query heads per key/value head packed into the rows.
+TEST(PrefillAttention, SingleTokensAfterLongContexts) {
+  run_prefill_case(DType::bf16, {8, 2, 128, 16, {1, 1, 1}, {1299, 700, 0}});
+  run_prefill_case(DType::f16, {8, 1, 64, 16, {1}, {2000}});
+  run_prefill_case(DType::bf16, {3, 3, 64, 8, {1, 1}, {600, 257}, {.window = 300}});
+  run_prefill_case(DType::bf16, {6, 2, 96, 16, {1, 2}, {1100, 520}, {.window = 0, .softcap = 10.0f}});
+  DeterministicScope deterministic(ctx());  // no split: a row's keys in one block
+  run_prefill_case(DType::bf16, {8, 2, 128, 16, {1, 1}, {1299, 5}});
 }
 
 // A long prompt in one chunk and as a cached prefix plus a chunk (chunked prefill, prefix hits).

@@ -195,13 +195,14 @@ TEST(Select, AttentionPathFromTheEnvironment) {
   auto chosen = [&](const ops::AttentionShape& s) {
     return ops::select<ops::AttentionPaths>(ctx().caps(), s, ops::AttentionPath::automatic).path;
   };
-  // Decode and single-token batches keep the split-context kernel; prompts take the matrix cores.
+  // decode_attention (no plan) stays portable; every prefill_attention batch the matrix kernel
+  // takes goes to the matrix cores, single-token (decode) batches and deterministic mode included.
+  const ops::AttentionPath fast = matrix ? ops::AttentionPath::matrix : ops::AttentionPath::portable;
   EXPECT_EQ(chosen(decode), ops::AttentionPath::portable);
-  EXPECT_EQ(chosen({4, 4, 4, 2, 64, 16, DType::bf16, true, false}), ops::AttentionPath::portable);
-  EXPECT_EQ(chosen(prefill), matrix ? ops::AttentionPath::matrix : ops::AttentionPath::portable);
-  // Deterministic mode takes the matrix kernel for every prefill batch (its rows do not depend on
-  // the batch), and what it cannot take stays portable: f32, a head dim not built.
-  EXPECT_EQ(chosen({4, 4, 4, 2, 64, 16, DType::bf16, true, true}), matrix ? ops::AttentionPath::matrix : ops::AttentionPath::portable);
+  EXPECT_EQ(chosen({4, 4, 4, 2, 64, 16, DType::bf16, true, false}), fast);
+  EXPECT_EQ(chosen(prefill), fast);
+  EXPECT_EQ(chosen({4, 4, 4, 2, 64, 16, DType::bf16, true, true}), fast);
+  // What it cannot take stays portable: f32, a head dim not built.
   EXPECT_EQ(chosen({40, 2, 4, 2, 64, 40, DType::f32, true, false}), ops::AttentionPath::portable);
   EXPECT_EQ(chosen({40, 2, 4, 2, 112, 40, DType::bf16, true, false}), ops::AttentionPath::portable);
   EXPECT_FALSE(ops::matrix_attention_supports(decode).ok);

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "gpu/async_copy.h"
 #include "gpu/launch.h"
 #include "gpu/matrix_fragment.h"
+#include "gpu/runtime.h"
 #include "gpu/numeric.h"
 #include "gpu/vector.h"
 #include "gpu/warp.h"
@@ -40,9 +42,12 @@ constexpr size_t shared_bytes() {
   return slot_table_bytes<D>() + (kv + staging) * sizeof(T);
 }
 
-// Grid (tile, query head). Each tile of keys: K and V to shared memory (all threads), then per
-// warp S = Q.K^T on the matrix cores, scale, soft-cap and mask, the online softmax update, and
-// O += P.V. Rows past the sequence's new tokens compute on zeros and are not written.
+// Grid (tile, key/value head, partition). A block's 64 rows are (new token, query head of the
+// group) pairs, token-major: row r is token q0 + r / group, head kvh * group + r % group. Each
+// tile of keys: K and V to shared memory (all threads), then per warp S = Q.K^T on the matrix
+// cores, scale, soft-cap and mask, the online softmax update, and O += P.V. Rows past the
+// tile's tokens compute on zeros and are not written. With a split (parts > 1) a block takes
+// the keys of its partition only and writes its normalised part, maximum and sum.
 // NVIDIA: three blocks of 128 threads per multiprocessor for head dims up to 128 (at most 170
 // registers a thread), so that one block's barrier waits are covered by the others; the widest
 // heads need their registers.
@@ -54,7 +59,9 @@ constexpr size_t shared_bytes() {
 
 template <class T, int D>
 __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T* q, const T* k_cache, const T* v_cache,
-                               const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, T* out) {
+                                                 const int32_t* block_tables, const int32_t* seq_info,
+                                                 const int32_t* tile_info, float* part_out, float* part_max,
+                                                 float* part_sum, T* out) {
 #if LW_MATRIX_CORES
   constexpr int KN = key_tile<D>(), KS = D + kPad, PS = 16 + kPad, V = gpu::kVecWidth<T>;
   LW_DYNAMIC_SHARED(int32_t, slot_table);  // [2][KN]: tiles alternate between the halves
@@ -64,24 +71,30 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
   const auto v_tile = smem + KN * KS;
   // The last tiles of a sequence see the most keys: they start first, so that the short ones
   // fill in behind them rather than the long ones running alone at the end.
-  const int tile = a.tiles - 1 - static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
+  const int tile = a.tiles - 1 - static_cast<int>(blockIdx.x);
+  const int kvh = static_cast<int>(blockIdx.y), part = static_cast<int>(blockIdx.z);
+  const int group = a.q_heads / a.kv_heads;
   const int s = tile_info[2 * tile], q0 = tile_info[2 * tile + 1];
   const int row0 = seq_info[3 * s], qlen = seq_info[3 * s + 1], ctx = seq_info[3 * s + 2];
   const int prefix = ctx - qlen;
-  const int kvh = h / (a.q_heads / a.kv_heads);
+  const int tokens = min(a.tile_tokens, qlen - q0);  // the tile's new tokens
+  const int rows = tokens * group;                    // the block's rows in use
   const int tid = static_cast<int>(gpu::linear_thread_id()), nthreads = static_cast<int>(gpu::block_threads());
   const int warp = gpu::warp_id(), lane = gpu::lane_id();
-  const int wq0 = q0 + 16 * warp;  // the warp's first new token
+  const int wr0 = 16 * warp;  // the warp's first row
   const int32_t* table = block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
   const int64_t slot_stride = static_cast<int64_t>(a.kv_heads) * D;
+  // Row r's query row in q and its query head.
+  auto q_row = [&](int r) { return static_cast<int64_t>(row0 + q0 + r / group); };
+  auto q_head = [&](int r) { return kvh * group + r % group; };
 
   mma::FragA<T> qa[D / 16];
 #pragma unroll
   for (int kd = 0; kd < D / 16; ++kd) {
 #pragma unroll
     for (int i = 0; i < mma::kA; ++i) {
-      const int r = wq0 + mma::a_row(lane, i);
-      qa[kd].x[i] = r < qlen ? q[(static_cast<int64_t>(row0 + r) * a.q_heads + h) * D + kd * 16 + mma::a_col(lane, i)]
+      const int r = wr0 + mma::a_row(lane, i);
+      qa[kd].x[i] = r < rows ? q[(q_row(r) * a.q_heads + q_head(r)) * D + kd * 16 + mma::a_col(lane, i)]
                              : gpu::from_float<T>(0.0f);
     }
   }
@@ -95,14 +108,19 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
     l[r] = 0.0f;
   }
 
-  // Keys the block needs: up to its last query's position; from its first query's window.
-  const int last = min(q0 + kPrefillTileRows, qlen) - 1;
-  const int key_end = prefix + last + 1;
-  const int key_begin = a.window > 0 ? max(0, prefix + q0 - a.window + 1) : 0;
+  // Keys the block needs: up to its last token's position; from its first token's window; within
+  // its partition.
+  int key_end = prefix + q0 + tokens;
+  int key_begin = a.window > 0 ? max(0, prefix + q0 - a.window + 1) : 0;
+  if (a.parts > 1) {
+    key_begin = max(key_begin, part * a.partition);
+    key_end = min(key_end, (part + 1) * a.partition);
+  }
   // What this warp's rows can see (uniform across the warp).
-  const bool warp_rows = wq0 < qlen;
-  const int warp_last_pos = prefix + min(wq0 + 15, qlen - 1);
-  const int warp_first_key = a.window > 0 ? prefix + wq0 - a.window + 1 : 0;
+  const bool warp_rows = wr0 < rows;
+  const int warp_first_token = q0 + wr0 / group, warp_last_token = q0 + (min(wr0 + 15, rows - 1)) / group;
+  const int warp_last_pos = prefix + warp_last_token;
+  const int warp_first_key = a.window > 0 ? prefix + warp_first_token - a.window + 1 : 0;
 
   // The cache slots of a tile's keys, once per tile (an integer division each) for its K and V.
   auto fill_slots = [&](int kv0, int half) {
@@ -149,7 +167,8 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
     if (kv0 + KN < key_end) fill_slots(kv0 + KN, half ^ 1);
     // Whether this warp's rows see any key of the tile, and whether they see all of them.
     const bool work = warp_rows && kv0 <= warp_last_pos && kv0 + KN - 1 >= warp_first_key;
-    const bool unmasked = a.window <= 0 && wq0 + 15 < qlen && kv0 + KN - 1 <= prefix + wq0;
+    const bool unmasked =
+        a.window <= 0 && wr0 + 15 < rows && kv0 + KN - 1 <= prefix + warp_first_token && kv0 + KN <= key_end;
 
     mma::FragC sc[KN / 16];
     if (work) {
@@ -182,9 +201,10 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
         for (int nt = 0; nt < KN / 16; ++nt) {
 #pragma unroll
           for (int i = 0; i < mma::kC; ++i) {
-            const int row = wq0 + mma::c_row(lane, i), key = kv0 + nt * 16 + mma::c_col(lane, i);
-            const int pos = prefix + row;
-            const bool visible = row < qlen && key <= pos && (a.window <= 0 || pos - key < a.window);
+            const int r = wr0 + mma::c_row(lane, i), key = kv0 + nt * 16 + mma::c_col(lane, i);
+            const int pos = prefix + q0 + r / group;
+            const bool visible = r < rows && key <= pos && key >= key_begin && key < key_end &&
+                                 (a.window <= 0 || pos - key < a.window);
             if (!visible) sc[nt].x[i] = -INFINITY;
           }
         }
@@ -233,44 +253,70 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
     if (work) {
 #pragma unroll
       for (int kc = 0; kc < KN / 16; ++kc) {
-        mma::FragA<T> pa;
-        if constexpr (mma::kCMatchesA) {
-          pa = mma::c_as_a<T>(sc[kc]);
-        } else {
-          // This layout's C fragment is not an A fragment: through the warp's staging tile.
-          const auto staging = smem + 2 * KN * KS + warp * 16 * PS;
+        // P as an A fragment: in registers where C is one, else through the warp's staging tile.
+        auto as_a = [&](const mma::FragC& c) {
+          mma::FragA<T> f;
+          if constexpr (mma::kCMatchesA) {
+            f = mma::c_as_a<T>(c);
+          } else {
+            const auto staging = smem + 2 * KN * KS + warp * 16 * PS;
 #pragma unroll
-          for (int i = 0; i < mma::kC; ++i) {
-            staging[mma::c_row(lane, i) * PS + mma::c_col(lane, i)] = gpu::from_float<T>(sc[kc].x[i]);
+            for (int i = 0; i < mma::kC; ++i) {
+              staging[mma::c_row(lane, i) * PS + mma::c_col(lane, i)] = gpu::from_float<T>(c.x[i]);
+            }
+            gpu::sync_warp();
+            mma::load_a_shared(f, staging, PS);
+            gpu::sync_warp();  // read before the next chunk overwrites it
           }
-          gpu::sync_warp();
-          mma::load_a_shared(pa, staging, PS);
-          gpu::sync_warp();  // read before the next chunk overwrites it
+          return f;
+        };
+        const mma::FragA<T> pa = as_a(sc[kc]);
+        // bf16 keeps 8 bits of a probability: the rest goes in a second term (P = hi + lo, each
+        // rounded to bf16), so that P.V is as exact as with fp32 probabilities (about 16 bits).
+        // f16's 11 bits are kept as they are.
+        constexpr bool kSplitP = std::is_same_v<T, bfloat16>;
+        mma::FragA<T> pa_lo;
+        if constexpr (kSplitP) {
+          mma::FragC lo;
+#pragma unroll
+          for (int i = 0; i < mma::kC; ++i) lo.x[i] = sc[kc].x[i] - gpu::to_float(gpu::from_float<T>(sc[kc].x[i]));
+          pa_lo = as_a(lo);
         }
 #pragma unroll
         for (int dt = 0; dt < D / 16; ++dt) {
           mma::FragB<T> vb;
           mma::load_b_shared(vb, v_tile + kc * 16 * KS + dt * 16, KS);
           mma::mma(o[dt], pa, vb, o[dt]);
+          if constexpr (kSplitP) mma::mma(o[dt], pa_lo, vb, o[dt]);
         }
       }
     }
   }
 
-  float inv[mma::kRowSlots];
+  float sum[mma::kRowSlots], inv[mma::kRowSlots];
 #pragma unroll
   for (int r = 0; r < mma::kRowSlots; ++r) {
-    const float sum = mma::reduce_row(l[r], gpu::SumOp{});
-    inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    sum[r] = mma::reduce_row(l[r], gpu::SumOp{});
+    inv[r] = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
   }
 #pragma unroll
   for (int dt = 0; dt < D / 16; ++dt) {
 #pragma unroll
     for (int i = 0; i < mma::kC; ++i) {
-      const int row = wq0 + mma::c_row(lane, i);
-      if (row < qlen) {
-        out[(static_cast<int64_t>(row0 + row) * a.q_heads + h) * D + dt * 16 + mma::c_col(lane, i)] =
-            gpu::from_float<T>(o[dt].x[i] * inv[mma::c_slot(i)]);
+      const int r = wr0 + mma::c_row(lane, i);
+      if (r >= rows) continue;
+      const int64_t qh = q_row(r) * a.q_heads + q_head(r);
+      const int d = dt * 16 + mma::c_col(lane, i);
+      const float value = o[dt].x[i] * inv[mma::c_slot(i)];
+      if (a.parts == 1) {
+        out[qh * D + d] = gpu::from_float<T>(value);
+      } else {
+        const int64_t at = qh * a.parts + part;
+        part_out[at * D + d] = value;
+        if (d == 0) {
+          part_max[at] = m[mma::c_slot(i)];  // log2 units
+          part_sum[at] = sum[mma::c_slot(i)];
+        }
       }
     }
   }
@@ -279,14 +325,44 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
 #endif
 }
 
+// Grid (query head, query row): combines the partitions of one row (maxima in log2 units).
+template <class T>
+__global__ void prefill_merge_kernel(PrefillAttentionArgs a, const float* part_out, const float* part_max,
+                                     const float* part_sum, T* out) {
+  const int64_t at = static_cast<int64_t>(blockIdx.y) * a.q_heads + blockIdx.x;
+  float m = -INFINITY;
+  for (int p = 0; p < a.parts; ++p) m = fmaxf(m, part_max[at * a.parts + p]);
+  const float ref = m == -INFINITY ? 0.0f : m;
+  float total = 0.0f;
+  for (int p = 0; p < a.parts; ++p) total += part_sum[at * a.parts + p] * exp2f(part_max[at * a.parts + p] - ref);
+  for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += static_cast<int>(blockDim.x)) {
+    float acc = 0.0f;
+    for (int p = 0; p < a.parts; ++p) {
+      acc += part_out[(at * a.parts + p) * a.head_dim + d] * part_sum[at * a.parts + p] *
+             exp2f(part_max[at * a.parts + p] - ref);
+    }
+    out[at * a.head_dim + d] = gpu::from_float<T>(total > 0.0f ? acc / total : 0.0f);
+  }
+}
+
 template <class T, int D>
 void launch_prefill(const PrefillAttentionArgs& a, const T* q, const T* k_cache, const T* v_cache,
-                    const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, T* out,
-                    int warp_size, cudaStream_t stream) {
+                    const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, float* workspace,
+                    T* out, int warp_size, cudaStream_t stream) {
+  const int64_t per = static_cast<int64_t>(a.rows) * a.q_heads * a.parts;
+  float* part_out = a.parts > 1 ? workspace : nullptr;
+  float* part_max = a.parts > 1 ? workspace + per * a.head_dim : nullptr;
+  float* part_sum = a.parts > 1 ? part_max + per : nullptr;
   gpu::launch("prefill_attention", prefill_kernel<T, D>,
-              {dim3(static_cast<unsigned>(a.tiles), static_cast<unsigned>(a.q_heads)), dim3(kWarps * warp_size),
-               shared_bytes<T, D>(), stream},
-              a, q, k_cache, v_cache, block_tables, seq_info, tile_info, out);
+              {dim3(static_cast<unsigned>(a.tiles), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(a.parts)),
+               dim3(kWarps * warp_size), shared_bytes<T, D>(), stream},
+              a, q, k_cache, v_cache, block_tables, seq_info, tile_info, part_out, part_max, part_sum, out);
+  if (a.parts > 1) {
+    gpu::launch("prefill_attention_merge", prefill_merge_kernel<T>,
+                {dim3(static_cast<unsigned>(a.q_heads), static_cast<unsigned>(a.rows)),
+                 dim3(gpu::round_block_size(a.head_dim, warp_size)), 0, stream},
+                a, part_out, part_max, part_sum, out);
+  }
 }
 
 }  // namespace
@@ -300,12 +376,15 @@ bool prefill_head_dim_supported(int head_dim) {
   return std::find(d.begin(), d.end(), head_dim) != d.end();
 }
 
-PrefillTables prefill_tables(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens) {
+PrefillTables prefill_tables(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens,
+                             int group) {
+  LW_CHECK(group >= 1, "prefill_tables: group " << group << " must be >= 1");
   PrefillTables t;
+  t.tile_tokens = prefill_tile_tokens(group);
   int32_t row = 0;
   for (size_t s = 0; s < query_lens.size(); ++s) {
     t.seq_info.insert(t.seq_info.end(), {row, query_lens[s], context_lens[s]});
-    for (int32_t q0 = 0; q0 < query_lens[s]; q0 += kPrefillTileRows) {
+    for (int32_t q0 = 0; q0 < query_lens[s]; q0 += t.tile_tokens) {
       t.tile_info.insert(t.tile_info.end(), {static_cast<int32_t>(s), q0});
       ++t.tiles;
     }
@@ -314,26 +393,56 @@ PrefillTables prefill_tables(const std::vector<int32_t>& query_lens, const std::
   return t;
 }
 
+// Split while the launch would have fewer than two blocks per multiprocessor (and at least 64
+// blocks in all), into partitions of at least 256 keys (a multiple of every key tile).
+void choose_prefill_split(PrefillAttentionArgs& a, int max_context, int multiprocessors) {
+  constexpr int kMinPartition = 256;
+  constexpr int64_t kMinBlocks = 64;  // lint: not-a-warp (blocks)
+  a.partition = 0;
+  a.parts = 1;
+  const int64_t blocks = static_cast<int64_t>(a.tiles) * a.kv_heads;
+  const int64_t want = std::max<int64_t>(kMinBlocks, 2ll * multiprocessors);
+  if (blocks >= want || max_context <= kMinPartition) return;
+  const int64_t splits = (want + blocks - 1) / blocks;
+  int64_t partition = (max_context + splits - 1) / splits;
+  partition = std::max<int64_t>(kMinPartition, (partition + kMinPartition - 1) / kMinPartition * kMinPartition);
+  const int parts = static_cast<int>((max_context + partition - 1) / partition);
+  if (parts <= 1) return;
+  a.partition = static_cast<int>(partition);
+  a.parts = parts;
+}
+
+int64_t prefill_workspace(const PrefillAttentionArgs& a) {
+  return a.parts > 1 ? static_cast<int64_t>(a.rows) * a.q_heads * a.parts * (a.head_dim + 2) : 0;
+}
+
 template <class T>
 void prefill_attention(const PrefillAttentionArgs& a, const T* q, const T* k_cache, const T* v_cache,
-                       const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, T* out,
-                       int warp_size, cudaStream_t stream) {
+                       const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, float* workspace,
+                       T* out, int warp_size, cudaStream_t stream) {
   if (a.tiles == 0) return;
   LW_CHECK(a.kv_heads > 0 && a.q_heads % a.kv_heads == 0,
            "prefill_attention: " << a.q_heads << " query heads over " << a.kv_heads << " key/value heads");
+  LW_CHECK(a.tile_tokens == prefill_tile_tokens(a.q_heads / a.kv_heads),
+           "prefill_attention: the tables have tiles of " << a.tile_tokens << " tokens; " << a.q_heads / a.kv_heads
+                                                          << " query heads per key/value head need "
+                                                          << prefill_tile_tokens(a.q_heads / a.kv_heads));
+  LW_CHECK(a.parts == 1 || (a.partition % 64 == 0 && workspace != nullptr),  // lint: not-a-warp (keys)
+           "prefill_attention: a split needs partitions of a multiple of 64 keys and a workspace");
   switch (a.head_dim) {
-    case 64: launch_prefill<T, 64>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, out, warp_size, stream); break;  // lint: not-a-warp
-    case 80: launch_prefill<T, 80>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, out, warp_size, stream); break;
-    case 96: launch_prefill<T, 96>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, out, warp_size, stream); break;
-    case 128: launch_prefill<T, 128>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, out, warp_size, stream); break;
-    case 256: launch_prefill<T, 256>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, out, warp_size, stream); break;
+    case 64: launch_prefill<T, 64>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;  // lint: not-a-warp
+    case 80: launch_prefill<T, 80>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;
+    case 96: launch_prefill<T, 96>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;
+    case 128: launch_prefill<T, 128>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;
+    case 256: launch_prefill<T, 256>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;
     default: LW_FAIL("prefill_attention: head_dim " << a.head_dim << " is not one of 64, 80, 96, 128, 256");
   }
 }
 
 template void prefill_attention<half>(const PrefillAttentionArgs&, const half*, const half*, const half*, const int32_t*,
-                                      const int32_t*, const int32_t*, half*, int, cudaStream_t);
+                                      const int32_t*, const int32_t*, float*, half*, int, cudaStream_t);
 template void prefill_attention<bfloat16>(const PrefillAttentionArgs&, const bfloat16*, const bfloat16*, const bfloat16*,
-                                          const int32_t*, const int32_t*, const int32_t*, bfloat16*, int, cudaStream_t);
+                                          const int32_t*, const int32_t*, const int32_t*, float*, bfloat16*, int,
+                                          cudaStream_t);
 
 }  // namespace lw::kernels

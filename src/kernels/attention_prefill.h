@@ -17,33 +17,52 @@ struct PrefillAttentionArgs {
   int head_dim;            // one of prefill_head_dims()
   int block_size;          // tokens per cache block
   int max_blocks_per_seq;  // columns of block_tables
-  int tiles;               // query tiles of the plan (prefill_tiles)
+  int tiles;               // query tiles of the plan (prefill_tables)
+  int tile_tokens;         // new tokens per tile: prefill_tile_tokens(q_heads / kv_heads)
   float scale;             // multiplies q.k
   int window;              // > 0: a query at position p sees keys j with p - window < j <= p
   float softcap;           // > 0: scores become softcap * tanh(score / softcap) before the mask
+  // Split of each context into partitions of `partition` keys (a multiple of 64) run by their
+  // own blocks and merged: parts > 1 needs the workspace of prefill_workspace. 0: no split.
+  int partition = 0;
+  int parts = 1;
+  int rows = 0;            // query rows in q (the sum of new tokens), for the split's workspace
 };
-
-// The query rows a block takes.
+// The query rows a block takes: new tokens x the query heads of one key/value head (grouped
+// query heads share the block's key and value tiles), 16 rows per warp.
 inline constexpr int kPrefillTileRows = 64;  // lint: not-a-warp (4 fragments of 16 rows)
+// New tokens per query tile for `group` query heads per key/value head.
+inline int prefill_tile_tokens(int group) { return group >= kPrefillTileRows ? 1 : kPrefillTileRows / group; }
 // Head dims the kernel is built for.
 bool prefill_head_dim_supported(int head_dim);
 const std::vector<int>& prefill_head_dims();
 
 // The per-sequence and per-tile tables of a batch: seq_info int32 [seqs][3] = (first row of the
 // sequence in q, new tokens, context length with them); tile_info int32 [tiles][2] =
-// (sequence, first new token of the tile). Sequences without new tokens have no tiles.
+// (sequence, first new token of the tile), tiles of prefill_tile_tokens(group) tokens.
+// Sequences without new tokens have no tiles.
 struct PrefillTables {
   std::vector<int32_t> seq_info, tile_info;
   int tiles = 0;
+  int tile_tokens = 0;
 };
-PrefillTables prefill_tables(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens);
+PrefillTables prefill_tables(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens,
+                             int group);
+
+// The split of contexts a launch of `blocks` blocks (tiles x key/value heads) over contexts of
+// at most max_context keys takes to fill `multiprocessors`: PrefillAttentionArgs::partition and
+// parts (0 and 1: no split).
+void choose_prefill_split(PrefillAttentionArgs& a, int max_context, int multiprocessors);
+// Floats of workspace a split launch needs (0 without a split).
+int64_t prefill_workspace(const PrefillAttentionArgs& a);
 
 // q [rows, q_heads, head_dim] -> out [rows, q_heads, head_dim]: new token j of sequence s (row
 // seq_info[s][0] + j) attends to the keys 0 .. context - new + j of its sequence (within the
-// window). T: half or bfloat16.
+// window). One new token per sequence is decode: the query heads of a group fill the rows.
+// workspace: prefill_workspace(a) floats. T: half or bfloat16.
 template <class T>
 void prefill_attention(const PrefillAttentionArgs& a, const T* q, const T* k_cache, const T* v_cache,
-                       const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, T* out,
-                       int warp_size, cudaStream_t stream);
+                       const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, float* workspace,
+                       T* out, int warp_size, cudaStream_t stream);
 
 }  // namespace lw::kernels

@@ -38,7 +38,7 @@ HostLayout::HostLayout(const KvCache& cache, const std::vector<SequenceChunk>& b
   }
 }
 
-BatchLayout::BatchLayout(Context& ctx, const HostLayout& h, size_t sequences) {
+BatchLayout::BatchLayout(Context& ctx, const HostLayout& h, size_t sequences, int attention_group) {
   ids = ctx.to_device(host_vector(h.ids));
   positions = ctx.to_device(host_vector(h.positions));
   slots = ctx.to_device(host_vector(h.slots));
@@ -46,7 +46,7 @@ BatchLayout::BatchLayout(Context& ctx, const HostLayout& h, size_t sequences) {
   tokens = h.tokens;
   logits = static_cast<int64_t>(h.rows.size());
   if (logits > 0) logit_rows = ctx.to_device(host_vector(h.rows));
-  attention = ops::plan_prefill(ctx, h.query_lens, h.context_lens);
+  attention = ops::plan_prefill(ctx, h.query_lens, h.context_lens, attention_group);
 }
 
 }  // namespace lw::model

@@ -43,7 +43,8 @@ struct BatchLayout {
   int64_t tokens = 0, logits = 0;
 
   BatchLayout() = default;
-  BatchLayout(Context& ctx, const HostLayout& h, size_t sequences);
+  // attention_group: query heads per key/value head (the matrix attention's tiles).
+  BatchLayout(Context& ctx, const HostLayout& h, size_t sequences, int attention_group);
 };
 
 // A host tensor holding `v` (to copy to the device).

@@ -84,7 +84,8 @@ Tensor DecodeGraphs::run(Context& ctx, const KvCache& cache, const HostLayout& h
   return e->logits.slice(0, 0, n);
 }
 
-std::unique_ptr<DecodeGraphs::Entry> DecodeGraphs::make_entry(Context& ctx, int64_t rows, int64_t bucket, int64_t width) {
+std::unique_ptr<DecodeGraphs::Entry> DecodeGraphs::make_entry(Context& ctx, int64_t rows, int64_t bucket,
+                                                            int64_t width) const {
   auto e = std::make_unique<Entry>();
   BatchLayout& b = e->layout;
   b.ids = ctx.empty({rows}, DType::i32);
@@ -104,6 +105,8 @@ std::unique_ptr<DecodeGraphs::Entry> DecodeGraphs::make_entry(Context& ctx, int6
   b.attention.tile_info = ctx.to_device(host_vector(tiles));
   b.attention.seq_info = ctx.empty({3 * rows}, DType::i32);
   b.attention.tiles = static_cast<int>(rows);
+  b.attention.group = group_;
+  b.attention.tile_tokens = ops::matrix_tile_tokens(group_);
   return e;
 }
 

@@ -25,6 +25,8 @@ namespace lw::model {
 class DecodeGraphs {
  public:
   static constexpr int64_t kMaxBatch = 256;
+  // attention_group: the model's query heads per key/value head (the matrix attention's tiles).
+  explicit DecodeGraphs(int attention_group) : group_(attention_group) {}
   // Computes the logits of a batch laid out on the device (the model's layers).
   using Compute = std::function<Tensor(const BatchLayout&)>;
 
@@ -41,9 +43,10 @@ class DecodeGraphs {
     Graph graph;
     Tensor logits;
   };
-  static std::unique_ptr<Entry> make_entry(Context& ctx, int64_t rows, int64_t bucket, int64_t width);
+  std::unique_ptr<Entry> make_entry(Context& ctx, int64_t rows, int64_t bucket, int64_t width) const;
 
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Entry>> entries_;
+  int group_ = 1;
   const void* cache_ = nullptr;
   int64_t cache_blocks_ = 0;
 };

@@ -73,10 +73,10 @@ Tensor Model::forward(Context& ctx, KvCache& cache, const std::vector<SequenceCh
   LW_CHECK(!batch.empty(), "forward: an empty batch");
   const HostLayout host(cache, batch, config_.vocab);
   if (decode_graphs_ && DecodeGraphs::applies(config_, batch)) {
-    if (!graphs_) graphs_ = std::make_unique<DecodeGraphs>();
+    if (!graphs_) graphs_ = std::make_unique<DecodeGraphs>(static_cast<int>(config_.heads / config_.kv_heads));
     return graphs_->run(ctx, cache, host, config_.max_position, [&](const BatchLayout& b) { return compute(ctx, cache, b); });
   }
-  return compute(ctx, cache, BatchLayout(ctx, host, batch.size()));
+  return compute(ctx, cache, BatchLayout(ctx, host, batch.size(), static_cast<int>(config_.heads / config_.kv_heads)));
 }
 
 Tensor Model::compute(Context& ctx, KvCache& cache, const BatchLayout& b) {

@@ -89,6 +89,9 @@ void matrix_prefill(Context& ctx, const Tensor& q, const Tensor& k_cache, const 
                     const Tensor& out) {
   LW_CHECK(plan.seq_info.defined() && plan.tile_info.defined() && plan.tiles > 0,
            "prefill_attention: the plan has no tables for the matrix path (make it with plan_prefill)");
+  LW_CHECK(plan.group == q.size(1) / k_cache.size(2),
+           "prefill_attention: the plan's tiles are made for " << plan.group << " query heads per key/value head; q and "
+                                                               "the cache have " << q.size(1) / k_cache.size(2));
   kernels::PrefillAttentionArgs a{};
   a.seqs = static_cast<int>(plan.sequences);
   a.q_heads = static_cast<int>(q.size(1));
@@ -97,13 +100,20 @@ void matrix_prefill(Context& ctx, const Tensor& q, const Tensor& k_cache, const 
   a.block_size = static_cast<int>(k_cache.size(1));
   a.max_blocks_per_seq = static_cast<int>(block_tables.size(1));
   a.tiles = plan.tiles;
+  a.tile_tokens = plan.tile_tokens;
   a.scale = scale;
   a.window = options.window;
   a.softcap = options.softcap;
+  a.rows = static_cast<int>(plan.tokens);
+  // Deterministic mode never splits: a row's keys then meet in one block, whatever the batch.
+  if (!ctx.deterministic()) kernels::choose_prefill_split(a, plan.max_context, ctx.caps().multiprocessors);
+  const int64_t ws = kernels::prefill_workspace(a);
+  Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
   auto run = [&]<class T>() {
     kernels::prefill_attention<T>(a, q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), block_tables.data<int32_t>(),
-                                  plan.seq_info.data<int32_t>(), plan.tile_info.data<int32_t>(), out.data<T>(),
-                                  ctx.warp_size(), ctx.stream().get());
+                                  plan.seq_info.data<int32_t>(), plan.tile_info.data<int32_t>(),
+                                  ws > 0 ? workspace.data<float>() : nullptr, out.data<T>(), ctx.warp_size(),
+                                  ctx.stream().get());
   };
   if (q.dtype() == DType::f16) run.template operator()<half>();
   else run.template operator()<bfloat16>();
@@ -189,11 +199,8 @@ Availability matrix_attention_supports(const AttentionShape& shape) {
 }
 
 AttentionPath AttentionPaths::choose(const gpu::DeviceCaps& caps, const AttentionShape& shape) {
-  if (!available(caps, AttentionPath::matrix).ok || !matrix_attention_supports(shape).ok) return AttentionPath::portable;
-  // Deterministic mode: the matrix kernel's rows depend on their own sequence only, so every
-  // batch takes it. Otherwise batches of single tokens keep the portable kernel's split context.
-  if (shape.deterministic || shape.rows > shape.sequences) return AttentionPath::matrix;
-  return AttentionPath::portable;
+  return available(caps, AttentionPath::matrix).ok && matrix_attention_supports(shape).ok ? AttentionPath::matrix
+                                                                                          : AttentionPath::portable;
 }
 
 void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -203,7 +210,10 @@ void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, cons
             options, out, nullptr, path);
 }
 
-PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens) {
+int matrix_tile_tokens(int group) { return kernels::prefill_tile_tokens(group); }
+
+PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens,
+                         int group) {
   LW_CHECK(query_lens.size() == context_lens.size(),
            "prefill_attention: " << query_lens.size() << " query lengths for " << context_lens.size() << " sequences");
   // One decode row per new token: its sequence's table row and its causal context length.
@@ -231,10 +241,12 @@ PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, c
   };
   plan.token_lens = upload(lens_h);
   plan.token_rows = upload(rows_h);
-  const kernels::PrefillTables tables = kernels::prefill_tables(query_lens, context_lens);
+  const kernels::PrefillTables tables = kernels::prefill_tables(query_lens, context_lens, group);
   plan.seq_info = upload(tables.seq_info);
   plan.tile_info = upload(tables.tile_info);
   plan.tiles = tables.tiles;
+  plan.group = group;
+  plan.tile_tokens = tables.tile_tokens;
   return plan;
 }
 
@@ -255,8 +267,12 @@ void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, con
                        const Tensor& block_tables, const std::vector<int32_t>& query_lens,
                        const std::vector<int32_t>& context_lens, float scale, const Tensor& out,
                        const AttentionOptions& options, AttentionPath path) {
-  prefill_attention(ctx, q, k_cache, v_cache, block_tables, plan_prefill(ctx, query_lens, context_lens), scale, out,
-                    options, path);
+  const int group = q.defined() && q.dim() == 3 && k_cache.defined() && k_cache.dim() == 4 && k_cache.size(2) > 0 &&
+                            q.size(1) % k_cache.size(2) == 0
+                        ? static_cast<int>(q.size(1) / k_cache.size(2))
+                        : 1;  // attention() refuses such shapes with their own message
+  prefill_attention(ctx, q, k_cache, v_cache, block_tables, plan_prefill(ctx, query_lens, context_lens, group), scale,
+                    out, options, path);
 }
 
 }  // namespace lw::ops

@@ -13,9 +13,10 @@ namespace lw::ops {
 // forces one where the caller passes automatic; ops/select.h):
 //   portable  the SIMT kernels of kernels/attention_decode.cu, every dtype, every target: one
 //             query row per block row, the context split into partitions (the oracle);
-//   matrix    prefill on matrix cores (kernels/attention_prefill.cu): f16/bf16, head dims 64,
-//             80, 96, 128, 256; NVIDIA sm_80+, AMD MFMA (gfx90a, gfx942) and WMMA (gfx11), and
-//             the emulator. Decode has no matrix kernel yet: forcing it on decode is refused.
+//   matrix    prefill_attention on matrix cores (kernels/attention_prefill.cu; one new token
+//             per sequence is decode): f16/bf16, head dims 64, 80, 96, 128, 256; NVIDIA sm_80+,
+//             AMD MFMA (gfx90a, gfx942) and WMMA (gfx11), and the emulator. decode_attention
+//             (no plan) stays portable: forcing matrix on it is refused.
 enum class AttentionPath { automatic, portable, matrix };
 
 // What shapes the scores beyond softmax(scale * q.k); the defaults change nothing.
@@ -76,10 +77,9 @@ void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, cons
 // head_dim], the sequences' tokens one after another; out: like q; caches and block_tables as
 // for decode_attention (one table row per sequence). The portable path runs every query token
 // through the decode kernel over its own causal context (it reads the context once per query
-// token); the matrix path reads it once per 64 query rows. The automatic choice takes the
-// matrix path where it supports the shape and some sequence has several new tokens, or always
-// in deterministic mode (a row's result there depends on its own sequence only), else the
-// portable one (its split context suits batches of single tokens).
+// token); the matrix path reads it once per 64 query rows (new tokens x the query heads of a
+// group), splitting long contexts over several blocks when the batch alone would not fill the
+// device. The automatic choice takes the matrix path wherever it supports the shape.
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const std::vector<int32_t>& query_lens,
                        const std::vector<int32_t>& context_lens, float scale, const Tensor& out,
@@ -92,9 +92,15 @@ struct PrefillPlan {
   Tensor seq_info, tile_info;     // i32 [3 * sequences], [2 * tiles]: kernels/attention_prefill.h
   int64_t sequences = 0, tokens = 0;
   int tiles = 0;
+  int group = 1;        // query heads per key/value head the tiles are made for
+  int tile_tokens = 0;  // new tokens per tile (kernels::prefill_tile_tokens(group))
   int max_context = 0;
 };
-PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens);
+PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens,
+                         int group = 1);
+// New tokens per tile of the matrix path's tables for `group` query heads per key/value head
+// (for a caller that fills a plan's tables itself, as decode graphs do).
+int matrix_tile_tokens(int group);
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const PrefillPlan& plan, float scale, const Tensor& out,
                        const AttentionOptions& options = {}, AttentionPath path = AttentionPath::automatic);
