@@ -33,7 +33,7 @@ struct ServeArgs {
   int64_t max_num_seqs = 256, max_batch_tokens = 2048, max_in_flight = 512;
   double kv_fraction = 0.9, grace = 10;
   size_t max_body_bytes = size_t{4} << 20;
-  bool deterministic = false;
+  bool deterministic = false, allow_special_in_content = false;
   ParallelArgs parallel;
 } args;
 
@@ -62,6 +62,7 @@ int run_serve(int device) {
   so.max_in_flight = args.max_in_flight;
   so.max_body_bytes = args.max_body_bytes;
   so.grace_seconds = args.grace;
+  so.allow_special_in_content = args.allow_special_in_content;
   server::HttpServer http(gen, loop, so);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -102,6 +103,9 @@ void add_serve_command(CLI::App& app) {
   s->add_option("--kv-fraction", args.kv_fraction, "Fraction of free device memory for the KV cache")->check(CLI::Range(0.01, 1.0));
   s->add_option("--max-body-bytes", args.max_body_bytes, "Largest request body accepted");
   s->add_option("--grace", args.grace, "Seconds in-flight requests (streams too) get after SIGINT/SIGTERM before they end with finish_reason abort")->check(CLI::NonNegativeNumber);
+  s->add_flag("--allow-special-in-content", args.allow_special_in_content,
+              "Read special tokens written in chat message contents as special (trusted clients only; "
+              "by default message text is tokenized as plain text, so it cannot forge turns)");
   add_deterministic_flag(s, args.deterministic);
 }
 

@@ -123,6 +123,7 @@ HttpServer::HttpServer(engine::LoadedModel& generator, EngineLoop& loop, ServerO
   model_.tokenizer = &generator.tokenizer();
   model_.chat = generator.has_chat_template() ? &generator.chat_template() : nullptr;
   model_.context = generator.config().max_position;
+  model_.allow_special_in_content = options_.allow_special_in_content;
   const int threads = options_.threads > 0 ? options_.threads : static_cast<int>(options_.max_in_flight) + 8;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(options_.max_body_bytes);

@@ -28,6 +28,7 @@ struct ServerOptions {
   size_t max_body_bytes = size_t{4} << 20;
   int threads = 0;           // HTTP worker threads; 0: max_in_flight + 8
   double grace_seconds = 10;  // after stop(): in-flight requests get this long, then are cancelled
+  bool allow_special_in_content = false;  // ApiModel::allow_special_in_content
 };
 
 // Past the grace period, requests in flight are cancelled and answered (finish_reason "abort",

@@ -165,7 +165,7 @@ std::vector<int32_t> chat_prompt(const json& body, const ApiModel& model) {
     conv.push_back({role == "developer" ? "system" : role, content_text(m, i)});
   }
   try {
-    return model.tokenizer->encode(model.chat->render(conv, true), false);
+    return text::encode_chat(*model.tokenizer, *model.chat, conv, true, model.allow_special_in_content);
   } catch (const Error& e) {
     throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
   }

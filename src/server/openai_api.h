@@ -29,6 +29,9 @@ struct ApiModel {
   const text::Tokenizer* tokenizer = nullptr;
   const text::ChatTemplate* chat = nullptr;  // null: the model has none
   int64_t context = 0;
+  // Special tokens written in message contents are read as special (trusted clients only);
+  // false: message text is tokenized as plain text, so it cannot forge chat turns.
+  bool allow_special_in_content = false;
 };
 
 struct ParsedRequest {

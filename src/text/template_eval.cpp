@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <utility>
 #include <vector>
@@ -19,10 +20,36 @@ namespace {
 struct BreakSignal {};
 struct ContinueSignal {};
 
+// Bytes [pos, pos + n) of a string, with their marks.
+Value substr(const Value& v, size_t pos, size_t n = std::string::npos) {
+  Value r = Value::str(v.s.substr(pos, n));
+  if (!v.from_message.empty()) r.from_message = v.from_message.substr(pos, n);
+  return r;
+}
+
+// A string made from parts: all of it counts as message text when any part does.
+Value derived(std::string s, std::initializer_list<const Value*> from) {
+  bool marked = false;
+  for (const Value* v : from) marked = marked || carries_message_text(*v);
+  return Value::str(std::move(s), marked);
+}
+
+// The value as text (Python's str()), with its marks: a string's own, else all or nothing.
+Value text_of(const Value& v) {
+  if (v.t == Value::T::Str) return v;
+  return derived(to_str(v), {&v});
+}
+
+Value concat(const Value& a, const Value& b) {
+  Value r = text_of(a);
+  append(r, text_of(b));
+  return r;
+}
+
 class Evaluator {
  public:
   std::vector<std::unordered_map<std::string, Value>> scopes;
-  std::string out;
+  Value out = Value::str("");
 
   [[noreturn]] static void fail(const Expr& e, const std::string& msg) {
     LW_FAIL("chat template error at line " << e.line << " col " << e.col << ": " << msg);
@@ -45,8 +72,8 @@ class Evaluator {
 
   void exec(const Node& n) {
     switch (n.k) {
-      case Node::Text: out += n.text; break;
-      case Node::Output: out += to_str(eval(*n.expr)); break;
+      case Node::Text: append(out, Value::str(n.text)); break;
+      case Node::Output: append(out, text_of(eval(*n.expr))); break;
       case Node::If:
         for (const auto& [cond, body] : n.branches) {
           if (truthy(eval(*cond))) { exec(body); return; }
@@ -84,7 +111,7 @@ class Evaluator {
           size_t len = 1;
           unsigned char c = v.s[k];
           if (c >= 0xF0) len = 4; else if (c >= 0xE0) len = 3; else if (c >= 0xC0) len = 2;
-          l.push_back(Value::str(v.s.substr(k, len)));
+          l.push_back(substr(v, k, len));
           k += len;
         }
         return l;
@@ -176,7 +203,7 @@ class Evaluator {
       int64_t n = obj.t == Value::T::List ? int64_t(obj.list->size()) : int64_t(obj.s.size());
       int64_t k = key.i < 0 ? key.i + n : key.i;
       if (k < 0 || k >= n) return {};
-      return obj.t == Value::T::List ? (*obj.list)[k] : Value::str(obj.s.substr(k, 1));
+      return obj.t == Value::T::List ? (*obj.list)[k] : substr(obj, size_t(k), 1);
     }
     if (obj.t == Value::T::Undefined) fail(at, "undefined value is not subscriptable");
     return {};
@@ -247,12 +274,12 @@ class Evaluator {
     if (e.args[2]) b = clamp(b, step < 0);
     else if (step < 0) b = -1;
     List l;
-    std::string s;
+    Value s = Value::str("");
     for (int64_t k = a; step > 0 ? k < b : k > b; k += step) {
       if (obj.t == Value::T::List) l.push_back((*obj.list)[k]);
-      else s += obj.s[k];
+      else append(s, substr(obj, size_t(k), 1));
     }
-    return obj.t == Value::T::List ? Value::make_list(std::move(l)) : Value::str(s);
+    return obj.t == Value::T::List ? Value::make_list(std::move(l)) : s;
   }
 
   bool contains(const Value& hay, const Value& needle, const Expr& e) {
@@ -285,7 +312,7 @@ class Evaluator {
     if (op == "!=") return Value::boolean(!equal(a, b));
     if (op == "in") return Value::boolean(contains(b, a, e));
     if (op == "not in") return Value::boolean(!contains(b, a, e));
-    if (op == "~") return Value::str(to_str(a) + to_str(b));
+    if (op == "~") return concat(a, b);
     if (op == "<" || op == ">" || op == "<=" || op == ">=") {
       int c;
       if (a.is_num() && b.is_num()) c = a.num() < b.num() ? -1 : a.num() > b.num() ? 1 : 0;
@@ -295,7 +322,7 @@ class Evaluator {
       return Value::boolean(r);
     }
     if (op == "+") {
-      if (a.t == Value::T::Str && b.t == Value::T::Str) return Value::str(a.s + b.s);
+      if (a.t == Value::T::Str && b.t == Value::T::Str) return concat(a, b);
       if (a.t == Value::T::List && b.t == Value::T::List) {
         List l = *a.list;
         l.insert(l.end(), b.list->begin(), b.list->end());
@@ -303,9 +330,9 @@ class Evaluator {
       }
     }
     if (op == "*" && a.t == Value::T::Str && b.t == Value::T::Int) {
-      std::string s;
-      for (int64_t k = 0; k < b.i; ++k) s += a.s;
-      return Value::str(s);
+      Value s = Value::str("");
+      for (int64_t k = 0; k < b.i; ++k) append(s, a);
+      return s;
     }
     if (!a.is_num() || !b.is_num())
       fail(e, "unsupported operand types for " + op + ": " + type_name(a) + " and " + type_name(b));
@@ -347,12 +374,20 @@ class Evaluator {
     return def;
   }
 
-  static std::string strip(const std::string& s, const std::string& chars, bool left, bool right) {
+  static Value strip(const Value& v, const std::string& chars, bool left, bool right) {
+    const std::string& s = v.s;
     size_t a = 0, b = s.size();
     auto in = [&](char c) { return chars.empty() ? std::isspace(static_cast<unsigned char>(c)) != 0 : chars.find(c) != std::string::npos; };
     if (left) while (a < b && in(s[a])) ++a;
     if (right) while (b > a && in(s[b - 1])) --b;
-    return s.substr(a, b - a);
+    return substr(v, a, b - a);
+  }
+
+  // The string with each byte changed by f (the length and the marks stay).
+  template <class F>
+  static Value map_bytes(Value v, F f) {
+    for (size_t k = 0; k < v.s.size(); ++k) v.s[k] = f(k, static_cast<unsigned char>(v.s[k]));
+    return v;
   }
 
   Value call(const Expr& e) {
@@ -365,13 +400,10 @@ class Evaluator {
         const std::string& s = obj.s;
         if (m == "strip" || m == "lstrip" || m == "rstrip") {
           Value c = arg(0);
-          return Value::str(strip(s, c.t == Value::T::Str ? c.s : "", m != "rstrip", m != "lstrip"));
+          return strip(obj, c.t == Value::T::Str ? c.s : "", m != "rstrip", m != "lstrip");
         }
-        if (m == "upper" || m == "lower") {
-          std::string r = s;
-          for (auto& ch : r) ch = m == "upper" ? char(std::toupper(static_cast<unsigned char>(ch))) : char(std::tolower(static_cast<unsigned char>(ch)));
-          return Value::str(r);
-        }
+        if (m == "upper" || m == "lower")
+          return map_bytes(obj, [&](size_t, unsigned char ch) { return char(m == "upper" ? std::toupper(ch) : std::tolower(ch)); });
         if (m == "startswith" || m == "endswith") {
           Value p = arg(0);
           if (p.t != Value::T::Str) fail(e, m + " needs a string");
@@ -384,15 +416,15 @@ class Evaluator {
           List l;
           if (sep.t == Value::T::Str && !sep.s.empty()) {
             size_t pos = 0;
-            for (size_t f; (f = s.find(sep.s, pos)) != std::string::npos; pos = f + sep.s.size()) l.push_back(Value::str(s.substr(pos, f - pos)));
-            l.push_back(Value::str(s.substr(pos)));
+            for (size_t f; (f = s.find(sep.s, pos)) != std::string::npos; pos = f + sep.s.size()) l.push_back(substr(obj, pos, f - pos));
+            l.push_back(substr(obj, pos));
           } else {
             size_t k = 0;
             while (k < s.size()) {
               while (k < s.size() && std::isspace(static_cast<unsigned char>(s[k]))) ++k;
               size_t st = k;
               while (k < s.size() && !std::isspace(static_cast<unsigned char>(s[k]))) ++k;
-              if (k > st) l.push_back(Value::str(s.substr(st, k - st)));
+              if (k > st) l.push_back(substr(obj, st, k - st));
             }
           }
           return Value::make_list(std::move(l));
@@ -403,7 +435,7 @@ class Evaluator {
           std::string r;
           size_t pos = 0;
           for (size_t f; (f = s.find(a.s, pos)) != std::string::npos; pos = f + a.s.size()) r += s.substr(pos, f - pos) + b.s;
-          return Value::str(r + s.substr(pos));
+          return derived(r + s.substr(pos), {&obj, &a, &b});
         }
       } else if (obj.t == Value::T::Dict) {
         if (m == "items") {
@@ -457,7 +489,7 @@ class Evaluator {
       localtime_r(&now, &tm);
       char buf[256];
       size_t n = std::strftime(buf, sizeof(buf), to_str(fmt).c_str(), &tm);
-      return Value::str(std::string(buf, n));
+      return derived(std::string(buf, n), {&fmt});
     }
     fail(e, "unknown function '" + f.s + "'");
   }
@@ -503,7 +535,7 @@ class Evaluator {
     auto arg = [&](size_t k) { return k + 1 < e.args.size() ? eval(*e.args[k + 1]) : Value{}; };
     if (f == "trim") {
       Value c = arg(0);
-      return Value::str(strip(to_str(v), c.t == Value::T::Str ? c.s : "", true, true));
+      return strip(text_of(v), c.t == Value::T::Str ? c.s : "", true, true);
     }
     if (f == "length" || f == "count") {
       if (v.t == Value::T::Str) {
@@ -520,16 +552,13 @@ class Evaluator {
       Value ind = kwarg(e, "indent", 1, Value::none());
       std::string out;
       to_json(v, ind.t == Value::T::Int ? int(ind.i) : -1, 0, out);
-      return Value::str(out);
+      return derived(std::move(out), {&v});
     }
     if (f == "upper" || f == "lower" || f == "capitalize") {
-      std::string s = to_str(v);
-      for (size_t k = 0; k < s.size(); ++k) {
-        unsigned char c = s[k];
+      return map_bytes(text_of(v), [&](size_t k, unsigned char c) {
         bool up = f == "upper" || (f == "capitalize" && k == 0);
-        s[k] = up ? char(std::toupper(c)) : char(std::tolower(c));
-      }
-      return Value::str(s);
+        return up ? char(std::toupper(c)) : char(std::tolower(c));
+      });
     }
     if (f == "default" || f == "d") {
       Value def = arg(0);
@@ -545,13 +574,13 @@ class Evaluator {
     if (f == "join") {
       Value sep = arg(0);
       Value attr = kwarg(e, "attribute", 99, Value{});
-      std::string out;
+      Value out = Value::str("");
       List l = iterate(v, e);
       for (size_t k = 0; k < l.size(); ++k) {
-        if (k) out += to_str(sep);
-        out += to_str(attr.defined() ? get_attr(l[k], to_str(attr), e) : l[k]);
+        if (k) append(out, text_of(sep));
+        append(out, text_of(attr.defined() ? get_attr(l[k], to_str(attr), e) : l[k]));
       }
-      return Value::str(out);
+      return out;
     }
     if (f == "items") {
       if (v.t == Value::T::Undefined) return Value::make_list();
@@ -561,7 +590,7 @@ class Evaluator {
       return Value::make_list(std::move(l));
     }
     if (f == "list") return Value::make_list(iterate(v, e));
-    if (f == "string") return Value::str(to_str(v));
+    if (f == "string") return text_of(v);
     if (f == "safe" || f == "e" || f == "escape") return v;  // no autoescape in chat templates
     if (f == "int") {
       if (v.t == Value::T::Str) {
@@ -598,7 +627,7 @@ class Evaluator {
       if (a.t != Value::T::Str || a.s.empty()) fail(e, "replace needs a non-empty string");
       size_t pos = 0;
       for (size_t q; (q = s.find(a.s, pos)) != std::string::npos; pos = q + a.s.size()) r += s.substr(pos, q - pos) + to_str(b);
-      return Value::str(r + s.substr(pos));
+      return derived(r + s.substr(pos), {&v, &a, &b});
     }
     fail(e, "unknown filter '" + f + "'");
   }
@@ -606,7 +635,7 @@ class Evaluator {
 
 }  // namespace
 
-std::string evaluate(const Body& body, Globals globals) {
+std::string evaluate(const Body& body, Globals globals, std::string* from_message) {
   Evaluator ev;
   ev.scopes.push_back(std::move(globals));
   ev.scopes.emplace_back();  // template-level assignments
@@ -617,7 +646,11 @@ std::string evaluate(const Body& body, Globals globals) {
   } catch (const ContinueSignal&) {
     LW_FAIL("chat template: {% continue %} outside a loop");
   }
-  return std::move(ev.out);
+  if (from_message) {
+    *from_message = std::move(ev.out.from_message);
+    if (!from_message->empty()) from_message->resize(ev.out.s.size(), 0);
+  }
+  return std::move(ev.out.s);
 }
 
 }  // namespace lw::text::jinja
