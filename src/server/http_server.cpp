@@ -94,6 +94,27 @@ void reply_error(httplib::Response& res, const ApiError& e) {
   res.set_content(error_json(e).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
+// The engine request of one choice of a parsed request (choice i samples with seed + i).
+engine::Request engine_request(const ParsedRequest& p, int choice) {
+  engine::Request r;
+  r.prompt = p.prompt;
+  r.max_tokens = p.max_tokens;
+  r.stop_strings = p.stop_strings;
+  r.ignore_eos = p.ignore_eos;
+  r.top_logprobs = p.top_logprobs;
+  ops::SamplingOptions& s = r.sampling;
+  s.temperature = p.sampling.temperature;
+  s.top_p = p.sampling.top_p;
+  s.top_k = p.sampling.top_k;
+  s.min_p = p.sampling.min_p;
+  s.presence_penalty = p.sampling.presence_penalty;
+  s.frequency_penalty = p.sampling.frequency_penalty;
+  s.repetition_penalty = p.sampling.repetition_penalty;
+  s.seed = p.sampling.seed + static_cast<uint64_t>(choice);
+  s.logit_bias = p.sampling.logit_bias;
+  return r;
+}
+
 // The connection closes after this response (its request's body was not read in full).
 void close_after(httplib::Response& res) {
   this_connection().close = true;
@@ -316,9 +337,7 @@ void HttpServer::routes() {
       std::vector<int64_t> handles;
       try {
         for (int i = 0; i < p.n; ++i) {
-          engine::Request r = p.request;
-          r.sampling.seed += static_cast<uint64_t>(i);
-          const int64_t h = loop_.submit(std::move(r), queue);
+          const int64_t h = loop_.submit(engine_request(p, i), queue);
           if (h < 0) {
             for (int64_t x : handles) loop_.cancel(x);
             res.set_header("Retry-After", "1");
@@ -350,7 +369,7 @@ void HttpServer::routes() {
       auto st = std::make_shared<State>();
       st->choices.resize(static_cast<size_t>(p.n));
       for (size_t i = 0; i < handles.size(); ++i) st->index[handles[i]] = i;
-      st->prompt_tokens = static_cast<int64_t>(p.request.prompt.size());
+      st->prompt_tokens = static_cast<int64_t>(p.prompt.size());
       const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
       const int64_t created = std::time(nullptr);
       const text::Tokenizer* tok = model_.tokenizer;
