@@ -1,6 +1,7 @@
 #include "text/template_eval.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +19,10 @@ namespace lw::text::jinja {
 namespace {
 
 struct BreakSignal {};
+// The longest range() (jinja2's sandbox, which transformers renders templates in, has the same).
+constexpr int64_t kMaxRange = 100000;
+// The longest string `str * int` makes.
+constexpr uint64_t kMaxRepeatBytes = uint64_t{16} << 20;
 struct ContinueSignal {};
 
 // Bytes [pos, pos + n) of a string, with their marks.
@@ -87,6 +92,9 @@ class Evaluator {
         } else {
           Value ns = lookup(n.targets[0]);
           if (ns.t != Value::T::Dict) fail(*n.expr, "cannot set attribute of '" + n.targets[0] + "'");
+          // Values are never cyclic (printing and comparing them recurse): a namespace may not hold itself.
+          std::vector<const void*> seen;
+          if (holds(v, ns.dict.get(), seen)) fail(*n.expr, "'" + n.targets[0] + "' cannot hold itself");
           ns.dict->set(n.targets[1], std::move(v));
         }
         break;
@@ -95,6 +103,25 @@ class Evaluator {
       case Node::Continue: throw ContinueSignal{};
       case Node::For: exec_for(n); break;
     }
+  }
+
+  // Whether v is or contains the dict d (each container looked at once).
+  static bool holds(const Value& v, const Dict* d, std::vector<const void*>& seen) {
+    const void* p = v.t == Value::T::Dict ? static_cast<const void*>(v.dict.get())
+                    : v.t == Value::T::List ? static_cast<const void*>(v.list.get())
+                                            : nullptr;
+    if (!p) return false;
+    if (p == d) return true;
+    if (std::find(seen.begin(), seen.end(), p) != seen.end()) return false;
+    seen.push_back(p);
+    if (v.t == Value::T::List) {
+      for (const auto& x : *v.list)
+        if (holds(x, d, seen)) return true;
+    } else {
+      for (const auto& [k, x] : v.dict->items)
+        if (holds(x, d, seen)) return true;
+    }
+    return false;
   }
 
   List iterate(const Value& v, const Expr& at) {
@@ -187,8 +214,11 @@ class Evaluator {
       return v ? *v : Value{};
     }
     if (obj.t == Value::T::Undefined) fail(at, "undefined value has no attribute '" + name + "'");
-    if (obj.t == Value::T::List && !name.empty() && std::isdigit(static_cast<unsigned char>(name[0])))
-      return get_index(obj, Value::integer(std::stoll(name)), at);
+    if (obj.t == Value::T::List && !name.empty() && std::isdigit(static_cast<unsigned char>(name[0]))) {
+      int64_t k = 0;
+      const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), k);
+      return ec == std::errc() && end == name.data() + name.size() ? get_index(obj, Value::integer(k), at) : Value{};
+    }
     return {};
   }
 
@@ -238,6 +268,7 @@ class Evaluator {
         if (e.name == "not") return Value::boolean(!truthy(v));
         if (!v.is_num()) fail(e, "unary " + e.name + " on " + type_name(v));
         if (e.name == "+") return v;
+        if (v.t == Value::T::Int && v.i == INT64_MIN) fail(e, "integer overflow");
         return v.t == Value::T::Float ? Value::real(-v.f) : Value::integer(-(v.t == Value::T::Int ? v.i : int64_t(v.b)));
       }
       case Expr::Binary: return binary(e);
@@ -275,9 +306,10 @@ class Evaluator {
     else if (step < 0) b = -1;
     List l;
     Value s = Value::str("");
-    for (int64_t k = a; step > 0 ? k < b : k > b; k += step) {
+    for (int64_t k = a; step > 0 ? k < b : k > b;) {
       if (obj.t == Value::T::List) l.push_back((*obj.list)[k]);
       else append(s, substr(obj, size_t(k), 1));
+      if (__builtin_add_overflow(k, step, &k)) break;
     }
     return obj.t == Value::T::List ? Value::make_list(std::move(l)) : s;
   }
@@ -330,6 +362,8 @@ class Evaluator {
       }
     }
     if (op == "*" && a.t == Value::T::Str && b.t == Value::T::Int) {
+      if (b.i > 0 && a.s.size() > kMaxRepeatBytes / static_cast<uint64_t>(b.i))
+        fail(e, "a repeated string of more than " + std::to_string(kMaxRepeatBytes) + " bytes");
       Value s = Value::str("");
       for (int64_t k = 0; k < b.i; ++k) append(s, a);
       return s;
@@ -337,7 +371,8 @@ class Evaluator {
     if (!a.is_num() || !b.is_num())
       fail(e, "unsupported operand types for " + op + ": " + type_name(a) + " and " + type_name(b));
     bool fl = a.t == Value::T::Float || b.t == Value::T::Float;
-    int64_t x = a.t == Value::T::Int ? a.i : int64_t(a.num()), y = b.t == Value::T::Int ? b.i : int64_t(b.num());
+    // The integer operands (bool as 0 or 1); only read when neither operand is a float.
+    int64_t x = a.t == Value::T::Int ? a.i : fl ? 0 : int64_t(a.num()), y = b.t == Value::T::Int ? b.i : fl ? 0 : int64_t(b.num());
     if (op == "/") {
       if (b.num() == 0) fail(e, "division by zero");
       return Value::real(a.num() / b.num());
@@ -348,14 +383,19 @@ class Evaluator {
         double q = std::floor(a.num() / b.num());
         return op == "//" ? Value::real(q) : Value::real(a.num() - q * b.num());
       }
+      if (x == INT64_MIN && y == -1) fail(e, "integer overflow");
       int64_t q = x / y;
       if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
       return op == "//" ? Value::integer(q) : Value::integer(x - q * y);
     }
     if (op == "**") {
       if (!fl && y >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < y; ++k) r *= x;
+        int64_t r = 1, base = x;  // by squaring, every product checked
+        for (int64_t n = y; n > 0;) {
+          if ((n & 1) && __builtin_mul_overflow(r, base, &r)) fail(e, "integer overflow");
+          n >>= 1;
+          if (n > 0 && __builtin_mul_overflow(base, base, &base)) fail(e, "integer overflow");
+        }
         return Value::integer(r);
       }
       return Value::real(std::pow(a.num(), b.num()));
@@ -364,7 +404,12 @@ class Evaluator {
       double r = op == "+" ? a.num() + b.num() : op == "-" ? a.num() - b.num() : a.num() * b.num();
       return Value::real(r);
     }
-    return Value::integer(op == "+" ? x + y : op == "-" ? x - y : x * y);
+    int64_t r = 0;
+    const bool over = op == "+" ? __builtin_add_overflow(x, y, &r)
+                      : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                                  : __builtin_mul_overflow(x, y, &r);
+    if (over) fail(e, "integer overflow");
+    return Value::integer(r);
   }
 
   Value kwarg(const Expr& e, const std::string& name, size_t pos, Value def) {
@@ -478,8 +523,12 @@ class Evaluator {
       if (a.size() == 1) hi = a[0];
       else if (a.size() >= 2) { lo = a[0]; hi = a[1]; if (a.size() > 2) step = a[2]; }
       if (step == 0) fail(e, "range step cannot be zero");
+      // The item count in 128-bit arithmetic (no overflow), capped as jinja2's sandbox does.
+      const __int128 span = step > 0 ? __int128(hi) - lo : __int128(lo) - hi;
+      const __int128 count = span <= 0 ? 0 : (span - 1) / (step > 0 ? __int128(step) : -__int128(step)) + 1;
+      if (count > kMaxRange) fail(e, "range of more than " + std::to_string(kMaxRange) + " items");
       List l;
-      for (int64_t k = lo; step > 0 ? k < hi : k > hi; k += step) l.push_back(Value::integer(k));
+      for (int64_t k = 0; k < int64_t(count); ++k) l.push_back(Value::integer(int64_t(lo + __int128(k) * step)));
       return Value::make_list(std::move(l));
     }
     if (f.s == "strftime_now") {

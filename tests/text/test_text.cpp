@@ -451,3 +451,33 @@ TEST(Tokenizer, PlainTextSpansSplitSpecialTokensOnly) {
   msg = error_of([&] { tok.encode(text, false, outside); });
   EXPECT_NE(msg.find("outside the text"), std::string::npos) << msg;
 }
+
+// Templates come with model files: whatever their source, a bad one is an lw::Error naming the
+// problem, never an exception of another kind, undefined behaviour or a stack overflow (inputs
+// the template fuzzer, tests/fuzz/fuzz_template, found or aims at).
+TEST(ChatTemplateErrors, HostileSourcesAreErrors) {
+  auto render_error = [](const std::string& source) {
+    return error_of([&] { ChatTemplate(source, "", "").render({{"user", "x"}}, true); });
+  };
+  EXPECT_NE(render_error("{{ '\\xZZ' }}").find("hex digits"), std::string::npos);
+  EXPECT_NE(render_error("{{ '\\u12' }}").find("bad"), std::string::npos);
+  EXPECT_NE(render_error("{{ 99999999999999999999 }}").find("64-bit"), std::string::npos);
+  EXPECT_NE(render_error("{{ 9223372036854775807 + 1 }}").find("overflow"), std::string::npos);
+  EXPECT_NE(render_error("{{ 3 ** 41 }}").find("overflow"), std::string::npos);
+  EXPECT_NE(render_error("{{ -(-9223372036854775807 - 1) }}").find("overflow"), std::string::npos);
+  EXPECT_NE(render_error("{{ (-9223372036854775807 - 1) // -1 }}").find("overflow"), std::string::npos);
+  EXPECT_NE(render_error("{% for i in range(100001) %}{% endfor %}").find("range of more than 100000"), std::string::npos);
+  EXPECT_NE(render_error("{{ 'ab' * 9000000000 }}").find("repeated string"), std::string::npos);
+  EXPECT_NE(render_error("{% set ns = namespace(a=1) %}{% set ns.self = [ns] %}{{ ns }}").find("cannot hold itself"),
+            std::string::npos);
+  EXPECT_NE(render_error("{{ " + std::string(150, '(') + "1" + std::string(150, ')') + " }}").find("nested more than 100"), std::string::npos);
+  std::string deep;
+  for (int i = 0; i < 150; ++i) deep += "{% if true %}";
+  for (int i = 0; i < 150; ++i) deep += "{% endif %}";
+  EXPECT_NE(render_error(deep).find("nested more than 100"), std::string::npos);
+  // Within the limits the same constructs work as in Python.
+  const ChatTemplate ok("{{ 1" + std::string(400, '0') + ".0 }} {{ 2 ** 62 }} {{ (-1) ** 7 }} {{ range(99995, 100000, 2) | list }} {{ 'abc'[1::9223372036854775807] }} "
+                        "{{ [1, 2, 3].1 }} {{ [1].99999999999999999999 is defined }}",
+                        "", "");
+  EXPECT_EQ(ok.render({}, false), "inf 4611686018427387904 -1 [99995, 99997, 99999] b 2 False");
+}
