@@ -62,16 +62,23 @@ void address_of(int sock, bool peer, std::string& ip, int& port) {
 // request's line and header bytes.
 class ConnectionStream final : public httplib::Stream {
  public:
-  ConnectionStream(int sock, int read_ms, int write_ms, size_t max_header_bytes)
-      : sock_(sock), read_ms_(read_ms), write_ms_(write_ms), max_header_bytes_(max_header_bytes) {}
+  ConnectionStream(int sock, int read_ms, int write_ms, const ConnectionLimits& limits)
+      : sock_(sock), read_ms_(read_ms), write_ms_(write_ms), limits_(limits) {}
 
-  bool is_readable() const override { return off_ < len_ || wait_for(sock_, POLLIN, read_ms_) > 0; }
+  bool is_readable() const override { return off_ < len_ || wait_for(sock_, POLLIN, read_wait_ms()) > 0; }
   bool is_writable() const override { return wait_for(sock_, POLLOUT, write_ms_) > 0 && alive(); }
 
   ssize_t read(char* ptr, size_t size) override {
     if (failed_) return -1;
+    if (Clock::now() >= deadline_) {  // a client that trickles bytes never makes a read wait
+      late();
+      return -1;
+    }
     if (off_ == len_) {
-      if (wait_for(sock_, POLLIN, read_ms_) <= 0) return -1;
+      if (wait_for(sock_, POLLIN, read_wait_ms()) <= 0) {
+        if (Clock::now() >= deadline_) late();
+        return -1;
+      }
       ssize_t n;
       do n = ::recv(sock_, buf_.data(), buf_.size(), 0);
       while (n < 0 && errno == EINTR);
@@ -116,24 +123,41 @@ class ConnectionStream final : public httplib::Stream {
     return false;
   }
 
-  // Starts a request: its line and headers are counted from here.
+  // Starts a request (its first byte is here): its line and headers are counted, and their
+  // deadline runs, from now.
   void begin_request() {
     in_headers_ = true;
     first_line_ = true;
     header_bytes_ = line_bytes_ = 0;
     wrote_ = false;
+    failed_ = false;
+    deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits_.header_seconds));
   }
   bool wrote() const { return wrote_; }
 
  private:
+  // A read waits for the read timeout, or until the request's deadline if that comes first.
+  int read_wait_ms() const {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+    return static_cast<int>(std::clamp<int64_t>(left, 0, read_ms_));
+  }
+
+  // Past the deadline: the stream fails, and the request is marked too slow.
+  void late() {
+    ConnectionState& state = this_connection();
+    if (in_headers_) state.header_fault = HeaderFault::too_slow;
+    else state.body_too_slow = true;
+    failed_ = true;
+  }
+
   // Counts the next n buffered bytes as request line and headers; returns how many of them
   // belong there (the headers end at an empty CRLF line, as cpp-httplib reads them). Past the
-  // cap the stream fails.
+  // cap or the deadline the stream fails; at their end the body's deadline starts.
   size_t account(size_t n) {
     ConnectionState& state = this_connection();
     for (size_t i = 0; i < n; ++i) {
       const char c = buf_[off_ + i];
-      if (++header_bytes_ > max_header_bytes_) {
+      if (++header_bytes_ > limits_.max_header_bytes) {
         state.header_fault = HeaderFault::too_large;
         failed_ = true;
         return 0;
@@ -142,6 +166,7 @@ class ConnectionStream final : public httplib::Stream {
       if (c != '\n') continue;
       if (!first_line_ && line_bytes_ == 2 && line_starts_cr_) {
         in_headers_ = false;
+        deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits_.body_seconds));
         return i + 1;
       }
       if (!first_line_ && line_bytes_ > kHttplibHeaderLine && state.header_fault == HeaderFault::none)
@@ -165,7 +190,8 @@ class ConnectionStream final : public httplib::Stream {
   }
 
   int sock_, read_ms_, write_ms_;
-  size_t max_header_bytes_;
+  ConnectionLimits limits_;
+  Clock::time_point deadline_ = Clock::time_point::max();  // of the headers, then of the body
   std::array<char, 4096> buf_{};
   size_t off_ = 0, len_ = 0;
   bool failed_ = false, wrote_ = false;
@@ -193,7 +219,7 @@ void linger_close(int sock, const ConnectionLimits& limits) {
 
 bool Listener::process_and_close_socket(socket_t sock) {
   ConnectionStream strm(sock, milliseconds(read_timeout_sec_, read_timeout_usec_),
-                        milliseconds(write_timeout_sec_, write_timeout_usec_), limits_.max_header_bytes);
+                        milliseconds(write_timeout_sec_, write_timeout_usec_), limits_);
   bool ret = false, linger = false;
   for (size_t left = keep_alive_max_count_; left > 0; --left) {
     if (!strm.wait_for_request(static_cast<int>(keep_alive_timeout_sec_ * 1000), svr_sock_)) break;
@@ -204,19 +230,24 @@ bool Listener::process_and_close_socket(socket_t sock) {
     strm.begin_request();
     bool closed = false;
     ret = process_request(strm, left == 1, closed, nullptr);
-    if (state.header_fault == HeaderFault::too_large && !strm.wrote()) {
-      // The request line alone passed the cap: cpp-httplib gave up before it could answer.
-      static const std::string body =
-          R"({"error":{"message":"the request line and headers are larger than the server accepts","type":"invalid_request_error","param":null,"code":null}})";
-      const std::string reply = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: application/json\r\n"
-                                "Connection: close\r\nContent-Length: " +
+    if ((state.header_fault == HeaderFault::too_large || state.header_fault == HeaderFault::too_slow) && !strm.wrote()) {
+      // The request line alone passed the cap or the deadline: cpp-httplib gave up before it
+      // could answer.
+      const bool slow = state.header_fault == HeaderFault::too_slow;
+      const std::string body =
+          std::string(R"({"error":{"message":")") +
+          (slow ? "the request line and headers took longer than the server waits"
+                : "the request line and headers are larger than the server accepts") +
+          R"(","type":"invalid_request_error","param":null,"code":null}})";
+      const std::string reply = std::string(slow ? "HTTP/1.1 408 Request Timeout" : "HTTP/1.1 431 Request Header Fields Too Large") +
+                                "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
                                 std::to_string(body.size()) + "\r\n\r\n" + body;
       for (size_t off = 0; off < reply.size();) {
         const ssize_t n = strm.write(reply.data() + off, reply.size() - off);
         if (n <= 0) break;
         off += static_cast<size_t>(n);
       }
-      if (on_refused) on_refused(state.remote, 431);
+      if (on_refused) on_refused(state.remote, slow ? 408 : 431);
     }
     if (state.header_fault != HeaderFault::none || state.close) {
       linger = true;

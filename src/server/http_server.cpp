@@ -167,6 +167,8 @@ HttpServer::HttpServer(engine::LoadedModel& generator, EngineLoop& loop, ServerO
     : generator_(generator), loop_(loop), options_(std::move(options)), metrics_(std::make_unique<Metrics>()) {
   ConnectionLimits limits;
   limits.max_header_bytes = options_.max_header_bytes;
+  limits.header_seconds = options_.header_seconds;
+  limits.body_seconds = options_.body_seconds;
   auto listener = std::make_unique<Listener>(limits);
   listener->on_refused = [this](const std::string& remote, int status) {
     ++metrics_->http_requests;
@@ -213,12 +215,15 @@ void HttpServer::routes() {
   http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     ConnectionState& conn = this_connection();
     if (res.status == 400 && conn.header_fault != HeaderFault::none) {
-      res.status = 431;
       res.body.clear();
-      reply_error(res, ApiError(431, conn.header_fault == HeaderFault::too_large
-                                         ? "the request line and headers are larger than " +
-                                               std::to_string(options_.max_header_bytes) + " bytes"
-                                         : "a header line is longer than 8192 bytes"));
+      if (conn.header_fault == HeaderFault::too_slow)
+        reply_error(res, ApiError(408, "the request line and headers took longer than " +
+                                           std::to_string(static_cast<int>(options_.header_seconds)) + " s"));
+      else
+        reply_error(res, ApiError(431, conn.header_fault == HeaderFault::too_large
+                                           ? "the request line and headers are larger than " +
+                                                 std::to_string(options_.max_header_bytes) + " bytes"
+                                           : "a header line is longer than 8192 bytes"));
       close_after(res);
       return;
     }
@@ -316,6 +321,9 @@ void HttpServer::routes() {
       }
       if (!read) {
         close_after(res);
+        if (this_connection().body_too_slow)
+          return reply_error(res, ApiError(408, "the request body took longer than " +
+                                                    std::to_string(static_cast<int>(options_.body_seconds)) + " s"));
         return reply_error(res, ApiError(400, "the request body could not be read"));
       }
       if (stopping_) return reply_error(res, ApiError(503, "the server is shutting down", "", "server_error"));

@@ -27,6 +27,9 @@ struct ServerOptions {
   int64_t max_in_flight = 256;
   size_t max_body_bytes = size_t{4} << 20;
   size_t max_header_bytes = size_t{64} << 10;  // request line and headers; past it 431
+  // From a request's first byte its line and headers must arrive within header_seconds, then
+  // its body within body_seconds; past either, 408 and the connection closes.
+  double header_seconds = 10, body_seconds = 60;
   int threads = 0;           // HTTP worker threads; 0: max_in_flight + 8
   double grace_seconds = 10;  // after stop(): in-flight requests get this long, then are cancelled
   bool allow_special_in_content = false;  // ApiModel::allow_special_in_content

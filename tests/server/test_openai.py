@@ -20,6 +20,7 @@ import openai
 
 FAILURES = []
 GRACE = 3  # the server's --grace seconds
+BODY_TIMEOUT = 4  # the main server's --body-timeout seconds (--header-timeout is the default, 10)
 
 
 def check(cond, what):
@@ -272,6 +273,32 @@ def connection_faults(port, key):
             got = read_responses(s, 1)
         check(len(got) == 1 and got[0][0] == 431 and "message" in error_of(got[0][2]),
               f"header cap: {name} -> {got[0][0] if got else None} (want 431 with an error object)")
+
+    # Trickled headers and bodies get overall deadlines (each byte used to restart a 10 s read
+    # timeout, so a client holding one byte back every few seconds held its worker for good).
+    for name, first, drip, limit in [
+            ("headers", b"GET /health HTTP/1.1\r\n", b"X-Drip: 1\r\n", 10),
+            ("body", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + auth + b"Content-Length: 60\r\n\r\n", b" ",
+             BODY_TIMEOUT)]:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            t0 = time.monotonic()
+            s.sendall(first)
+            s.settimeout(1.0)
+            got = b""
+            while time.monotonic() - t0 < limit + 8 and b"\r\n\r\n" not in got:
+                try:
+                    s.sendall(drip)
+                    more = s.recv(4096)
+                    if not more:
+                        break
+                    got += more
+                except socket.timeout:
+                    pass
+                except OSError:
+                    break
+            waited = time.monotonic() - t0
+        check(got.startswith(b"HTTP/1.1 408") and limit - 1 < waited < limit + 4,
+              f"deadline: {name} trickled a byte a second -> {got[:12]!r} after {waited:.1f} s (want 408 after {limit} s)")
 
     # Every error is also a request: 3 unparsable requests and a health check move the counters by
     # 3 errors and 5 requests (with the first scrape, counted once it is answered).
@@ -538,7 +565,7 @@ def main():
         print(f"model {a.model} is absent (scripts/fetch_model.sh fetches it)")
         return 1
     port, key = free_port(), "test-key"
-    server = start_server(a.lightwave, a.model, port, ["--api-key", key])
+    server = start_server(a.lightwave, a.model, port, ["--api-key", key, "--body-timeout", str(BODY_TIMEOUT)])
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0, timeout=300)
 
