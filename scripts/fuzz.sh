@@ -20,6 +20,7 @@ seeds=tests/fuzz/corpus/request dict=(-dict=tests/fuzz/request.dict)
 cc=${LW_FUZZ_CC:-clang-14} cxx=${LW_FUZZ_CXX:-clang++-14}
 command -v "$cxx" > /dev/null || { echo "$cxx not found: install clang-14 and libclang-rt-14-dev (scripts/setup.sh)"; exit 1; }
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache} CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=1
+mkdir -p build
 cmake -S . -B build/fuzz -G Ninja -DLW_FUZZ=ON -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo > build/fuzz.configure.log 2>&1 || { cat build/fuzz.configure.log; exit 1; }
 cmake --build build/fuzz --target "fuzz_$harness"
