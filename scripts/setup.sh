@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 packages=(cmake ninja-build g++ ccache python3 pkg-config
           libboost-context-dev libgtest-dev libgmock-dev libspdlog-dev libfmt-dev libcli11-dev
           nlohmann-json3-dev libpcre2-dev libicu-dev libopenblas-dev libcpp-httplib-dev python3-venv debootstrap
-          python3-dev pybind11-dev)
+          python3-dev pybind11-dev clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -14,13 +14,15 @@
 #                   compile and link only;
 #   python          the Python package: the module in build/host32 under pytest (tests/python:
 #                   the API against the CLI on SmolLM2, streaming, errors), then the wheel
-#                   (`pip wheel .`, `python setup.py bdist_wheel`) installed into a fresh venv.
+#                   (`pip wheel .`, `python setup.py bdist_wheel`) installed into a fresh venv;
+#   fuzz            the libFuzzer harness of the request parser and chat templates (clang,
+#                   AddressSanitizer, UBSan; scripts/fuzz.sh) for 60 s: fails on any crash.
 # Options: --only STEP[,STEP...]  run just those steps.   Logs: build/logs/<step>.log
 # Environment: LW_ROCM_ROOT (default /var/cache/lightwave/rocm-root), CCACHE_DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-steps=(host32 host64 asan32 asan64 cuda hip python)
+steps=(host32 host64 asan32 asan64 cuda hip python fuzz)
 if [[ ${1:-} == --only ]]; then IFS=, read -ra steps <<< "${2:?--only needs a list of steps}"; fi
 jobs=$(nproc)
 rocm_root=${LW_ROCM_ROOT:-/var/cache/lightwave/rocm-root}
@@ -67,7 +69,7 @@ run_step() {  # run_step NAME COMMAND...
 # among up to 24 others) are left to the plain builds too. ASan still covers the engine's code
 # (prefix cache, preemption, cancellation, refusals, all in deterministic mode) and every kernel
 # in the op tests.
-smollm2_runs="server\.openai_client|model\.smollm2|SmolLM2"
+smollm2_runs="server\.openai_client|server\.soak|model\.smollm2|SmolLM2"
 asan_exclude="$smollm2_runs|Sampling.FrequenciesFollowTheFilteredDistribution|Engine.StopStringsAcrossTokenBoundaries|Engine.ConcurrentRequestsMatchEachAlone|Engine.DeterministicRequestIsTheSameInAnyBatch"
 
 host_step() {  # host_step NAME WARP EXCLUDE [CMAKE_ARG...]
@@ -133,7 +135,8 @@ for s in "${steps[@]}"; do
     cuda) run_step cuda cuda_step ;;
     hip) run_step hip hip_step ;;
     python) run_step python python_step ;;
-    *) echo "unknown step '$s' (host32, host64, asan32, asan64, cuda, hip, python)"; exit 2 ;;
+    fuzz) run_step fuzz scripts/fuzz.sh 60 ;;
+    *) echo "unknown step '$s' (host32, host64, asan32, asan64, cuda, hip, python, fuzz)"; exit 2 ;;
   esac
   if [[ $s == host* || $s == asan* || $s == cuda ]]; then
     line=$(grep -E "tests passed|tests failed|compiled and linked, not run" "build/logs/$s.log" | tail -1)
@@ -141,6 +144,9 @@ for s in "${steps[@]}"; do
   elif [[ $s == hip ]]; then
     line=$(grep -E "compiled and linked for" "build/logs/$s.log" | tail -1)
     summaries+=("$s: ${line:-build failed (see build/logs/$s.log)}")
+  elif [[ $s == fuzz ]]; then
+    line=$(grep -E "^Done [0-9]+ runs in" "build/logs/$s.log" | tail -1)
+    summaries+=("$s: ${line:-no libFuzzer summary (see build/logs/$s.log)}")
   elif [[ $s == python ]]; then
     line=$(grep -E "^=+ .*(passed|failed|error).* in [0-9.]+s" "build/logs/$s.log" | tail -1 | tr -d =)
     summaries+=("$s: ${line:-no pytest summary (see build/logs/$s.log)}")

@@ -86,11 +86,20 @@ class Tokenizer:
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
     @overload
     def apply_chat_template(
-        self, messages: Sequence[Dict[str, str]], add_generation_prompt: bool = True, tokenize: Literal[False] = False
+        self,
+        messages: Sequence[Dict[str, str]],
+        add_generation_prompt: bool = True,
+        tokenize: Literal[False] = False,
+        allow_special_in_content: bool = False,
     ) -> str: ...
     @overload
     def apply_chat_template(
-        self, messages: Sequence[Dict[str, str]], add_generation_prompt: bool = True, *, tokenize: Literal[True]
+        self,
+        messages: Sequence[Dict[str, str]],
+        add_generation_prompt: bool = True,
+        *,
+        tokenize: Literal[True],
+        allow_special_in_content: bool = False,
     ) -> List[int]: ...
     def id_to_token(self, id: int) -> str: ...
     def token_to_id(self, token: str) -> Optional[int]: ...

@@ -94,10 +94,13 @@ class LLM:
         sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
         *,
         add_generation_prompt: bool = True,
+        allow_special_in_content: bool = False,
     ) -> List[RequestOutput]:
         """Answers a conversation ([{"role": ..., "content": ...}, ...]) or a list of them,
-        rendered with the model's chat template."""
-        return self._run(self._conversations(messages, add_generation_prompt), sampling_params)
+        rendered with the model's chat template. The messages' text is tokenized as plain text
+        (a message that spells "<|im_start|>" cannot open a turn) unless
+        allow_special_in_content, for trusted callers."""
+        return self._run(self._conversations(messages, add_generation_prompt, allow_special_in_content), sampling_params)
 
     def generate_stream(self, prompt: Prompt, sampling_params: Optional[SamplingParams] = None) -> "CompletionStream":
         """Streams one completion of `prompt`: an iterator of CompletionOutputs each holding
@@ -109,10 +112,15 @@ class LLM:
         return self._stream(prompts[0][1], sampling_params)
 
     def chat_stream(
-        self, messages: Sequence[Message], sampling_params: Optional[SamplingParams] = None, *, add_generation_prompt: bool = True
+        self,
+        messages: Sequence[Message],
+        sampling_params: Optional[SamplingParams] = None,
+        *,
+        add_generation_prompt: bool = True,
+        allow_special_in_content: bool = False,
     ) -> "CompletionStream":
         """generate_stream for one conversation."""
-        ((_, ids),) = self._conversations([list(messages)], add_generation_prompt)
+        ((_, ids),) = self._conversations([list(messages)], add_generation_prompt, allow_special_in_content)
         return self._stream(ids, sampling_params)
 
     # Prompts as (text or None, token ids).
@@ -131,12 +139,13 @@ class LLM:
                 raise TypeError(f"a prompt must be a str or a list of token ids, got {type(p).__name__}")
         return out
 
-    def _conversations(self, messages, add_generation_prompt: bool) -> List[Tuple[str, List[int]]]:
+    def _conversations(self, messages, add_generation_prompt: bool, allow_special_in_content: bool) -> List[Tuple[str, List[int]]]:
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         out = []
         for c in conversations:
             text = self._tokenizer.apply_chat_template(c, add_generation_prompt=add_generation_prompt)
-            ids = self._tokenizer.apply_chat_template(c, add_generation_prompt=add_generation_prompt, tokenize=True)
+            ids = self._tokenizer.apply_chat_template(c, add_generation_prompt=add_generation_prompt, tokenize=True,
+                                                      allow_special_in_content=allow_special_in_content)
             out.append((text, ids))
         return out
 

@@ -22,7 +22,7 @@ struct GenerateArgs {
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
   uint64_t seed = 0;
-  bool chat = false, deterministic = false;
+  bool chat = false, deterministic = false, allow_special_in_content = false;
   ParallelArgs parallel;
 } gen;
 
@@ -36,7 +36,7 @@ int run_generate(int device) {
   Context ctx(device);
   engine::LoadedModel g(ctx, gen.model, parse_dtype(gen.dtype), gen.parallel.placement());
   if (follow_if_not_leader(g.runner())) return 0;
-  const std::vector<int32_t> prompt = g.encode_prompt(gen.prompt, gen.chat);
+  const std::vector<int32_t> prompt = g.encode_prompt(gen.prompt, gen.chat, gen.allow_special_in_content);
   engine::GenerateOptions opt;
   opt.max_tokens = gen.max_tokens;
   opt.sampling.temperature = gen.temperature;
@@ -101,6 +101,9 @@ void add_model_commands(CLI::App& app) {
   g->add_option("--seed", gen.seed, "Random seed of the sampler");
   g->add_option("--dtype", gen.dtype, "Compute dtype: bf16, f16 or f32");
   g->add_flag("--chat", gen.chat, "Wrap the prompt in the model's chat template as a user message");
+  g->add_flag("--allow-special-in-content", gen.allow_special_in_content,
+              "With --chat: read special tokens written in the prompt as special (by default the message is "
+              "tokenized as plain text)");
   add_deterministic_flag(g, gen.deterministic);
   add_parallel_options(g, gen.parallel);
 

@@ -31,9 +31,9 @@ struct ServeArgs {
   std::string host = "127.0.0.1", name, api_key;
   int port = 8000;
   int64_t max_num_seqs = 256, max_batch_tokens = 2048, max_in_flight = 512;
-  double kv_fraction = 0.9, grace = 10;
+  double kv_fraction = 0.9, grace = 10, header_timeout = 10, body_timeout = 60;
   size_t max_body_bytes = size_t{4} << 20;
-  bool deterministic = false;
+  bool deterministic = false, allow_special_in_content = false;
   ParallelArgs parallel;
 } args;
 
@@ -62,6 +62,9 @@ int run_serve(int device) {
   so.max_in_flight = args.max_in_flight;
   so.max_body_bytes = args.max_body_bytes;
   so.grace_seconds = args.grace;
+  so.header_seconds = args.header_timeout;
+  so.body_seconds = args.body_timeout;
+  so.allow_special_in_content = args.allow_special_in_content;
   server::HttpServer http(gen, loop, so);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -101,7 +104,14 @@ void add_serve_command(CLI::App& app) {
   s->add_option("--max-queued", args.max_in_flight, "Requests in flight before new ones get 503")->check(CLI::PositiveNumber);
   s->add_option("--kv-fraction", args.kv_fraction, "Fraction of free device memory for the KV cache")->check(CLI::Range(0.01, 1.0));
   s->add_option("--max-body-bytes", args.max_body_bytes, "Largest request body accepted");
+  s->add_option("--header-timeout", args.header_timeout,
+                "Seconds a request's line and headers may take from its first byte (then 408)")->check(CLI::PositiveNumber);
+  s->add_option("--body-timeout", args.body_timeout, "Seconds a request's body may take after its headers (then 408)")
+      ->check(CLI::PositiveNumber);
   s->add_option("--grace", args.grace, "Seconds in-flight requests (streams too) get after SIGINT/SIGTERM before they end with finish_reason abort")->check(CLI::NonNegativeNumber);
+  s->add_flag("--allow-special-in-content", args.allow_special_in_content,
+              "Read special tokens written in chat message contents as special (trusted clients only; "
+              "by default message text is tokenized as plain text, so it cannot forge turns)");
   add_deterministic_flag(s, args.deterministic);
 }
 

@@ -100,12 +100,11 @@ LoadedModel::LoadedModel(Context& ctx, const std::string& path, DType dtype, con
   });
 }
 
-std::vector<int32_t> LoadedModel::encode_prompt(const std::string& prompt, bool chat) const {
+std::vector<int32_t> LoadedModel::encode_prompt(const std::string& prompt, bool chat, bool allow_special_in_content) const {
   if (!chat) return tokenizer_->encode(prompt, true);
   LW_CHECK(chat_.has_value(), "this model has no chat template; run without --chat");
-  const std::string text = chat_->render({{"user", prompt}}, true);
   // The rendered template writes its own BOS where the model wants one.
-  return tokenizer_->encode(text, false);
+  return text::encode_chat(*tokenizer_, *chat_, {{"user", prompt}}, true, allow_special_in_content);
 }
 
 const text::ChatTemplate& LoadedModel::chat_template() const {

@@ -49,8 +49,9 @@ class LoadedModel {
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
 
   // The prompt's token ids: the text itself, or with chat, one user message rendered with the
-  // model's chat template (and the generation prompt).
-  std::vector<int32_t> encode_prompt(const std::string& prompt, bool chat) const;
+  // model's chat template (and the generation prompt); the message is tokenized as plain text
+  // unless allow_special_in_content (text::encode_chat).
+  std::vector<int32_t> encode_prompt(const std::string& prompt, bool chat, bool allow_special_in_content = false) const;
   // Generates after `prompt`; on_text (may be empty) receives the text as it is produced.
   Generation generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
                       const std::function<void(const std::string&)>& on_text = {});

@@ -304,14 +304,19 @@ void bind_tokenizer(py::module_& m) {
           py::arg("token_ids"), py::arg("skip_special_tokens") = true)
       .def(
           "apply_chat_template",
-          [](const Tokenizer& t, const py::handle& messages, bool add_generation_prompt, bool tokenize) -> py::object {
-            const std::string text = t.gen().chat_template().render(to_messages(messages), add_generation_prompt);
+          [](const Tokenizer& t, const py::handle& messages, bool add_generation_prompt, bool tokenize,
+             bool allow_special_in_content) -> py::object {
+            const std::vector<lw::text::ChatMessage> msgs = to_messages(messages);
             // The rendered template writes its own BOS where the model wants one.
-            if (tokenize) return py::cast(t.tok().encode(text, false));
-            return py::cast(text);
+            if (tokenize)
+              return py::cast(lw::text::encode_chat(t.tok(), t.gen().chat_template(), msgs, add_generation_prompt,
+                                                    allow_special_in_content));
+            return py::cast(t.gen().chat_template().render(msgs, add_generation_prompt));
           },
           py::arg("messages"), py::arg("add_generation_prompt") = true, py::arg("tokenize") = false,
-          "Renders messages with the model's chat template: the text, or with tokenize its token ids.")
+          py::arg("allow_special_in_content") = false,
+          "Renders messages with the model's chat template: the text, or with tokenize its token ids (the "
+          "messages' text tokenized as plain text unless allow_special_in_content).")
       .def("id_to_token", [](const Tokenizer& t, int32_t id) { return t.tok().id_to_piece(id); }, py::arg("id"))
       .def("token_to_id",
            [](const Tokenizer& t, const std::string& token) { return optional_id(t.tok().piece_to_id(token)); },

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/logging.h"
+#include "server/connection.h"
 
 namespace lw::server {
 
@@ -22,10 +23,26 @@ using Clock = std::chrono::steady_clock;
 int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
 
 // Equal strings, in time that depends only on their lengths.
-bool constant_time_equal(const std::string& a, const std::string& b) {
+bool constant_time_equal(std::string_view a, std::string_view b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
   return diff == 0;
+}
+
+// The token of an "Authorization: Bearer <token>" header: the scheme in any case (RFC 9110
+// auth schemes are case-insensitive), spaces or tabs around the token; empty when the header
+// is not a bearer credential.
+std::string_view bearer_token(std::string_view auth) {
+  auto blank = [](char c) { return c == ' ' || c == '\t'; };
+  while (!auth.empty() && blank(auth.front())) auth.remove_prefix(1);
+  while (!auth.empty() && blank(auth.back())) auth.remove_suffix(1);
+  constexpr std::string_view kScheme = "bearer";
+  if (auth.size() <= kScheme.size() || !blank(auth[kScheme.size()])) return {};
+  for (size_t i = 0; i < kScheme.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(auth[i])) != kScheme[i]) return {};
+  auth.remove_prefix(kScheme.size());
+  while (!auth.empty() && blank(auth.front())) auth.remove_prefix(1);
+  return auth;
 }
 
 std::string random_id(const char* prefix) {
@@ -77,6 +94,33 @@ void reply_error(httplib::Response& res, const ApiError& e) {
   res.set_content(error_json(e).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
+// The engine request of one choice of a parsed request (choice i samples with seed + i).
+engine::Request engine_request(const ParsedRequest& p, int choice) {
+  engine::Request r;
+  r.prompt = p.prompt;
+  r.max_tokens = p.max_tokens;
+  r.stop_strings = p.stop_strings;
+  r.ignore_eos = p.ignore_eos;
+  r.top_logprobs = p.top_logprobs;
+  ops::SamplingOptions& s = r.sampling;
+  s.temperature = p.sampling.temperature;
+  s.top_p = p.sampling.top_p;
+  s.top_k = p.sampling.top_k;
+  s.min_p = p.sampling.min_p;
+  s.presence_penalty = p.sampling.presence_penalty;
+  s.frequency_penalty = p.sampling.frequency_penalty;
+  s.repetition_penalty = p.sampling.repetition_penalty;
+  s.seed = p.sampling.seed + static_cast<uint64_t>(choice);
+  s.logit_bias = p.sampling.logit_bias;
+  return r;
+}
+
+// The connection closes after this response (its request's body was not read in full).
+void close_after(httplib::Response& res) {
+  this_connection().close = true;
+  res.set_header("Connection", "close");
+}
+
 // A cumulative histogram in Prometheus form.
 class Histogram {
  public:
@@ -110,6 +154,9 @@ class Histogram {
 
 }  // namespace
 
+// Past the body limit, at most this many more bytes of a chunked body are read (and dropped).
+constexpr size_t kDiscardBytes = size_t{64} << 20;
+
 struct HttpServer::Metrics {
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram tpot{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
@@ -117,12 +164,23 @@ struct HttpServer::Metrics {
 };
 
 HttpServer::HttpServer(engine::LoadedModel& generator, EngineLoop& loop, ServerOptions options)
-    : generator_(generator), loop_(loop), options_(std::move(options)), http_(std::make_unique<httplib::Server>()),
-      metrics_(std::make_unique<Metrics>()) {
+    : generator_(generator), loop_(loop), options_(std::move(options)), metrics_(std::make_unique<Metrics>()) {
+  ConnectionLimits limits;
+  limits.max_header_bytes = options_.max_header_bytes;
+  limits.header_seconds = options_.header_seconds;
+  limits.body_seconds = options_.body_seconds;
+  auto listener = std::make_unique<Listener>(limits);
+  listener->on_refused = [this](const std::string& remote, int status) {
+    ++metrics_->http_requests;
+    ++metrics_->errors;
+    log().info("access remote={} method=- path=- status={} request_bytes=0", remote, status);
+  };
+  http_ = std::move(listener);
   model_.name = options_.model_name;
   model_.tokenizer = &generator.tokenizer();
   model_.chat = generator.has_chat_template() ? &generator.chat_template() : nullptr;
   model_.context = generator.config().max_position;
+  model_.allow_special_in_content = options_.allow_special_in_content;
   const int threads = options_.threads > 0 ? options_.threads : static_cast<int>(options_.max_in_flight) + 8;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(options_.max_body_bytes);
@@ -137,25 +195,47 @@ HttpServer::~HttpServer() {
 
 void HttpServer::routes() {
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    ++metrics_->http_requests;
     // The key guards the API; health checks and metric scrapers go without it.
     if (options_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
-    const std::string want = "Bearer " + options_.api_key;
-    if (constant_time_equal(auth, want)) return httplib::Server::HandlerResponse::Unhandled;
+    if (constant_time_equal(bearer_token(auth), options_.api_key)) return httplib::Server::HandlerResponse::Unhandled;
     reply_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer <key>)", "", "authentication_error"));
+    close_after(res);  // the body, if any, was not read
     return httplib::Server::HandlerResponse::Handled;
   });
+  // Every answered request is counted here, once, whatever answered it (a handler, the error
+  // handler, or httplib refusing what it could not parse): errors are a subset of requests.
   http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    ++metrics_->http_requests;
     if (res.status >= 400) ++metrics_->errors;
-    log().info("access remote={} method={} path={} status={} request_bytes={}", req.remote_addr, req.method, req.path,
-               res.status, req.body.size());
+    const ConnectionState& conn = this_connection();
+    log().info("access remote={} method={} path={} status={} request_bytes={}", conn.remote, req.method.empty() ? "-" : req.method,
+               req.path.empty() ? "-" : req.path, res.status, conn.body_bytes + req.body.size());
   });
-  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    ConnectionState& conn = this_connection();
+    if (res.status == 400 && conn.header_fault != HeaderFault::none) {
+      res.body.clear();
+      if (conn.header_fault == HeaderFault::too_slow)
+        reply_error(res, ApiError(408, "the request line and headers took longer than " +
+                                           std::to_string(static_cast<int>(options_.header_seconds)) + " s"));
+      else
+        reply_error(res, ApiError(431, conn.header_fault == HeaderFault::too_large
+                                           ? "the request line and headers are larger than " +
+                                                 std::to_string(options_.max_header_bytes) + " bytes"
+                                           : "a header line is longer than 8192 bytes"));
+      close_after(res);
+      return;
+    }
     if (!res.body.empty()) return;
     const int status = res.status;
+    // httplib's own 400 and 414 mean the request could not be parsed: the rest of the stream
+    // cannot be read as requests.
+    if (status == 400 || status == 414) close_after(res);
     const std::string what = status == 404 ? "no route " + req.method + " " + req.path
-                             : status == 413 ? "the request body is too large"
+                             : status == 413 ? "the request body is larger than " + std::to_string(options_.max_body_bytes) + " bytes"
+                             : status == 414 ? "the request target is longer than 8192 bytes"
+                             : status == 400 ? "the request could not be parsed as HTTP/1.1"
                                              : "the request failed (HTTP " + std::to_string(status) + ")";
     reply_error(res, ApiError(status, what, "", status == 404 ? "not_found_error" : "invalid_request_error"));
   });
@@ -186,8 +266,9 @@ void HttpServer::routes() {
     auto gauge = [&](const char* name, const char* type, const char* help, int64_t v) {
       out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
     };
-    gauge("lightwave_http_requests_total", "counter", "HTTP requests received", metrics_->http_requests.load());
-    gauge("lightwave_http_errors_total", "counter", "HTTP responses with a 4xx or 5xx status", metrics_->errors.load());
+    gauge("lightwave_http_requests_total", "counter", "HTTP requests answered (counted as their response is written)",
+          metrics_->http_requests.load());
+    gauge("lightwave_http_errors_total", "counter", "HTTP requests answered with a 4xx or 5xx status", metrics_->errors.load());
     gauge("lightwave_requests_total", "counter", "Generation requests accepted", s.requests);
     gauge("lightwave_requests_in_flight", "gauge", "Generation requests not yet finished", s.in_flight);
     gauge("lightwave_sequences_running", "gauge", "Sequences holding KV blocks", s.running);
@@ -201,7 +282,7 @@ void HttpServer::routes() {
   });
 
   auto generate = [this](bool chat) {
-    return [this, chat](const httplib::Request& req, httplib::Response& res) {
+    return [this, chat](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
       // Counted before stopping_ is read (stop() sets it before reading the count): the listener
       // never closes under a request that got past this check. A stream's count is held by its
       // content provider, so it ends once the last byte is written.
@@ -211,24 +292,60 @@ void HttpServer::routes() {
         ~Active() { --n; }
       };
       auto active = std::make_shared<Active>(active_);
+      // The body is JSON whatever the Content-Type says (as OpenAI-compatible servers take it),
+      // read here so that no form or multipart parsing of httplib applies; multipart is refused.
+      if (req.is_multipart_form_data()) {
+        close_after(res);
+        return reply_error(res, ApiError(415, "the body must be JSON, not multipart form data"));
+      }
+      // A body over the limit is read and dropped, so the connection can serve the next request
+      // (httplib does so itself for a Content-Length over the limit); a chunked body that goes on
+      // past kDiscardBytes more is not read further, and the connection closes.
+      std::string text;
+      size_t seen = 0;
+      bool too_large = false;
+      const bool read = reader([&](const char* data, size_t n) {
+        seen += n;
+        if (seen <= options_.max_body_bytes) {
+          text.append(data, n);
+          return true;
+        }
+        too_large = true;
+        text.clear();
+        return seen - options_.max_body_bytes <= kDiscardBytes;
+      });
+      this_connection().body_bytes = seen;
+      if (too_large || res.status == 413) {
+        if (!read && res.status != 413) close_after(res);
+        return reply_error(res, ApiError(413, "the request body is larger than " + std::to_string(options_.max_body_bytes) + " bytes"));
+      }
+      if (!read) {
+        close_after(res);
+        if (this_connection().body_too_slow)
+          return reply_error(res, ApiError(408, "the request body took longer than " +
+                                                    std::to_string(static_cast<int>(options_.body_seconds)) + " s"));
+        return reply_error(res, ApiError(400, "the request body could not be read"));
+      }
       if (stopping_) return reply_error(res, ApiError(503, "the server is shutting down", "", "server_error"));
       ParsedRequest p;
       try {
         // Parsing bounds the nesting depth; nothing from the request is serialised.
-        const json body = parse_body(req.body);
+        const json body = parse_body(text);
         p = parse_request(body, chat, model_);
       } catch (const ApiError& e) {
         return reply_error(res, e);
       } catch (const Error& e) {  // the tokenizer or the chat template refused the text
         return reply_error(res, ApiError(400, e.what()));
       }
+      if (p.n > options_.max_in_flight)  // it could never be admitted: not a 503 to retry
+        return reply_error(res, ApiError(400, "'n' " + std::to_string(p.n) + " is more than the " +
+                                                  std::to_string(options_.max_in_flight) +
+                                                  " requests this server holds in flight (--max-queued)", "n"));
       auto queue = std::make_shared<OutputQueue>();
       std::vector<int64_t> handles;
       try {
         for (int i = 0; i < p.n; ++i) {
-          engine::Request r = p.request;
-          r.sampling.seed += static_cast<uint64_t>(i);
-          const int64_t h = loop_.submit(std::move(r), queue);
+          const int64_t h = loop_.submit(engine_request(p, i), queue);
           if (h < 0) {
             for (int64_t x : handles) loop_.cancel(x);
             res.set_header("Retry-After", "1");
@@ -260,7 +377,7 @@ void HttpServer::routes() {
       auto st = std::make_shared<State>();
       st->choices.resize(static_cast<size_t>(p.n));
       for (size_t i = 0; i < handles.size(); ++i) st->index[handles[i]] = i;
-      st->prompt_tokens = static_cast<int64_t>(p.request.prompt.size());
+      st->prompt_tokens = static_cast<int64_t>(p.prompt.size());
       const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
       const int64_t created = std::time(nullptr);
       const text::Tokenizer* tok = model_.tokenizer;

@@ -1,7 +1,7 @@
 // `lightwave serve`: the OpenAI-compatible HTTP API over an EngineLoop — /v1/completions,
 // /v1/chat/completions (streamed as server-sent events or whole), /v1/models, /health and
-// /metrics (Prometheus text), with an optional API key, a body size limit and a cap on
-// requests in flight.
+// /metrics (Prometheus text), with an optional API key, caps on the body and header sizes and
+// on requests in flight.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -26,8 +26,13 @@ struct ServerOptions {
   std::string api_key;     // empty: no key needed
   int64_t max_in_flight = 256;
   size_t max_body_bytes = size_t{4} << 20;
+  size_t max_header_bytes = size_t{64} << 10;  // request line and headers; past it 431
+  // From a request's first byte its line and headers must arrive within header_seconds, then
+  // its body within body_seconds; past either, 408 and the connection closes.
+  double header_seconds = 10, body_seconds = 60;
   int threads = 0;           // HTTP worker threads; 0: max_in_flight + 8
   double grace_seconds = 10;  // after stop(): in-flight requests get this long, then are cancelled
+  bool allow_special_in_content = false;  // ApiModel::allow_special_in_content
 };
 
 // Past the grace period, requests in flight are cancelled and answered (finish_reason "abort",

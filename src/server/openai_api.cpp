@@ -6,6 +6,8 @@
 #include <random>
 #include <set>
 
+#include "base/error.h"
+
 namespace lw::server {
 
 namespace {
@@ -165,7 +167,7 @@ std::vector<int32_t> chat_prompt(const json& body, const ApiModel& model) {
     conv.push_back({role == "developer" ? "system" : role, content_text(m, i)});
   }
   try {
-    return model.tokenizer->encode(model.chat->render(conv, true), false);
+    return text::encode_chat(*model.tokenizer, *model.chat, conv, true, model.allow_special_in_content);
   } catch (const Error& e) {
     throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(), "messages");
   }
@@ -205,8 +207,8 @@ ParsedRequest parse_request(const json& body, bool chat, const ApiModel& model) 
                    "model", "not_found_error");
   ParsedRequest r;
   r.chat = chat;
-  r.request.prompt = chat ? chat_prompt(body, model) : completion_prompt(body, model);
-  const int64_t prompt = static_cast<int64_t>(r.request.prompt.size());
+  r.prompt = chat ? chat_prompt(body, model) : completion_prompt(body, model);
+  const int64_t prompt = static_cast<int64_t>(r.prompt.size());
   if (prompt == 0) throw ApiError(400, "the prompt has no tokens", chat ? "messages" : "prompt");
   const int64_t room = model.context - prompt;
   if (room < 1)
@@ -221,8 +223,8 @@ ParsedRequest parse_request(const json& body, bool chat, const ApiModel& model) 
   if (max_tokens > room)
     throw ApiError(400, "'" + std::string(max_key) + "' " + std::to_string(max_tokens) + " + " + std::to_string(prompt) +
                             " prompt tokens exceed the model's context of " + std::to_string(model.context), max_key);
-  r.request.max_tokens = static_cast<int>(max_tokens);
-  ops::SamplingOptions& s = r.request.sampling;
+  r.max_tokens = static_cast<int>(max_tokens);
+  Sampling& s = r.sampling;
   s.temperature = static_cast<float>(number(body, "temperature", 1.0, 0.0, 2.0));
   s.top_p = static_cast<float>(number(body, "top_p", 1.0, 1e-9, 1.0));
   const int64_t top_k = integer(body, "top_k", 0, -1, 1 << 20);
@@ -256,7 +258,7 @@ ParsedRequest parse_request(const json& body, bool chat, const ApiModel& model) 
   }
   if (const json* best_of = field(body, "best_of"); best_of && integer(body, "best_of", 1, 1, 16) != r.n)
     throw ApiError(400, "'best_of' other than n is not supported", "best_of");
-  r.request.ignore_eos = boolean(body, "ignore_eos", false);
+  r.ignore_eos = boolean(body, "ignore_eos", false);
   if (const json* stop = field(body, "stop")) {
     std::vector<std::string> stops;
     if (stop->is_string()) stops.push_back(stop->get<std::string>());
@@ -265,7 +267,7 @@ ParsedRequest parse_request(const json& body, bool chat, const ApiModel& model) 
     else throw ApiError(400, "'stop' must be a string or an array of at most 16 strings", "stop");
     for (const std::string& x : stops)
       if (x.empty()) throw ApiError(400, "'stop' strings must not be empty", "stop");
-    r.request.stop_strings = std::move(stops);
+    r.stop_strings = std::move(stops);
   }
   if (chat) {
     r.logprobs = boolean(body, "logprobs", false);
@@ -277,7 +279,6 @@ ParsedRequest parse_request(const json& body, bool chat, const ApiModel& model) 
     (void)lp;
   }
   if (boolean(body, "echo", false)) throw ApiError(400, "'echo' is not supported", "echo");
-  r.request.top_logprobs = r.top_logprobs;
   return r;
 }
 

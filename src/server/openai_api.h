@@ -1,14 +1,17 @@
 // The OpenAI API's request and response shapes: parsing and validating /v1/completions and
-// /v1/chat/completions bodies into engine requests, and the error object. Every bad input is
-// an ApiError with the HTTP status and the offending parameter.
+// /v1/chat/completions bodies into ParsedRequests, and the error object. Every bad input is
+// an ApiError with the HTTP status and the offending parameter. Nothing here depends on the
+// engine (http_server.cpp makes engine requests of them), so the parser builds and is fuzzed
+// on its own (tests/fuzz).
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "engine/engine.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -29,6 +32,18 @@ struct ApiModel {
   const text::Tokenizer* tokenizer = nullptr;
   const text::ChatTemplate* chat = nullptr;  // null: the model has none
   int64_t context = 0;
+  // Special tokens written in message contents are read as special (trusted clients only);
+  // false: message text is tokenized as plain text, so it cannot forge chat turns.
+  bool allow_special_in_content = false;
+};
+
+// The sampling fields of a request (ops::SamplingOptions's, as the API states them).
+struct Sampling {
+  float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f;
+  int32_t top_k = 0;
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f, repetition_penalty = 1.0f;
+  uint64_t seed = 0;  // choice i of n samples with seed + i
+  std::vector<std::pair<int32_t, float>> logit_bias;  // distinct token ids
 };
 
 struct ParsedRequest {
@@ -36,7 +51,11 @@ struct ParsedRequest {
   int n = 1;
   bool logprobs = false;  // return log-probabilities of the chosen tokens
   int top_logprobs = 0;
-  engine::Request request;  // the per-choice request; choice i has seed + i
+  std::vector<int32_t> prompt;  // token ids, within the vocabulary, fewer than the context
+  int max_tokens = 16;          // prompt + max_tokens fit the context
+  Sampling sampling;
+  std::vector<std::string> stop_strings;
+  bool ignore_eos = false;
 };
 
 // The deepest nesting of arrays and objects a request body may have.

@@ -1,11 +1,13 @@
 #include "text/template_eval.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <utility>
 #include <vector>
@@ -17,12 +19,42 @@ namespace lw::text::jinja {
 namespace {
 
 struct BreakSignal {};
+// The longest range() (jinja2's sandbox, which transformers renders templates in, has the same).
+constexpr int64_t kMaxRange = 100000;
+// The longest string `str * int` makes.
+constexpr uint64_t kMaxRepeatBytes = uint64_t{16} << 20;
 struct ContinueSignal {};
+
+// Bytes [pos, pos + n) of a string, with their marks.
+Value substr(const Value& v, size_t pos, size_t n = std::string::npos) {
+  Value r = Value::str(v.s.substr(pos, n));
+  if (!v.from_message.empty()) r.from_message = v.from_message.substr(pos, n);
+  return r;
+}
+
+// A string made from parts: all of it counts as message text when any part does.
+Value derived(std::string s, std::initializer_list<const Value*> from) {
+  bool marked = false;
+  for (const Value* v : from) marked = marked || carries_message_text(*v);
+  return Value::str(std::move(s), marked);
+}
+
+// The value as text (Python's str()), with its marks: a string's own, else all or nothing.
+Value text_of(const Value& v) {
+  if (v.t == Value::T::Str) return v;
+  return derived(to_str(v), {&v});
+}
+
+Value concat(const Value& a, const Value& b) {
+  Value r = text_of(a);
+  append(r, text_of(b));
+  return r;
+}
 
 class Evaluator {
  public:
   std::vector<std::unordered_map<std::string, Value>> scopes;
-  std::string out;
+  Value out = Value::str("");
 
   [[noreturn]] static void fail(const Expr& e, const std::string& msg) {
     LW_FAIL("chat template error at line " << e.line << " col " << e.col << ": " << msg);
@@ -45,8 +77,8 @@ class Evaluator {
 
   void exec(const Node& n) {
     switch (n.k) {
-      case Node::Text: out += n.text; break;
-      case Node::Output: out += to_str(eval(*n.expr)); break;
+      case Node::Text: append(out, Value::str(n.text)); break;
+      case Node::Output: append(out, text_of(eval(*n.expr))); break;
       case Node::If:
         for (const auto& [cond, body] : n.branches) {
           if (truthy(eval(*cond))) { exec(body); return; }
@@ -60,6 +92,9 @@ class Evaluator {
         } else {
           Value ns = lookup(n.targets[0]);
           if (ns.t != Value::T::Dict) fail(*n.expr, "cannot set attribute of '" + n.targets[0] + "'");
+          // Values are never cyclic (printing and comparing them recurse): a namespace may not hold itself.
+          std::vector<const void*> seen;
+          if (holds(v, ns.dict.get(), seen)) fail(*n.expr, "'" + n.targets[0] + "' cannot hold itself");
           ns.dict->set(n.targets[1], std::move(v));
         }
         break;
@@ -68,6 +103,25 @@ class Evaluator {
       case Node::Continue: throw ContinueSignal{};
       case Node::For: exec_for(n); break;
     }
+  }
+
+  // Whether v is or contains the dict d (each container looked at once).
+  static bool holds(const Value& v, const Dict* d, std::vector<const void*>& seen) {
+    const void* p = v.t == Value::T::Dict ? static_cast<const void*>(v.dict.get())
+                    : v.t == Value::T::List ? static_cast<const void*>(v.list.get())
+                                            : nullptr;
+    if (!p) return false;
+    if (p == d) return true;
+    if (std::find(seen.begin(), seen.end(), p) != seen.end()) return false;
+    seen.push_back(p);
+    if (v.t == Value::T::List) {
+      for (const auto& x : *v.list)
+        if (holds(x, d, seen)) return true;
+    } else {
+      for (const auto& [k, x] : v.dict->items)
+        if (holds(x, d, seen)) return true;
+    }
+    return false;
   }
 
   List iterate(const Value& v, const Expr& at) {
@@ -84,7 +138,7 @@ class Evaluator {
           size_t len = 1;
           unsigned char c = v.s[k];
           if (c >= 0xF0) len = 4; else if (c >= 0xE0) len = 3; else if (c >= 0xC0) len = 2;
-          l.push_back(Value::str(v.s.substr(k, len)));
+          l.push_back(substr(v, k, len));
           k += len;
         }
         return l;
@@ -160,8 +214,11 @@ class Evaluator {
       return v ? *v : Value{};
     }
     if (obj.t == Value::T::Undefined) fail(at, "undefined value has no attribute '" + name + "'");
-    if (obj.t == Value::T::List && !name.empty() && std::isdigit(static_cast<unsigned char>(name[0])))
-      return get_index(obj, Value::integer(std::stoll(name)), at);
+    if (obj.t == Value::T::List && !name.empty() && std::isdigit(static_cast<unsigned char>(name[0]))) {
+      int64_t k = 0;
+      const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), k);
+      return ec == std::errc() && end == name.data() + name.size() ? get_index(obj, Value::integer(k), at) : Value{};
+    }
     return {};
   }
 
@@ -176,7 +233,7 @@ class Evaluator {
       int64_t n = obj.t == Value::T::List ? int64_t(obj.list->size()) : int64_t(obj.s.size());
       int64_t k = key.i < 0 ? key.i + n : key.i;
       if (k < 0 || k >= n) return {};
-      return obj.t == Value::T::List ? (*obj.list)[k] : Value::str(obj.s.substr(k, 1));
+      return obj.t == Value::T::List ? (*obj.list)[k] : substr(obj, size_t(k), 1);
     }
     if (obj.t == Value::T::Undefined) fail(at, "undefined value is not subscriptable");
     return {};
@@ -211,6 +268,7 @@ class Evaluator {
         if (e.name == "not") return Value::boolean(!truthy(v));
         if (!v.is_num()) fail(e, "unary " + e.name + " on " + type_name(v));
         if (e.name == "+") return v;
+        if (v.t == Value::T::Int && v.i == INT64_MIN) fail(e, "integer overflow");
         return v.t == Value::T::Float ? Value::real(-v.f) : Value::integer(-(v.t == Value::T::Int ? v.i : int64_t(v.b)));
       }
       case Expr::Binary: return binary(e);
@@ -247,12 +305,13 @@ class Evaluator {
     if (e.args[2]) b = clamp(b, step < 0);
     else if (step < 0) b = -1;
     List l;
-    std::string s;
-    for (int64_t k = a; step > 0 ? k < b : k > b; k += step) {
+    Value s = Value::str("");
+    for (int64_t k = a; step > 0 ? k < b : k > b;) {
       if (obj.t == Value::T::List) l.push_back((*obj.list)[k]);
-      else s += obj.s[k];
+      else append(s, substr(obj, size_t(k), 1));
+      if (__builtin_add_overflow(k, step, &k)) break;
     }
-    return obj.t == Value::T::List ? Value::make_list(std::move(l)) : Value::str(s);
+    return obj.t == Value::T::List ? Value::make_list(std::move(l)) : s;
   }
 
   bool contains(const Value& hay, const Value& needle, const Expr& e) {
@@ -285,7 +344,7 @@ class Evaluator {
     if (op == "!=") return Value::boolean(!equal(a, b));
     if (op == "in") return Value::boolean(contains(b, a, e));
     if (op == "not in") return Value::boolean(!contains(b, a, e));
-    if (op == "~") return Value::str(to_str(a) + to_str(b));
+    if (op == "~") return concat(a, b);
     if (op == "<" || op == ">" || op == "<=" || op == ">=") {
       int c;
       if (a.is_num() && b.is_num()) c = a.num() < b.num() ? -1 : a.num() > b.num() ? 1 : 0;
@@ -295,7 +354,7 @@ class Evaluator {
       return Value::boolean(r);
     }
     if (op == "+") {
-      if (a.t == Value::T::Str && b.t == Value::T::Str) return Value::str(a.s + b.s);
+      if (a.t == Value::T::Str && b.t == Value::T::Str) return concat(a, b);
       if (a.t == Value::T::List && b.t == Value::T::List) {
         List l = *a.list;
         l.insert(l.end(), b.list->begin(), b.list->end());
@@ -303,14 +362,17 @@ class Evaluator {
       }
     }
     if (op == "*" && a.t == Value::T::Str && b.t == Value::T::Int) {
-      std::string s;
-      for (int64_t k = 0; k < b.i; ++k) s += a.s;
-      return Value::str(s);
+      if (b.i > 0 && a.s.size() > kMaxRepeatBytes / static_cast<uint64_t>(b.i))
+        fail(e, "a repeated string of more than " + std::to_string(kMaxRepeatBytes) + " bytes");
+      Value s = Value::str("");
+      for (int64_t k = 0; k < b.i; ++k) append(s, a);
+      return s;
     }
     if (!a.is_num() || !b.is_num())
       fail(e, "unsupported operand types for " + op + ": " + type_name(a) + " and " + type_name(b));
     bool fl = a.t == Value::T::Float || b.t == Value::T::Float;
-    int64_t x = a.t == Value::T::Int ? a.i : int64_t(a.num()), y = b.t == Value::T::Int ? b.i : int64_t(b.num());
+    // The integer operands (bool as 0 or 1); only read when neither operand is a float.
+    int64_t x = a.t == Value::T::Int ? a.i : fl ? 0 : int64_t(a.num()), y = b.t == Value::T::Int ? b.i : fl ? 0 : int64_t(b.num());
     if (op == "/") {
       if (b.num() == 0) fail(e, "division by zero");
       return Value::real(a.num() / b.num());
@@ -321,14 +383,19 @@ class Evaluator {
         double q = std::floor(a.num() / b.num());
         return op == "//" ? Value::real(q) : Value::real(a.num() - q * b.num());
       }
+      if (x == INT64_MIN && y == -1) fail(e, "integer overflow");
       int64_t q = x / y;
       if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
       return op == "//" ? Value::integer(q) : Value::integer(x - q * y);
     }
     if (op == "**") {
       if (!fl && y >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < y; ++k) r *= x;
+        int64_t r = 1, base = x;  // by squaring, every product checked
+        for (int64_t n = y; n > 0;) {
+          if ((n & 1) && __builtin_mul_overflow(r, base, &r)) fail(e, "integer overflow");
+          n >>= 1;
+          if (n > 0 && __builtin_mul_overflow(base, base, &base)) fail(e, "integer overflow");
+        }
         return Value::integer(r);
       }
       return Value::real(std::pow(a.num(), b.num()));
@@ -337,7 +404,12 @@ class Evaluator {
       double r = op == "+" ? a.num() + b.num() : op == "-" ? a.num() - b.num() : a.num() * b.num();
       return Value::real(r);
     }
-    return Value::integer(op == "+" ? x + y : op == "-" ? x - y : x * y);
+    int64_t r = 0;
+    const bool over = op == "+" ? __builtin_add_overflow(x, y, &r)
+                      : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                                  : __builtin_mul_overflow(x, y, &r);
+    if (over) fail(e, "integer overflow");
+    return Value::integer(r);
   }
 
   Value kwarg(const Expr& e, const std::string& name, size_t pos, Value def) {
@@ -347,12 +419,20 @@ class Evaluator {
     return def;
   }
 
-  static std::string strip(const std::string& s, const std::string& chars, bool left, bool right) {
+  static Value strip(const Value& v, const std::string& chars, bool left, bool right) {
+    const std::string& s = v.s;
     size_t a = 0, b = s.size();
     auto in = [&](char c) { return chars.empty() ? std::isspace(static_cast<unsigned char>(c)) != 0 : chars.find(c) != std::string::npos; };
     if (left) while (a < b && in(s[a])) ++a;
     if (right) while (b > a && in(s[b - 1])) --b;
-    return s.substr(a, b - a);
+    return substr(v, a, b - a);
+  }
+
+  // The string with each byte changed by f (the length and the marks stay).
+  template <class F>
+  static Value map_bytes(Value v, F f) {
+    for (size_t k = 0; k < v.s.size(); ++k) v.s[k] = f(k, static_cast<unsigned char>(v.s[k]));
+    return v;
   }
 
   Value call(const Expr& e) {
@@ -365,13 +445,10 @@ class Evaluator {
         const std::string& s = obj.s;
         if (m == "strip" || m == "lstrip" || m == "rstrip") {
           Value c = arg(0);
-          return Value::str(strip(s, c.t == Value::T::Str ? c.s : "", m != "rstrip", m != "lstrip"));
+          return strip(obj, c.t == Value::T::Str ? c.s : "", m != "rstrip", m != "lstrip");
         }
-        if (m == "upper" || m == "lower") {
-          std::string r = s;
-          for (auto& ch : r) ch = m == "upper" ? char(std::toupper(static_cast<unsigned char>(ch))) : char(std::tolower(static_cast<unsigned char>(ch)));
-          return Value::str(r);
-        }
+        if (m == "upper" || m == "lower")
+          return map_bytes(obj, [&](size_t, unsigned char ch) { return char(m == "upper" ? std::toupper(ch) : std::tolower(ch)); });
         if (m == "startswith" || m == "endswith") {
           Value p = arg(0);
           if (p.t != Value::T::Str) fail(e, m + " needs a string");
@@ -384,15 +461,15 @@ class Evaluator {
           List l;
           if (sep.t == Value::T::Str && !sep.s.empty()) {
             size_t pos = 0;
-            for (size_t f; (f = s.find(sep.s, pos)) != std::string::npos; pos = f + sep.s.size()) l.push_back(Value::str(s.substr(pos, f - pos)));
-            l.push_back(Value::str(s.substr(pos)));
+            for (size_t f; (f = s.find(sep.s, pos)) != std::string::npos; pos = f + sep.s.size()) l.push_back(substr(obj, pos, f - pos));
+            l.push_back(substr(obj, pos));
           } else {
             size_t k = 0;
             while (k < s.size()) {
               while (k < s.size() && std::isspace(static_cast<unsigned char>(s[k]))) ++k;
               size_t st = k;
               while (k < s.size() && !std::isspace(static_cast<unsigned char>(s[k]))) ++k;
-              if (k > st) l.push_back(Value::str(s.substr(st, k - st)));
+              if (k > st) l.push_back(substr(obj, st, k - st));
             }
           }
           return Value::make_list(std::move(l));
@@ -403,7 +480,7 @@ class Evaluator {
           std::string r;
           size_t pos = 0;
           for (size_t f; (f = s.find(a.s, pos)) != std::string::npos; pos = f + a.s.size()) r += s.substr(pos, f - pos) + b.s;
-          return Value::str(r + s.substr(pos));
+          return derived(r + s.substr(pos), {&obj, &a, &b});
         }
       } else if (obj.t == Value::T::Dict) {
         if (m == "items") {
@@ -446,8 +523,12 @@ class Evaluator {
       if (a.size() == 1) hi = a[0];
       else if (a.size() >= 2) { lo = a[0]; hi = a[1]; if (a.size() > 2) step = a[2]; }
       if (step == 0) fail(e, "range step cannot be zero");
+      // The item count in 128-bit arithmetic (no overflow), capped as jinja2's sandbox does.
+      const __int128 span = step > 0 ? __int128(hi) - lo : __int128(lo) - hi;
+      const __int128 count = span <= 0 ? 0 : (span - 1) / (step > 0 ? __int128(step) : -__int128(step)) + 1;
+      if (count > kMaxRange) fail(e, "range of more than " + std::to_string(kMaxRange) + " items");
       List l;
-      for (int64_t k = lo; step > 0 ? k < hi : k > hi; k += step) l.push_back(Value::integer(k));
+      for (int64_t k = 0; k < int64_t(count); ++k) l.push_back(Value::integer(int64_t(lo + __int128(k) * step)));
       return Value::make_list(std::move(l));
     }
     if (f.s == "strftime_now") {
@@ -457,7 +538,7 @@ class Evaluator {
       localtime_r(&now, &tm);
       char buf[256];
       size_t n = std::strftime(buf, sizeof(buf), to_str(fmt).c_str(), &tm);
-      return Value::str(std::string(buf, n));
+      return derived(std::string(buf, n), {&fmt});
     }
     fail(e, "unknown function '" + f.s + "'");
   }
@@ -503,7 +584,7 @@ class Evaluator {
     auto arg = [&](size_t k) { return k + 1 < e.args.size() ? eval(*e.args[k + 1]) : Value{}; };
     if (f == "trim") {
       Value c = arg(0);
-      return Value::str(strip(to_str(v), c.t == Value::T::Str ? c.s : "", true, true));
+      return strip(text_of(v), c.t == Value::T::Str ? c.s : "", true, true);
     }
     if (f == "length" || f == "count") {
       if (v.t == Value::T::Str) {
@@ -520,16 +601,13 @@ class Evaluator {
       Value ind = kwarg(e, "indent", 1, Value::none());
       std::string out;
       to_json(v, ind.t == Value::T::Int ? int(ind.i) : -1, 0, out);
-      return Value::str(out);
+      return derived(std::move(out), {&v});
     }
     if (f == "upper" || f == "lower" || f == "capitalize") {
-      std::string s = to_str(v);
-      for (size_t k = 0; k < s.size(); ++k) {
-        unsigned char c = s[k];
+      return map_bytes(text_of(v), [&](size_t k, unsigned char c) {
         bool up = f == "upper" || (f == "capitalize" && k == 0);
-        s[k] = up ? char(std::toupper(c)) : char(std::tolower(c));
-      }
-      return Value::str(s);
+        return up ? char(std::toupper(c)) : char(std::tolower(c));
+      });
     }
     if (f == "default" || f == "d") {
       Value def = arg(0);
@@ -545,13 +623,13 @@ class Evaluator {
     if (f == "join") {
       Value sep = arg(0);
       Value attr = kwarg(e, "attribute", 99, Value{});
-      std::string out;
+      Value out = Value::str("");
       List l = iterate(v, e);
       for (size_t k = 0; k < l.size(); ++k) {
-        if (k) out += to_str(sep);
-        out += to_str(attr.defined() ? get_attr(l[k], to_str(attr), e) : l[k]);
+        if (k) append(out, text_of(sep));
+        append(out, text_of(attr.defined() ? get_attr(l[k], to_str(attr), e) : l[k]));
       }
-      return Value::str(out);
+      return out;
     }
     if (f == "items") {
       if (v.t == Value::T::Undefined) return Value::make_list();
@@ -561,7 +639,7 @@ class Evaluator {
       return Value::make_list(std::move(l));
     }
     if (f == "list") return Value::make_list(iterate(v, e));
-    if (f == "string") return Value::str(to_str(v));
+    if (f == "string") return text_of(v);
     if (f == "safe" || f == "e" || f == "escape") return v;  // no autoescape in chat templates
     if (f == "int") {
       if (v.t == Value::T::Str) {
@@ -598,7 +676,7 @@ class Evaluator {
       if (a.t != Value::T::Str || a.s.empty()) fail(e, "replace needs a non-empty string");
       size_t pos = 0;
       for (size_t q; (q = s.find(a.s, pos)) != std::string::npos; pos = q + a.s.size()) r += s.substr(pos, q - pos) + to_str(b);
-      return Value::str(r + s.substr(pos));
+      return derived(r + s.substr(pos), {&v, &a, &b});
     }
     fail(e, "unknown filter '" + f + "'");
   }
@@ -606,7 +684,7 @@ class Evaluator {
 
 }  // namespace
 
-std::string evaluate(const Body& body, Globals globals) {
+std::string evaluate(const Body& body, Globals globals, std::string* from_message) {
   Evaluator ev;
   ev.scopes.push_back(std::move(globals));
   ev.scopes.emplace_back();  // template-level assignments
@@ -617,7 +695,11 @@ std::string evaluate(const Body& body, Globals globals) {
   } catch (const ContinueSignal&) {
     LW_FAIL("chat template: {% continue %} outside a loop");
   }
-  return std::move(ev.out);
+  if (from_message) {
+    *from_message = std::move(ev.out.from_message);
+    if (!from_message->empty()) from_message->resize(ev.out.s.size(), 0);
+  }
+  return std::move(ev.out.s);
 }
 
 }  // namespace lw::text::jinja

@@ -14,7 +14,8 @@ namespace lw::text::jinja {
 using Globals = std::unordered_map<std::string, Value>;
 
 // Renders body with the given globals; raise_exception and evaluation errors are lw::Error
-// naming the template line and column.
-std::string evaluate(const Body& body, Globals globals);
+// naming the template line and column. from_message (may be null) receives the output's
+// marks: empty when no byte came from a marked string, else one flag per byte (1: message text).
+std::string evaluate(const Body& body, Globals globals, std::string* from_message = nullptr);
 
 }  // namespace lw::text::jinja

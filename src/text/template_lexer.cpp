@@ -1,5 +1,6 @@
 #include "text/template_lexer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstring>
@@ -159,7 +160,9 @@ class Lexer {
               case '\n': break;
               case 'u': case 'x': {
                 size_t n = e == 'u' ? 4 : 2;
-                if (q + n > src_.size()) syntax_error(line, col, "bad escape");
+                if (q + n > src_.size() ||
+                    !std::all_of(src_.begin() + q, src_.begin() + q + n, [](char h) { return std::isxdigit(static_cast<unsigned char>(h)) != 0; }))
+                  syntax_error(line, col, std::string("bad \\") + e + " escape: " + std::to_string(n) + " hex digits expected");
                 uint32_t cp = std::stoul(src_.substr(q, n), nullptr, 16);
                 q += n;
                 if (cp < 0x80) v += char(cp);

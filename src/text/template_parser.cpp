@@ -1,6 +1,8 @@
 #include "text/template_parser.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 
 #include "base/error.h"
 
@@ -34,6 +36,18 @@ class Parser {
   void expect_op(const char* o) { if (!is_op(o)) fail(std::string("expected '") + o + "'"); next(); }
   void expect_end() { if (peek().k != Tok::End) fail("unexpected token"); }
   std::string expect_name() { if (peek().k != Tok::Name) fail("expected a name"); return next().text; }
+
+  // Statements and expressions nest at most kMaxNesting deep (the parser and the evaluator
+  // recurse once per level: a deeper template is an error, not a stack overflow).
+  static constexpr int kMaxNesting = 100;
+  int depth_ = 0;
+  struct Nest {
+    Parser& p;
+    explicit Nest(Parser& p) : p(p) {
+      if (++p.depth_ > kMaxNesting) p.fail("nested more than " + std::to_string(kMaxNesting) + " levels deep");
+    }
+    ~Nest() { --p.depth_; }
+  };
 
   ExprP mk(Expr::K k, const Tok& at) { auto e = std::make_shared<Expr>(); e->k = k; e->line = at.line; e->col = at.col; return e; }
 
@@ -81,6 +95,7 @@ class Parser {
   }
 
   std::shared_ptr<Node> parse_stmt(const std::string& kw) {
+    Nest nest(*this);
     auto n = std::make_shared<Node>();
     n->line = peek().line;
     n->col = peek().col;
@@ -168,6 +183,7 @@ class Parser {
   ExprP parse_expr() { return parse_ternary(true); }
 
   ExprP parse_ternary(bool allow_cond) {
+    Nest nest(*this);
     ExprP e = parse_or();
     if (allow_cond && is_name("if")) {
       const Tok& at = next();
@@ -203,6 +219,7 @@ class Parser {
   }
   ExprP parse_not() {
     if (is_name("not")) {
+      Nest nest(*this);
       const Tok& at = next();
       auto e = mk(Expr::Unary, at);
       e->name = "not";
@@ -259,6 +276,7 @@ class Parser {
   }
   ExprP parse_unary() {
     if (is_op("-") || is_op("+")) {
+      Nest nest(*this);
       const Tok& at = next();
       auto e = mk(Expr::Unary, at);
       e->name = at.text;
@@ -365,9 +383,16 @@ class Parser {
       return e;
     }
     if (t.k == Tok::Int || t.k == Tok::Float) {
-      next();
       auto e = mk(Expr::Lit, t);
-      e->lit = t.k == Tok::Int ? Value::integer(std::stoll(t.text)) : Value::real(std::stod(t.text));
+      if (t.k == Tok::Int) {
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+        if (ec != std::errc() || end != t.text.data() + t.text.size()) fail("integer literal out of the 64-bit range");
+        e->lit = Value::integer(v);
+      } else {
+        e->lit = Value::real(std::strtod(t.text.c_str(), nullptr));  // past the range: inf, as Python reads it
+      }
+      next();
       return e;
     }
     if (t.k == Tok::Name) {

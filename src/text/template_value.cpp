@@ -24,6 +24,30 @@ bool truthy(const Value& v) {
   return false;
 }
 
+bool carries_message_text(const Value& v) {
+  switch (v.t) {
+    case Value::T::Str: return v.from_message.find('\1') != std::string::npos;
+    case Value::T::List:
+      for (const auto& x : *v.list)
+        if (carries_message_text(x)) return true;
+      return false;
+    case Value::T::Dict:
+      for (const auto& [k, x] : v.dict->items)
+        if (carries_message_text(x)) return true;
+      return false;
+    default: return false;
+  }
+}
+
+void append(Value& dst, const Value& src) {
+  if (!src.from_message.empty() || !dst.from_message.empty()) {
+    dst.from_message.resize(dst.s.size(), 0);
+    if (src.from_message.empty()) dst.from_message.append(src.s.size(), 0);
+    else dst.from_message += src.from_message;
+  }
+  dst.s += src.s;
+}
+
 std::string py_float(double d) {
   if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
   if (std::isnan(d)) return "nan";

@@ -243,7 +243,7 @@ std::string Impl::normalize(std::string s) const {
   return s;
 }
 
-void Impl::encode_segment(std::string_view seg, bool at_start, std::vector<int32_t>& out) const {
+void Impl::encode_segment(std::string_view seg, bool at_start, bool special_ok, std::vector<int32_t>& out) const {
   std::string s = normalize(std::string(seg));
   if (s.empty()) return;
   bool any_norm = false;
@@ -252,7 +252,9 @@ void Impl::encode_segment(std::string_view seg, bool at_start, std::vector<int32
     encode_piece(s, at_start, out);
     return;
   }
-  split_added(added_norm, s, [&](size_t a, size_t b) { encode_piece(s.substr(a, b - a), at_start && a == 0, out); }, out);
+  split_added(
+      added_norm, s, [&](size_t a, size_t b) { encode_piece(s.substr(a, b - a), at_start && a == 0, out); }, out,
+      special_ok ? std::function<bool(size_t, size_t)>() : [](size_t, size_t) { return false; });
 }
 
 void Impl::encode_piece(const std::string& s, bool at_start, std::vector<int32_t>& out) const {
@@ -711,7 +713,8 @@ Tokenizer Tokenizer::from_spec(const TokenizerSpec& spec) {
 namespace detail {
 
 void Impl::split_added(const AddedTable& table, std::string_view text,
-                       const std::function<void(size_t, size_t)>& seg, std::vector<int32_t>& out) const {
+                       const std::function<void(size_t, size_t)>& seg, std::vector<int32_t>& out,
+                       const std::function<bool(size_t, size_t)>& special_ok) const {
   size_t seg_start = 0, i = 0;
   auto flush = [&](size_t end) {
     if (end > seg_start) seg(seg_start, end);
@@ -720,7 +723,7 @@ void Impl::split_added(const AddedTable& table, std::string_view text,
     const AddedToken* hit = nullptr;
     for (int32_t k : table[static_cast<unsigned char>(text[i])]) {
       const auto& a = added[k];
-      if (text.compare(i, a.match.size(), a.match) == 0) {
+      if (text.compare(i, a.match.size(), a.match) == 0 && (!a.special || !special_ok || special_ok(i, i + a.match.size()))) {
         hit = &a;
         break;
       }
@@ -758,7 +761,40 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
   std::vector<int32_t> out;
   if (add_bos && t.add_bos && t.bos_id >= 0) out.push_back(t.bos_id);
   t.split_added(t.added_raw, text,
-                [&](size_t a, size_t b) { t.encode_segment(text.substr(a, b - a), a == 0, out); }, out);
+                [&](size_t a, size_t b) { t.encode_segment(text.substr(a, b - a), a == 0, true, out); }, out);
+  return out;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, std::span<const TextSpan> plain_text) const {
+  const Impl& t = *impl_;
+  LW_CHECK(detail::valid_utf8(text), "encode: input is not valid UTF-8");
+  for (size_t k = 0; k < plain_text.size(); ++k)
+    LW_CHECK(plain_text[k].begin <= plain_text[k].end && plain_text[k].end <= text.size() &&
+                 (k == 0 || plain_text[k - 1].end <= plain_text[k].begin),
+             "encode: plain-text span " << k << " [" << plain_text[k].begin << ", " << plain_text[k].end
+                                        << ") is out of order or outside the text of " << text.size() << " bytes");
+  // Whether [begin, end) meets a span; begin only grows from call to call, so the first span
+  // that ends after it moves forward only.
+  size_t first = 0;
+  auto outside = [&](size_t begin, size_t end) {
+    while (first < plain_text.size() && plain_text[first].end <= begin) ++first;
+    for (size_t k = first; k < plain_text.size() && plain_text[k].begin < end; ++k)
+      if (plain_text[k].end > plain_text[k].begin) return false;
+    return true;
+  };
+  std::vector<int32_t> out;
+  if (add_bos && t.add_bos && t.bos_id >= 0) out.push_back(t.bos_id);
+  size_t k = 0;  // the first span that ends after the current segment's start (segments come in order)
+  t.split_added(
+      t.added_raw, text,
+      [&](size_t a, size_t b) {
+        // The normalized text cannot be mapped back to spans: a segment holding plain text
+        // matches no special token there.
+        while (k < plain_text.size() && plain_text[k].end <= a) ++k;
+        const bool special_ok = k == plain_text.size() || plain_text[k].begin >= b;
+        t.encode_segment(text.substr(a, b - a), a == 0, special_ok, out);
+      },
+      out, outside);
   return out;
 }
 

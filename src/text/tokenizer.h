@@ -18,6 +18,11 @@ enum class TokenizerKind {
   kSentencePieceBpe  // GGUF tokenizer.ggml.model "llama"
 };
 
+// The bytes [begin, end) of a text.
+struct TextSpan {
+  size_t begin = 0, end = 0;
+};
+
 // GGUF tokenizer.ggml.token_type values.
 enum class TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
@@ -57,6 +62,11 @@ class Tokenizer {
   // add_bos: apply the model's BOS rule (HF add_special_tokens) - prepends bos_id() when the
   // tokenizer asks for it.
   std::vector<int32_t> encode(std::string_view text, bool add_bos) const;
+  // The same, with the special tokens matched only outside `plain_text` (spans of `text`,
+  // sorted and disjoint): text there that spells a special token is split as ordinary text
+  // (Hugging Face's split_special_tokens); added tokens that are not special still match. A
+  // special token is matched only when none of its bytes lies in a span.
+  std::vector<int32_t> encode(std::string_view text, bool add_bos, std::span<const TextSpan> plain_text) const;
   // Throws lw::Error for an id outside the vocabulary.
   std::string decode(std::span<const int32_t> ids, bool skip_special) const;
 

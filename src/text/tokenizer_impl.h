@@ -94,12 +94,15 @@ struct Impl {
   void finalize();  // builds lookup tables once pieces/added are filled
   void bpe(const std::string& word, std::vector<int32_t>& out) const;
   std::string normalize(std::string s) const;
-  void encode_segment(std::string_view seg, bool at_start, std::vector<int32_t>& out) const;
+  // special_ok: special tokens of added_norm may match in the segment.
+  void encode_segment(std::string_view seg, bool at_start, bool special_ok, std::vector<int32_t>& out) const;
   void encode_piece(const std::string& s, bool at_start, std::vector<int32_t>& out) const;
   // Splits text on the added tokens of `table` (leftmost-longest, honouring lstrip/rstrip):
-  // seg(start, end) for the text between tokens, out gets each token's id.
+  // seg(start, end) for the text between tokens, out gets each token's id. A special token
+  // matches only where special_ok(begin, end) says so (null: everywhere).
   void split_added(const AddedTable& table, std::string_view text,
-                   const std::function<void(size_t, size_t)>& seg, std::vector<int32_t>& out) const;
+                   const std::function<void(size_t, size_t)>& seg, std::vector<int32_t>& out,
+                   const std::function<bool(size_t, size_t)>& special_ok = nullptr) const;
 };
 
 // UTF-8 helpers.

@@ -1,0 +1,265 @@
+#include "server/connection.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+namespace lw::server {
+
+ConnectionState& this_connection() {
+  thread_local ConnectionState state;
+  return state;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// cpp-httplib refuses a header line longer than this (CPPHTTPLIB_HEADER_MAX_LENGTH) with 400.
+constexpr size_t kHttplibHeaderLine = 8192;
+
+// Waits for `events` on the socket for up to ms milliseconds: > 0 ready, 0 timed out, < 0 error.
+int wait_for(int sock, short events, int ms) {
+  pollfd p{sock, events, 0};
+  for (;;) {
+    const int r = ::poll(&p, 1, ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r > 0 && (p.revents & (POLLERR | POLLNVAL))) return -1;
+    return r;  // POLLHUP comes with POLLIN: the read then sees the end of the stream
+  }
+}
+
+int milliseconds(time_t sec, time_t usec) { return static_cast<int>(sec * 1000 + usec / 1000); }
+
+void address_of(int sock, bool peer, std::string& ip, int& port) {
+  sockaddr_storage a{};
+  socklen_t n = sizeof a;
+  if ((peer ? ::getpeername(sock, reinterpret_cast<sockaddr*>(&a), &n) : ::getsockname(sock, reinterpret_cast<sockaddr*>(&a), &n)) != 0)
+    return;
+  char text[INET6_ADDRSTRLEN] = {};
+  if (a.ss_family == AF_INET) {
+    const auto* v = reinterpret_cast<const sockaddr_in*>(&a);
+    ::inet_ntop(AF_INET, &v->sin_addr, text, sizeof text);
+    port = ntohs(v->sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    const auto* v = reinterpret_cast<const sockaddr_in6*>(&a);
+    ::inet_ntop(AF_INET6, &v->sin6_addr, text, sizeof text);
+    port = ntohs(v->sin6_port);
+  }
+  ip = text;
+}
+
+// A connection's socket with one read buffer for its whole life, and the accounting of each
+// request's line and header bytes.
+class ConnectionStream final : public httplib::Stream {
+ public:
+  ConnectionStream(int sock, int read_ms, int write_ms, const ConnectionLimits& limits)
+      : sock_(sock), read_ms_(read_ms), write_ms_(write_ms), limits_(limits) {}
+
+  bool is_readable() const override { return off_ < len_ || wait_for(sock_, POLLIN, read_wait_ms()) > 0; }
+  bool is_writable() const override { return wait_for(sock_, POLLOUT, write_ms_) > 0 && alive(); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (failed_) return -1;
+    if (Clock::now() >= deadline_) {  // a client that trickles bytes never makes a read wait
+      late();
+      return -1;
+    }
+    if (off_ == len_) {
+      if (wait_for(sock_, POLLIN, read_wait_ms()) <= 0) {
+        if (Clock::now() >= deadline_) late();
+        return -1;
+      }
+      ssize_t n;
+      do n = ::recv(sock_, buf_.data(), buf_.size(), 0);
+      while (n < 0 && errno == EINTR);
+      if (n <= 0) return n;
+      off_ = 0;
+      len_ = static_cast<size_t>(n);
+    }
+    size_t n = std::min(size, len_ - off_);
+    if (in_headers_) {
+      n = account(n);
+      if (failed_) return -1;
+    }
+    std::memcpy(ptr, buf_.data() + off_, n);
+    off_ += n;
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!is_writable()) return -1;
+    ssize_t n;
+    do n = ::send(sock_, ptr, size, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n > 0) wrote_ = true;
+    return n;
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { address_of(sock_, true, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { address_of(sock_, false, ip, port); }
+  socket_t socket() const override { return sock_; }
+
+  // Waits up to timeout_ms for the next request's first byte, while the server listens; true
+  // at once when a pipelined request is already buffered.
+  bool wait_for_request(int timeout_ms, const std::atomic<socket_t>& listening) const {
+    if (off_ < len_) return true;
+    const auto end = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (listening != INVALID_SOCKET) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+      if (left <= 0) return false;
+      const int r = wait_for(sock_, POLLIN, static_cast<int>(std::min<int64_t>(left, 100)));
+      if (r != 0) return r > 0;
+    }
+    return false;
+  }
+
+  // Starts a request (its first byte is here): its line and headers are counted, and their
+  // deadline runs, from now.
+  void begin_request() {
+    in_headers_ = true;
+    first_line_ = true;
+    header_bytes_ = line_bytes_ = 0;
+    wrote_ = false;
+    failed_ = false;
+    deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits_.header_seconds));
+  }
+  bool wrote() const { return wrote_; }
+
+ private:
+  // A read waits for the read timeout, or until the request's deadline if that comes first.
+  int read_wait_ms() const {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+    return static_cast<int>(std::clamp<int64_t>(left, 0, read_ms_));
+  }
+
+  // Past the deadline: the stream fails, and the request is marked too slow.
+  void late() {
+    ConnectionState& state = this_connection();
+    if (in_headers_) state.header_fault = HeaderFault::too_slow;
+    else state.body_too_slow = true;
+    failed_ = true;
+  }
+
+  // Counts the next n buffered bytes as request line and headers; returns how many of them
+  // belong there (the headers end at an empty CRLF line, as cpp-httplib reads them). Past the
+  // cap or the deadline the stream fails; at their end the body's deadline starts.
+  size_t account(size_t n) {
+    ConnectionState& state = this_connection();
+    for (size_t i = 0; i < n; ++i) {
+      const char c = buf_[off_ + i];
+      if (++header_bytes_ > limits_.max_header_bytes) {
+        state.header_fault = HeaderFault::too_large;
+        failed_ = true;
+        return 0;
+      }
+      if (++line_bytes_ == 1) line_starts_cr_ = c == '\r';
+      if (c != '\n') continue;
+      if (!first_line_ && line_bytes_ == 2 && line_starts_cr_) {
+        in_headers_ = false;
+        deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits_.body_seconds));
+        return i + 1;
+      }
+      if (!first_line_ && line_bytes_ > kHttplibHeaderLine && state.header_fault == HeaderFault::none)
+        state.header_fault = HeaderFault::line_too_long;
+      first_line_ = false;
+      line_bytes_ = 0;
+    }
+    return n;
+  }
+
+  // The peer has not closed its end (cpp-httplib's test: nothing to read, or a byte to peek).
+  bool alive() const {
+    const int r = wait_for(sock_, POLLIN, 0);
+    if (r == 0) return true;
+    if (r < 0) return false;
+    char c;
+    ssize_t n;
+    do n = ::recv(sock_, &c, 1, MSG_PEEK);
+    while (n < 0 && errno == EINTR);
+    return n > 0;
+  }
+
+  int sock_, read_ms_, write_ms_;
+  ConnectionLimits limits_;
+  Clock::time_point deadline_ = Clock::time_point::max();  // of the headers, then of the body
+  std::array<char, 4096> buf_{};
+  size_t off_ = 0, len_ = 0;
+  bool failed_ = false, wrote_ = false;
+  bool in_headers_ = false, first_line_ = true, line_starts_cr_ = false;
+  size_t header_bytes_ = 0, line_bytes_ = 0;
+};
+
+// Drops what the peer still sends, for a bounded time and size, after our last write: a close
+// with unread bytes resets the connection, and the reset can destroy the answer in flight.
+void linger_close(int sock, const ConnectionLimits& limits) {
+  ::shutdown(sock, SHUT_WR);
+  const auto end = Clock::now() + std::chrono::duration<double>(limits.linger_seconds);
+  std::array<char, 4096> scratch;
+  size_t dropped = 0;
+  while (dropped < limits.linger_bytes) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+    if (left <= 0 || wait_for(sock, POLLIN, static_cast<int>(left)) <= 0) break;
+    const ssize_t n = ::recv(sock, scratch.data(), scratch.size(), 0);
+    if (n <= 0) break;
+    dropped += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+bool Listener::process_and_close_socket(socket_t sock) {
+  ConnectionStream strm(sock, milliseconds(read_timeout_sec_, read_timeout_usec_),
+                        milliseconds(write_timeout_sec_, write_timeout_usec_), limits_);
+  bool ret = false, linger = false;
+  for (size_t left = keep_alive_max_count_; left > 0; --left) {
+    if (!strm.wait_for_request(static_cast<int>(keep_alive_timeout_sec_ * 1000), svr_sock_)) break;
+    ConnectionState& state = this_connection();
+    state = ConnectionState{};
+    int port = 0;
+    strm.get_remote_ip_and_port(state.remote, port);
+    strm.begin_request();
+    bool closed = false;
+    ret = process_request(strm, left == 1, closed, nullptr);
+    if ((state.header_fault == HeaderFault::too_large || state.header_fault == HeaderFault::too_slow) && !strm.wrote()) {
+      // The request line alone passed the cap or the deadline: cpp-httplib gave up before it
+      // could answer.
+      const bool slow = state.header_fault == HeaderFault::too_slow;
+      const std::string body =
+          std::string(R"({"error":{"message":")") +
+          (slow ? "the request line and headers took longer than the server waits"
+                : "the request line and headers are larger than the server accepts") +
+          R"(","type":"invalid_request_error","param":null,"code":null}})";
+      const std::string reply = std::string(slow ? "HTTP/1.1 408 Request Timeout" : "HTTP/1.1 431 Request Header Fields Too Large") +
+                                "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n" + body;
+      for (size_t off = 0; off < reply.size();) {
+        const ssize_t n = strm.write(reply.data() + off, reply.size() - off);
+        if (n <= 0) break;
+        off += static_cast<size_t>(n);
+      }
+      if (on_refused) on_refused(state.remote, slow ? 408 : 431);
+    }
+    if (state.header_fault != HeaderFault::none || state.close) {
+      linger = true;
+      break;
+    }
+    if (!ret || closed) break;
+  }
+  this_connection() = ConnectionState{};
+  if (linger) linger_close(sock, limits_);
+  ::shutdown(sock, SHUT_RDWR);
+  ::close(sock);
+  return ret;
+}
+
+}  // namespace lw::server
