@@ -13,7 +13,10 @@ import lightwave
 from lightwave import LightwaveError, SamplingParams
 
 PROMPT = "The capital of France is"
-QUESTION = "What is the capital of France?"
+# In bf16 this small quantised model's first word in answer to a bare "What is the capital of
+# France?" flips between English and French under summation-order changes (a different GEMM or
+# attention kernel); asking for English keeps the answer stable.
+QUESTION = "Answer in English: what is the capital of France?"
 
 
 def run_cli(cli, model, *args):

@@ -494,7 +494,7 @@ def logit_bias_and_aliases(client, model):
                                            logit_bias={str(vocab.index(banned_text)): -100})
         check(banned.choices[0].text != first.choices[0].text,
               f"logit_bias: -100 on the greedy token bans it ({banned.choices[0].text!r} after {first.choices[0].text!r})")
-    chat = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "What is the capital of France?"}],
+    chat = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "Answer in English: what is the capital of France?"}],
                                           max_completion_tokens=3, temperature=0)
     check(chat.usage.completion_tokens == 3 and chat.choices[0].finish_reason == "length",
           f"max_completion_tokens: 3 tokens, finish length ({chat.usage.completion_tokens}, {chat.choices[0].finish_reason})")
@@ -572,7 +572,7 @@ def main():
         models = client.models.list()
         check([m.id for m in models.data] == ["smol"], "models: lists the served name")
 
-        chat = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "What is the capital of France?"}],
+        chat = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "Answer in English: what is the capital of France?"}],
                                               max_tokens=12, temperature=0)
         text = chat.choices[0].message.content
         check("Paris" in text, f"chat: answers Paris ({text!r})")
@@ -580,7 +580,7 @@ def main():
         check(chat.usage.prompt_tokens > 10 and chat.usage.completion_tokens == 7 and
               chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens, f"chat: usage {chat.usage}")
 
-        stream = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "What is the capital of France?"}],
+        stream = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "Answer in English: what is the capital of France?"}],
                                                 max_tokens=12, temperature=0, stream=True, stream_options={"include_usage": True})
         pieces, finish, usage = [], None, None
         for ch in stream:
