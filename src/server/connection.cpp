@@ -65,7 +65,13 @@ class ConnectionStream final : public httplib::Stream {
   ConnectionStream(int sock, int read_ms, int write_ms, const ConnectionLimits& limits)
       : sock_(sock), read_ms_(read_ms), write_ms_(write_ms), limits_(limits) {}
 
-  bool is_readable() const override { return off_ < len_ || wait_for(sock_, POLLIN, read_wait_ms()) > 0; }
+  bool is_readable() const override {
+    if (off_ < len_) return true;
+    const int wait_ms = read_wait_ms();
+    if (wait_for(sock_, POLLIN, wait_ms) > 0) return true;
+    if (wait_ms < read_ms_ || Clock::now() >= deadline_) late();
+    return false;
+  }
   bool is_writable() const override { return wait_for(sock_, POLLOUT, write_ms_) > 0 && alive(); }
 
   ssize_t read(char* ptr, size_t size) override {
@@ -75,8 +81,11 @@ class ConnectionStream final : public httplib::Stream {
       return -1;
     }
     if (off_ == len_) {
-      if (wait_for(sock_, POLLIN, read_wait_ms()) <= 0) {
-        if (Clock::now() >= deadline_) late();
+      // A wait cut short by the deadline is the deadline, even when poll's millisecond clock
+      // wakes it a little before the steady clock gets there.
+      const int wait_ms = read_wait_ms();
+      if (wait_for(sock_, POLLIN, wait_ms) <= 0) {
+        if (wait_ms < read_ms_ || Clock::now() >= deadline_) late();
         return -1;
       }
       ssize_t n;
@@ -138,12 +147,12 @@ class ConnectionStream final : public httplib::Stream {
  private:
   // A read waits for the read timeout, or until the request's deadline if that comes first.
   int read_wait_ms() const {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
     return static_cast<int>(std::clamp<int64_t>(left, 0, read_ms_));
   }
 
   // Past the deadline: the stream fails, and the request is marked too slow.
-  void late() {
+  void late() const {
     ConnectionState& state = this_connection();
     if (in_headers_) state.header_fault = HeaderFault::too_slow;
     else state.body_too_slow = true;
@@ -194,7 +203,8 @@ class ConnectionStream final : public httplib::Stream {
   Clock::time_point deadline_ = Clock::time_point::max();  // of the headers, then of the body
   std::array<char, 4096> buf_{};
   size_t off_ = 0, len_ = 0;
-  bool failed_ = false, wrote_ = false;
+  mutable bool failed_ = false;  // set by late() from the const is_readable too
+  bool wrote_ = false;
   bool in_headers_ = false, first_line_ = true, line_starts_cr_ = false;
   size_t header_bytes_ = 0, line_bytes_ = 0;
 };
