@@ -322,6 +322,88 @@ TEST(PlantedBugs, ShuffleAcrossADivergentBranch) {
   expect_clean(sanitized("half_warp_fixed", half_warp_fixed, dim3(1), dim3(64), in.data(), out.data()));
 }
 
+// ---- 9b. a collective in a helper called from both sides of a divergent branch ----
+// CUDA (independent thread scheduling) merges the two calls into one warp-wide shuffle; a 64-lane
+// wavefront runs each side under its own EXEC mask, so each call sums the lanes of its side only
+// (reads of the other side's lanes return 0 on the hardware).
+
+__device__ float warp_total(float v) {
+  for (int o = warpSize / 2; o > 0; o /= 2) v += __shfl_xor(v, o);
+  return v;
+}
+__device__ float warp_total_synced(float v) {
+  for (int o = warpSize / 2; o > 0; o /= 2) v += __shfl_xor_sync(lw::gpu::full_warp_mask(), v, o);
+  return v;
+}
+template <float (*Total)(float)>
+__global__ void helper_in_both_branches_broken(const float* in, float* out) {
+  const int t = threadIdx.x;
+  const float v = in[t];
+  if (lw::gpu::lane_id() < 16) {
+    out[t] = Total(v);
+  } else {
+    const float scaled = 2.0f * Total(v);
+    out[t] = scaled + in[0] - in[0];
+  }
+}
+__global__ void helper_in_both_branches_fixed(const float* in, float* out) {
+  const int t = threadIdx.x;
+  const float total = warp_total(in[t]);  // every lane, before the branch
+  if (lw::gpu::lane_id() < 16) {
+    out[t] = total;
+  } else {
+    out[t] = 2.0f * total + in[0] - in[0];
+  }
+}
+
+// What a wavefront computes for helper_in_both_branches_broken with unmasked shuffles: each side's
+// butterfly reads 0 from the lanes of the other side.
+std::vector<float> per_branch_totals(const std::vector<float>& in) {
+  std::vector<float> v(in.begin(), in.begin() + W), next(W);
+  auto side = [](int lane) { return lane < 16; };
+  for (int o = W / 2; o > 0; o /= 2) {
+    for (int l = 0; l < W; ++l) next[l] = v[l] + (side(l ^ o) == side(l) ? v[l ^ o] : 0.0f);
+    v = next;
+  }
+  for (int l = 16; l < W; ++l) v[l] *= 2.0f;
+  return v;
+}
+
+TEST(PlantedBugs, CollectiveInAHelperCalledFromBothSidesOfABranch) {
+  std::vector<float> in = iota_floats(W), out(W, NAN);
+  const float total = std::accumulate(in.begin(), in.end(), 0.0f);
+  std::vector<float> convergent(W, total);
+  for (int l = 16; l < W; ++l) convergent[l] = 2.0f * total;
+
+  auto broken = sanitized("helper_in_both_branches_broken", helper_in_both_branches_broken<warp_total>, dim3(1),
+                          dim3(W), in.data(), out.data());
+  auto synced = sanitized("helper_in_both_branches_broken", helper_in_both_branches_broken<warp_total_synced>,
+                          dim3(1), dim3(W), in.data(), out.data());
+  if (W == 64) {
+    expect_fault(broken, Fault::InactiveLaneRead, "helper_in_both_branches_broken");
+    EXPECT_NE(broken.front().detail.find("another call path"), std::string::npos) << text(broken);
+    expect_fault(synced, Fault::MaskMismatch, "helper_in_both_branches_broken");
+    EXPECT_NE(synced.front().detail.find("another call path"), std::string::npos) << text(synced);
+    // Without the sanitizer the emulator computes what the wavefront does.
+    std::fill(out.begin(), out.end(), NAN);
+    const bool before = lw::simt::sanitize();
+    lw::simt::set_sanitize(false);
+    lw::simt::run("helper_in_both_branches_broken", helper_in_both_branches_broken<warp_total>, dim3(1), dim3(W), 0,
+                  in.data(), out.data());
+    lw::simt::set_sanitize(before);
+    EXPECT_EQ(out, per_branch_totals(in));
+    EXPECT_NE(out, convergent);
+  } else {
+    expect_clean(broken);
+    EXPECT_EQ(out, convergent);  // CUDA: the two calls form one warp-wide collective
+    expect_clean(synced);
+  }
+  std::fill(out.begin(), out.end(), NAN);
+  expect_clean(sanitized("helper_in_both_branches_fixed", helper_in_both_branches_fixed, dim3(1), dim3(W), in.data(),
+                         out.data()));
+  EXPECT_EQ(out, convergent);
+}
+
 // ---- 10. a shuffle width that is not a power of two or exceeds the warp ----
 
 __global__ void width_broken(const float* in, float* out, int width) {

@@ -299,7 +299,7 @@ void run_mma(lw::simt::MatrixOp* const* lanes, int warp_size) {
 
 // d = a.b + c for the whole warp.
 template <class T>
-void mma(FragC& d, const FragA<T>& a, const FragB<T>& b, const FragC& c,
+LW_SIMT_BUILTIN void mma(FragC& d, const FragA<T>& a, const FragB<T>& b, const FragC& c,
          std::source_location where = std::source_location::current()) {
   FragC acc = c;
   detail::MmaOperands<T> op;

@@ -3,6 +3,9 @@
 // the block can run, pending warp collectives are resolved first (each group of lanes of one
 // warp that stopped at the same call site is one collective), then the barrier. This keeps the
 // model of independent thread scheduling: lanes that diverged meet a collective separately.
+// At warp 64 (AMD CDNA: no independent thread scheduling, each side of a divergent branch runs
+// under its own EXEC mask) the call path is part of the site too, so a collective in a helper
+// called from both sides of a branch is two partial collectives, as the wavefront computes it.
 #include <algorithm>
 #include <cstdio>
 #include <bit>
@@ -57,6 +60,8 @@ struct Thread {
   CollectiveKind undef_kind{};
   int undef_src = 0;
   std::source_location undef_where;
+  uint64_t path = 0;            // hash of the return addresses to its current collective (warp 64)
+  const void* frame_top = nullptr;  // frame of the fiber's entry: where the call path ends
   uint32_t warp_sync = 0;   // its warp's collective count at its last collective
   uint64_t last_lanes = 0;  // the lanes of its last collective
   std::source_location barrier_where;
@@ -114,6 +119,30 @@ std::string where_str(const std::source_location& w) {
 bool same_site(const std::source_location& a, const std::source_location& b) {
   return a.line() == b.line() && a.column() == b.column() && std::strcmp(a.file_name(), b.file_name()) == 0;
 }
+
+// Hash of the return addresses from frame `from` (the device function that made a collective) up
+// to, not including, frame `top` (the fiber's entry), walked over the frame-pointer chain (lw_simt
+// and the code linking it keep frame pointers). The first address is where that function was
+// called from, so two calls of one helper from the two sides of a branch differ. Addresses inside
+// the function itself are left out: a host compiler may duplicate a shuffle into two paths of one
+// function (jump threading), which a GPU compiler never does to a convergent operation. The walk
+// stays inside the fiber's stack: each next frame lies above the last and below `top`.
+uint64_t call_path(const void* from, const void* top) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto fp = static_cast<void* const*>(from);
+  for (int depth = 0; depth < 64 && fp && static_cast<const void*>(fp) < top; ++depth) {
+    h = (h ^ reinterpret_cast<uintptr_t>(fp[1])) * 0x100000001b3ull;
+    auto next = static_cast<void* const*>(fp[0]);
+    if (next <= fp || reinterpret_cast<uintptr_t>(next) % sizeof(void*) != 0) break;
+    fp = next;
+  }
+  return h;
+}
+
+// The frame of the function that called the function this is expanded in: the built-ins of
+// device.h are always inlined, so for the entry points below it is the device function that
+// made the collective.
+#define LW_SIMT_CALLER_FRAME() (*static_cast<void* const*>(__builtin_frame_address(0)))
 
 const char* kind_name(CollectiveKind k) {
   switch (k) {
@@ -176,7 +205,8 @@ class Block {
   std::vector<Report> run(uint3 idx);
 
   // ---- called from the device thread that is running ----
-  uint64_t collective(const Collective& c);
+  // `caller_frame`: frame of the device function that made the collective (see call_path).
+  uint64_t collective(const Collective& c, const void* caller_frame);
   void barrier(std::source_location where);
   bool undefined_values_seen() const { return undefined_reads_ != 0; }
   void check_defined(uint64_t bits, ValueKind k, int bytes, const std::string& what);
@@ -197,8 +227,12 @@ class Block {
   bool resolve_barrier();
   void report(Fault f, const Thread& t, std::string where, std::string detail);
   void abort_all();
-  std::string lane_status(int warp, int lane) const;
+  // What lane `lane` of `warp` is doing, in words; `asking` is the lane at the collective that misses it.
+  std::string lane_status(int warp, int lane, const Thread* asking = nullptr) const;
   std::string undefined_origin(const Thread& holder) const;
+  static bool same_collective(const Thread& a, const Thread& b) {
+    return same_site(a.op.where, b.op.where) && (W != 64 || a.path == b.path);
+  }
   Thread* lane_thread(int warp, int lane) {
     int i = warp * W + lane;
     return i < nthreads_ ? &threads_[i] : nullptr;
@@ -306,6 +340,7 @@ void Block::resume(Thread& t) {
     t.started = true;
     t.fiber = bc::fiber(std::allocator_arg, PoolAllocator{&stacks_}, [this, &t](bc::fiber&& sched) {
       t.scheduler = std::move(sched);
+      t.frame_top = __builtin_frame_address(0);
       if (!t.abort) {
         try {
           body_();
@@ -364,7 +399,7 @@ void Block::fault_here(Fault f, const std::string& detail, std::source_location 
   throw Abort{};
 }
 
-std::string Block::lane_status(int warp, int lane) const {
+std::string Block::lane_status(int warp, int lane, const Thread* asking) const {
   const int i = warp * W + lane;
   if (i >= nthreads_) {
     const int launched = std::min(W, nthreads_ - warp * W);
@@ -377,6 +412,11 @@ std::string Block::lane_status(int warp, int lane) const {
     case State::Exited: return "has already exited";
     case State::AtBarrier: return "is waiting at __syncthreads (" + where_str(t.barrier_where) + "): it diverged";
     case State::AtCollective:
+      if (asking && same_site(t.op.where, asking->op.where))
+        return std::string("reached this ") + kind_name(t.op.kind) +
+               " through another call path: it diverged, and a 64-lane wavefront (no independent thread "
+               "scheduling) runs each side of a branch under its own EXEC mask, so a collective in a helper "
+               "called from both sides spans the lanes of one side only (call the helper once, after the branch)";
       return std::string("is at another warp collective (") + kind_name(t.op.kind) + " at " + where_str(t.op.where) +
              "): it diverged";
     case State::Ready: return "is running elsewhere";
@@ -401,7 +441,7 @@ void Block::check_defined(uint64_t bits, ValueKind k, int bytes, const std::stri
              t.undef ? t.undef_where : std::source_location{});
 }
 
-uint64_t Block::collective(const Collective& c) {
+uint64_t Block::collective(const Collective& c, const void* caller_frame) {
   Thread& t = *tl_thread;
   const bool is_shuffle = c.kind <= CollectiveKind::ShflXor;
   if (is_shuffle && (c.width <= 0 || (c.width & (c.width - 1)) != 0 || c.width > W)) {
@@ -421,6 +461,7 @@ uint64_t Block::collective(const Collective& c) {
   }
   commit_pending_address();  // other threads run now: a raw shared pointer leaves the checker
   t.op = c;
+  if constexpr (W == 64) t.path = call_path(caller_frame, t.frame_top);
   t.state = State::AtCollective;
   yield(t);
   return t.result;
@@ -435,12 +476,12 @@ bool Block::resolve_collectives() {
       Thread* t = lane_thread(w, l);
       if (t && t->state == State::AtCollective) pending.push_back(t);
     }
-    // Lanes stopped at the same call site form one collective; other sites go separately.
+    // Lanes stopped at the same call site (at warp 64: reached through the same call path) form
+    // one collective; other sites go separately.
     while (!pending.empty() && !aborted_) {
       group.clear();
-      const std::source_location site = pending.front()->op.where;
-      auto split = std::stable_partition(pending.begin(), pending.end(),
-                                         [&](Thread* t) { return same_site(t->op.where, site); });
+      const Thread* first = pending.front();
+      auto split = std::stable_partition(pending.begin(), pending.end(), [&](Thread* t) { return same_collective(*t, *first); });
       group.assign(pending.begin(), split);
       pending.erase(pending.begin(), split);
       execute(group);
@@ -487,7 +528,7 @@ void Block::execute(std::vector<Thread*>& group) {
     if (missing) {
       const int lane = std::countr_zero(missing);
       std::string why = (missing & ~full) ? "does not exist on this " + std::to_string(W) + "-lane warp"
-                                          : lane_status(warp, lane);
+                                          : lane_status(warp, lane, group.front());
       report(Fault::MaskMismatch, *group.front(), where_str(c0.where),
              std::string(kind_name(c0.kind)) + " mask " + hex(c0.mask) + " names lane " + std::to_string(lane) +
                  ", which never arrives: it " + why);
@@ -539,7 +580,7 @@ void Block::execute(std::vector<Thread*>& group) {
         } else if (sanitize_) {
           report(Fault::InactiveLaneRead, *t, where_str(c0.where),
                  std::string(kind_name(c0.kind)) + " in lane " + std::to_string(lane) + " reads lane " +
-                     std::to_string(src) + ", which " + lane_status(warp, src));
+                     std::to_string(src) + ", which " + lane_status(warp, src, t));
           abort_all();
           return;
         } else {
@@ -596,7 +637,7 @@ bool Block::execute_matrix(std::vector<Thread*>& group, uint64_t present) {
     report(Fault::PartialWarpMatrix, *group.front(), where_str(c0.where),
            "a matrix-fragment operation is reached by " + std::to_string(std::popcount(present)) + " of the " +
                std::to_string(W) + " lanes of warp " + std::to_string(warp) + "; lane " + std::to_string(lane) + " " +
-               lane_status(warp, lane) + " (matrix cores need every lane of the warp: keep the call out of divergent code "
+               lane_status(warp, lane, group.front()) + " (matrix cores need every lane of the warp: keep the call out of divergent code "
                "and launch whole warps)");
     abort_all();
     return false;
@@ -782,25 +823,26 @@ void* dynamic_shared() {
   return tl_block->dynamic_shared();
 }
 
-uint64_t warp_collective(const Collective& c) {
+[[gnu::noinline]] uint64_t warp_collective(const Collective& c) {
   Thread& t = current_thread("a warp collective");
   t.vkind = ValueKind::Bits;
   t.vbytes = 8;
-  return tl_block->collective(c);
+  return tl_block->collective(c, LW_SIMT_CALLER_FRAME());
 }
 
-void warp_matrix_op(MatrixOp* op, std::source_location where) {
+[[gnu::noinline]] void warp_matrix_op(MatrixOp* op, std::source_location where) {
   Thread& t = current_thread("a matrix-fragment operation");
   t.vkind = ValueKind::Bits;
   t.vbytes = 8;
-  tl_block->collective({CollectiveKind::Matrix, reinterpret_cast<uint64_t>(op), 0, W, false, 0, where});
+  tl_block->collective({CollectiveKind::Matrix, reinterpret_cast<uint64_t>(op), 0, W, false, 0, where},
+                       LW_SIMT_CALLER_FRAME());
 }
 
-uint64_t warp_shuffle(const Collective& c, ValueKind k, int bytes) {
+[[gnu::noinline]] uint64_t warp_shuffle(const Collective& c, ValueKind k, int bytes) {
   Thread& t = current_thread("a warp shuffle");
   t.vkind = k;
   t.vbytes = bytes;
-  return tl_block->collective(c);
+  return tl_block->collective(c, LW_SIMT_CALLER_FRAME());
 }
 
 bool undefined_values_seen() { return tl_block && tl_thread && tl_block->undefined_values_seen(); }

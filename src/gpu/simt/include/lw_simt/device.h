@@ -21,6 +21,9 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
+// The warp built-ins are always inlined into the device function that calls them: the emulator
+// starts a collective's call path at that function's frame (see warp_collective).
+#define LW_SIMT_BUILTIN inline __attribute__((always_inline))
 #define __constant__
 #define __managed__
 #define __launch_bounds__(...)
@@ -60,7 +63,7 @@ T from_bits(uint64_t b) {
   return v;
 }
 template <class T>
-T shfl(CollectiveKind k, T v, int arg, int width, bool has_mask, uint64_t mask, std::source_location w) {
+LW_SIMT_BUILTIN T shfl(CollectiveKind k, T v, int arg, int width, bool has_mask, uint64_t mask, std::source_location w) {
   return from_bits<T>(
       warp_shuffle({k, to_bits(v), arg, width, has_mask, mask, w}, value_kind<T>(), static_cast<int>(sizeof(T))));
 }
@@ -70,14 +73,14 @@ T shfl(CollectiveKind k, T v, int arg, int width, bool has_mask, uint64_t mask, 
 // CUDA spelling: the mask names the lanes that take part.
 #define LW_SIMT_SHFL_SYNC(NAME, KIND, ARGT)                                                          \
   template <class T>                                                                                \
-  T NAME(uint64_t mask, T v, ARGT arg, int width = warpSize,                                        \
+  LW_SIMT_BUILTIN T NAME(uint64_t mask, T v, ARGT arg, int width = warpSize,                                        \
          std::source_location where = std::source_location::current()) {                            \
     return lw::simt::detail::shfl(lw::simt::CollectiveKind::KIND, v, static_cast<int>(arg), width, true, mask, where); \
   }
 // HIP spelling: every active lane takes part.
 #define LW_SIMT_SHFL(NAME, KIND, ARGT)                                                               \
   template <class T>                                                                                \
-  T NAME(T v, ARGT arg, int width = warpSize, std::source_location where = std::source_location::current()) { \
+  LW_SIMT_BUILTIN T NAME(T v, ARGT arg, int width = warpSize, std::source_location where = std::source_location::current()) { \
     return lw::simt::detail::shfl(lw::simt::CollectiveKind::KIND, v, static_cast<int>(arg), width, false, 0, where); \
   }
 LW_SIMT_SHFL_SYNC(__shfl_sync, ShflIdx, int)
@@ -142,37 +145,37 @@ class BallotMask {
   std::source_location where_;
 };
 
-inline BallotMask ballot(bool has_mask, uint64_t mask, int pred, std::source_location w) {
+LW_SIMT_BUILTIN BallotMask ballot(bool has_mask, uint64_t mask, int pred, std::source_location w) {
   const uint64_t bits = warp_collective({CollectiveKind::Ballot, pred != 0, 0, kWarpSize, has_mask, mask, w});
   return BallotMask(bits, last_collective_lanes(), w);
 }
 
 }  // namespace lw::simt
 
-inline lw::simt::BallotMask __ballot_sync(uint64_t mask, int pred, std::source_location w = std::source_location::current()) {
+LW_SIMT_BUILTIN lw::simt::BallotMask __ballot_sync(uint64_t mask, int pred, std::source_location w = std::source_location::current()) {
   return lw::simt::ballot(true, mask, pred, w);
 }
-inline int __any_sync(uint64_t mask, int pred, std::source_location w = std::source_location::current()) {
+LW_SIMT_BUILTIN int __any_sync(uint64_t mask, int pred, std::source_location w = std::source_location::current()) {
   return static_cast<int>(lw::simt::warp_collective({lw::simt::CollectiveKind::Any, pred != 0, 0, warpSize, true, mask, w}));
 }
-inline int __all_sync(uint64_t mask, int pred, std::source_location w = std::source_location::current()) {
+LW_SIMT_BUILTIN int __all_sync(uint64_t mask, int pred, std::source_location w = std::source_location::current()) {
   return static_cast<int>(lw::simt::warp_collective({lw::simt::CollectiveKind::All, pred != 0, 0, warpSize, true, mask, w}));
 }
-inline lw::simt::BallotMask __ballot(int pred, std::source_location w = std::source_location::current()) {
+LW_SIMT_BUILTIN lw::simt::BallotMask __ballot(int pred, std::source_location w = std::source_location::current()) {
   return lw::simt::ballot(false, 0, pred, w);
 }
-inline int __any(int pred, std::source_location w = std::source_location::current()) {
+LW_SIMT_BUILTIN int __any(int pred, std::source_location w = std::source_location::current()) {
   return static_cast<int>(lw::simt::warp_collective({lw::simt::CollectiveKind::Any, pred != 0, 0, warpSize, false, 0, w}));
 }
-inline int __all(int pred, std::source_location w = std::source_location::current()) {
+LW_SIMT_BUILTIN int __all(int pred, std::source_location w = std::source_location::current()) {
   return static_cast<int>(lw::simt::warp_collective({lw::simt::CollectiveKind::All, pred != 0, 0, warpSize, false, 0, w}));
 }
-inline void __syncwarp(uint64_t mask = (warpSize == 64 ? ~0ull : 0xffffffffull),
+LW_SIMT_BUILTIN void __syncwarp(uint64_t mask = (warpSize == 64 ? ~0ull : 0xffffffffull),
                        std::source_location w = std::source_location::current()) {
   lw::simt::warp_collective({lw::simt::CollectiveKind::SyncWarp, 0, 0, warpSize, true, mask, w});
 }
 // The lanes that reach this point together with the caller.
-inline lw::simt::BallotMask __activemask(std::source_location w = std::source_location::current()) {
+LW_SIMT_BUILTIN lw::simt::BallotMask __activemask(std::source_location w = std::source_location::current()) {
   return lw::simt::ballot(false, 0, 1, w);
 }
 inline unsigned __lane_id() { return lw::simt::linear_thread_id() % warpSize; }
