@@ -19,10 +19,21 @@ A line that really means a number, not a warp, says so with the comment `lint: n
 Usage: lint_warp.py DIR_OR_FILE...            exit 1 and list violations if any
        lint_warp.py --self-test FIXTURE...     check that every line marked `expect: RULE`
                                                is reported with exactly those rules
+       lint_warp.py --profile outside ARGS...  the lint for code outside lightwave (wave64
+                                               hazards only), shipped with the lightwave-simt
+                                               package as lw-simt-lint: see
+                                               src/gpu/simt/tools/lw_simt_lint.py
 """
 import pathlib
 import re
 import sys
+
+# The outside profile and the shared pieces (comment stripping, the self-test) live with the
+# emulator package, which installs them; this file keeps lightwave's own rules.
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "src/gpu/simt/tools"))
+import lw_simt_lint  # noqa: E402
+from lw_simt_lint import strip_code  # noqa: E402,F401
 
 RULES = [
     ("mask-literal", re.compile(r"\b0[xX][fF]{8}[uUlL]*\b")),
@@ -34,33 +45,6 @@ RULES = [
     ("raw-shared", re.compile(r"\b__shared__\b")),
 ]
 ALLOW = "lint: not-a-warp"
-
-
-def strip_code(text):
-    """Blank out comments and string/char literals, keeping line structure."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            out.append(c + " " * (min(j, n) - i - 1) + (c if j < n else ""))
-            i = j + 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
 
 
 def check_file(path):
@@ -90,25 +74,15 @@ def kernel_files(root):
 
 
 def main(argv):
+    if argv[:2] == ["--profile", "outside"]:
+        return lw_simt_lint.main(argv[2:])
+    if argv[:1] == ["--profile"] and argv[1:2] != ["lightwave"]:
+        print("lint_warp.py: --profile is lightwave (the default) or outside")
+        return 2
+    if argv[:1] == ["--profile"]:
+        argv = argv[2:]
     if argv and argv[0] == "--self-test":
-        ok = True
-        for f in argv[1:]:
-            path = pathlib.Path(f)
-            got = {}
-            for no, name, _ in check_file(path):
-                got.setdefault(no, set()).add(name)
-            want = {}
-            for no, line in enumerate(path.read_text().split("\n"), 1):
-                m = re.search(r"expect:\s*([\w\-, ]+)", line)
-                if m:
-                    want[no] = {r.strip() for r in m.group(1).split(",")}
-            if got != want:
-                ok = False
-                for no in sorted(set(got) | set(want)):
-                    if got.get(no) != want.get(no):
-                        print(f"{path}:{no}: expected {sorted(want.get(no, []))}, reported {sorted(got.get(no, []))}")
-        print("lint self-test", "passed" if ok else "FAILED")
-        return 0 if ok else 1
+        return lw_simt_lint.self_test(argv[1:], check_file)
     violations = 0
     for root in argv:
         for path in kernel_files(root):
