@@ -133,7 +133,13 @@ TEST(Model, FamilyKeysAreRead) {
   const model::ModelConfig llama = read(R"("model_type": "llama", "attention_bias": true)");
   EXPECT_TRUE(llama.qkv_bias && llama.o_bias && !llama.qk_norm);
   EXPECT_EQ(llama.moe_layer, std::vector<bool>(4, false));
-  EXPECT_EQ(read(R"("model_type": "mistral", "sliding_window": 4096)").max_position, 4096);
+  const model::ModelConfig mistral = read(R"("model_type": "mistral", "sliding_window": 4096)");
+  EXPECT_EQ(mistral.sliding_window, 4096);
+  EXPECT_EQ(mistral.max_position, 8192);  // the window is not a cap on the context
+  EXPECT_EQ(read(R"("model_type": "mistral", "sliding_window": null)").sliding_window, 0);
+  EXPECT_EQ(read(R"("model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 64)")
+                .sliding_window,
+            64);
   EXPECT_EQ(read(R"("model_type": "llama", "sliding_window": 4096)").max_position, 8192);
   const model::ModelConfig qwen2 = read(R"("model_type": "qwen2")");
   EXPECT_TRUE(qwen2.qkv_bias && !qwen2.o_bias && !qwen2.qk_norm);

@@ -47,6 +47,8 @@ def configs():
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 64})
     c["mistral"] = transformers.MistralConfig(**common, sliding_window=None, rope_theta=1e6)
+    # A window shorter than the longer prompts and the greedy continuations, so that it matters.
+    c["mistral_window"] = transformers.MistralConfig(**common, sliding_window=12, rope_theta=1e6)
     q2 = dict(common, tie_word_embeddings=True)
     c["qwen2"] = transformers.Qwen2Config(**q2, rope_theta=1e6)
     c["qwen3"] = transformers.Qwen3Config(**dict(common, head_dim=32), rope_theta=1e6)

@@ -100,6 +100,8 @@ ModelConfig ModelConfig::from_hf(const std::string& path) {
 
   // The family's own keys: the block variant, experts, sliding window.
   arch->read_hf(c, m);
+  // Qwen2's use_sliding_window windows only the layers from max_window_layers on: read as a cap
+  // on the context, below which no layer's window matters.
   if (c.get<bool>("use_sliding_window", false))
     m.max_position = std::min<int64_t>(m.max_position, c.get<int64_t>("sliding_window"));
   return m;
@@ -207,6 +209,7 @@ std::string ModelConfig::summary() const {
   s << architecture << ": " << layers << " layers, hidden " << hidden << ", heads " << heads << "/" << kv_heads << " x "
     << head_dim << ", vocab " << vocab;
   if (experts) s << ", " << experts << " experts (top " << experts_per_token << ")";
+  if (sliding_window > 0) s << ", sliding window " << sliding_window;
   return s.str();
 }
 

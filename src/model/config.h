@@ -29,6 +29,9 @@ struct ModelConfig {
   bool qkv_bias = false;  // bias on q, k and v (Qwen2; Llama's attention_bias)
   bool o_bias = false;    // bias on o_proj (Llama's attention_bias)
   bool qk_norm = false;   // RMSNorm of each q and k head before RoPE (Qwen3)
+  // > 0: a token attends to the last sliding_window positions, itself included, in every layer
+  // (Mistral, Mixtral); the context may be longer.
+  int64_t sliding_window = 0;
 
   // Mixture of experts (experts == 0: every layer dense).
   int experts = 0, experts_per_token = 0;

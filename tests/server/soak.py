@@ -208,6 +208,10 @@ def main():
     failures = []
     try:
         for _ in range(600):
+            if server.poll() is not None:
+                reader.join(timeout=10)
+                print("".join(log[-40:]))
+                raise RuntimeError(f"the server exited with status {server.returncode} before it served")
             try:
                 if http(port, "GET", "/health", timeout=2)[0] == 200:
                     break

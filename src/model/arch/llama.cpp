@@ -1,6 +1,6 @@
 // Llama and Mistral: pre-norm blocks of grouped-query attention (optional biases on q, k, v
-// and o: attention_bias) and a dense gated SiLU MLP. Mistral adds a sliding window, read as a
-// cap on the context length.
+// and o: attention_bias) and a dense gated SiLU MLP. Mistral adds a sliding window over the
+// keys of every layer.
 #include <algorithm>
 
 #include "model/arch/architecture.h"
@@ -17,7 +17,8 @@ void read_llama(const ConfigKeys& c, ModelConfig& m) { m.qkv_bias = m.o_bias = c
 
 void read_mistral(const ConfigKeys& c, ModelConfig& m) {
   read_llama(c, m);
-  if (c.has("sliding_window")) m.max_position = std::min<int64_t>(m.max_position, c.get<int64_t>("sliding_window"));
+  m.sliding_window = c.get<int64_t>("sliding_window", 0);
+  LW_CHECK(m.sliding_window >= 0, "model config: sliding_window must be positive or null, got " << m.sliding_window);
 }
 
 // llama.cpp's converter permutes Llama's q and k rows so that RoPE rotates adjacent pairs.

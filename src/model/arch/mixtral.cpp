@@ -17,6 +17,8 @@ void read_mixtral(const ConfigKeys& c, ModelConfig& m) {
   m.moe_intermediate = m.intermediate;
   m.norm_topk_prob = true;
   m.moe_layer.assign(static_cast<size_t>(m.layers), true);
+  m.sliding_window = c.get<int64_t>("sliding_window", 0);
+  LW_CHECK(m.sliding_window >= 0, "model config: sliding_window must be positive or null, got " << m.sliding_window);
 }
 
 TensorNames mixtral_names() {
