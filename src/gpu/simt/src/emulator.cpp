@@ -34,6 +34,7 @@ namespace {
 namespace bc = boost::context;
 
 constexpr int W = kWarpSize;
+constexpr uint64_t kFullWarp = W == 64 ? ~0ull : 0xffffffffull;  // every lane of a warp
 constexpr size_t kMaxDynamicShared = 64 * 1024;  // the LDS of one AMD CDNA work-group
 
 struct Abort {};  // unwinds a device thread after its block faulted; not a std::exception
@@ -512,7 +513,6 @@ void Block::execute(std::vector<Thread*>& group) {
   }
 
   if (sanitize_ && c0.has_mask) {
-    const uint64_t full = W == 64 ? ~0ull : 0xffffffffull;
     const uint64_t unnamed = present & ~c0.mask;
     if (unnamed) {
       const int lane = std::countr_zero(unnamed);
@@ -527,7 +527,7 @@ void Block::execute(std::vector<Thread*>& group) {
     const uint64_t missing = c0.mask & ~present;
     if (missing) {
       const int lane = std::countr_zero(missing);
-      std::string why = (missing & ~full) ? "does not exist on this " + std::to_string(W) + "-lane warp"
+      std::string why = (missing & ~kFullWarp) ? "does not exist on this " + std::to_string(W) + "-lane warp"
                                           : lane_status(warp, lane, group.front());
       report(Fault::MaskMismatch, *group.front(), where_str(c0.where),
              std::string(kind_name(c0.kind)) + " mask " + hex(c0.mask) + " names lane " + std::to_string(lane) +
@@ -620,7 +620,6 @@ void Block::execute(std::vector<Thread*>& group) {
 bool Block::execute_matrix(std::vector<Thread*>& group, uint64_t present) {
   const Collective& c0 = group.front()->op;
   const int warp = group.front()->warp;
-  const uint64_t full = W == 64 ? ~0ull : 0xffffffffull;
   MatrixOp* lanes[64] = {};
   for (Thread* t : group) lanes[t->lane] = reinterpret_cast<MatrixOp*>(t->op.value);
   for (Thread* t : group) {
@@ -632,8 +631,8 @@ bool Block::execute_matrix(std::vector<Thread*>& group, uint64_t present) {
       return false;
     }
   }
-  if (sanitize_ && present != full) {
-    const int lane = std::countr_zero(~present & full);
+  if (sanitize_ && present != kFullWarp) {
+    const int lane = std::countr_zero(~present & kFullWarp);
     report(Fault::PartialWarpMatrix, *group.front(), where_str(c0.where),
            "a matrix-fragment operation is reached by " + std::to_string(std::popcount(present)) + " of the " +
                std::to_string(W) + " lanes of warp " + std::to_string(warp) + "; lane " + std::to_string(lane) + " " +
