@@ -69,7 +69,7 @@ run_step() {  # run_step NAME COMMAND...
 # among up to 24 others) are left to the plain builds too. ASan still covers the engine's code
 # (prefix cache, preemption, cancellation, refusals, all in deterministic mode) and every kernel
 # in the op tests.
-smollm2_runs="server\.openai_client|server\.soak|model\.smollm2|SmolLM2"
+smollm2_runs="server\.openai_client|server\.soak|server\.connections|model\.smollm2|SmolLM2"
 asan_exclude="$smollm2_runs|Sampling.FrequenciesFollowTheFilteredDistribution|Engine.StopStringsAcrossTokenBoundaries|Engine.ConcurrentRequestsMatchEachAlone|Engine.DeterministicRequestIsTheSameInAnyBatch"
 
 host_step() {  # host_step NAME WARP EXCLUDE [CMAKE_ARG...]

@@ -10,8 +10,12 @@
 #include "base/error.h"
 
 #if defined(LW_HAVE_SERVER)
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "core/context.h"
@@ -33,6 +37,7 @@ struct ServeArgs {
   int64_t max_num_seqs = 256, max_batch_tokens = 2048, max_in_flight = 512;
   double kv_fraction = 0.9, grace = 10, header_timeout = 10, body_timeout = 60;
   size_t max_body_bytes = size_t{4} << 20;
+  size_t max_connections = 1024, max_connections_per_client = 256;
   bool deterministic = false, allow_special_in_content = false;
   ParallelArgs parallel;
 } args;
@@ -41,9 +46,24 @@ struct ServeArgs {
 std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) { g_signal = sig; }
 
+// Each open connection is a descriptor: the soft limit is raised towards the hard one so that
+// --max-connections of them fit beside the model's files.
+void raise_file_limit(size_t connections) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  const rlim_t want = static_cast<rlim_t>(connections) + 256;
+  if (r.rlim_cur != RLIM_INFINITY && r.rlim_cur < want) {
+    r.rlim_cur = r.rlim_max == RLIM_INFINITY ? want : std::min(want, r.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
+  if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY && r.rlim_cur < want)
+    log().warn("serve: {} open files at most (ulimit -n), fewer than --max-connections {} needs", r.rlim_cur, connections);
+}
+
 int run_serve(int device) {
   // The access log is at info level: on unless LW_LOG_LEVEL says otherwise.
   if (!std::getenv("LW_LOG_LEVEL")) log().set_level(spdlog::level::info);
+  raise_file_limit(args.max_connections);
   Context ctx(device);
   engine::LoadedModel gen(ctx, args.model, parse_dtype(args.dtype), args.parallel.placement());
   if (follow_if_not_leader(gen.runner())) return 0;
@@ -64,6 +84,8 @@ int run_serve(int device) {
   so.grace_seconds = args.grace;
   so.header_seconds = args.header_timeout;
   so.body_seconds = args.body_timeout;
+  so.max_connections = args.max_connections;
+  so.max_connections_per_client = args.max_connections_per_client;
   so.allow_special_in_content = args.allow_special_in_content;
   server::HttpServer http(gen, loop, so);
   std::signal(SIGINT, on_signal);
@@ -82,7 +104,15 @@ int run_serve(int device) {
   }
   done = true;
   watcher.join();
-  loop.shutdown();
+  // An engine step is never interrupted, and one over a long prompt can take minutes on a slow
+  // device: past this wait the process ends without it (the device work is abandoned).
+  const double wait_s = std::max(args.grace, 5.0);
+  if (!loop.shutdown(std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000)))) {
+    log().warn("lightwave serve: an engine step is still running {:.0f} s after the server stopped; exiting without it", wait_s);
+    log().flush();
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
   std::fprintf(stderr, "lightwave serve: stopped\n");
   return 0;
 }
@@ -104,11 +134,16 @@ void add_serve_command(CLI::App& app) {
   s->add_option("--max-queued", args.max_in_flight, "Requests in flight before new ones get 503")->check(CLI::PositiveNumber);
   s->add_option("--kv-fraction", args.kv_fraction, "Fraction of free device memory for the KV cache")->check(CLI::Range(0.01, 1.0));
   s->add_option("--max-body-bytes", args.max_body_bytes, "Largest request body accepted");
+  s->add_option("--max-connections", args.max_connections, "Open connections in total before new ones get 503")
+      ->check(CLI::PositiveNumber);
+  s->add_option("--max-connections-per-client", args.max_connections_per_client,
+                "Open connections from one client address before its new ones get 429")->check(CLI::PositiveNumber);
   s->add_option("--header-timeout", args.header_timeout,
                 "Seconds a request's line and headers may take from its first byte (then 408)")->check(CLI::PositiveNumber);
   s->add_option("--body-timeout", args.body_timeout, "Seconds a request's body may take after its headers (then 408)")
       ->check(CLI::PositiveNumber);
-  s->add_option("--grace", args.grace, "Seconds in-flight requests (streams too) get after SIGINT/SIGTERM before they end with finish_reason abort")->check(CLI::NonNegativeNumber);
+  s->add_option("--grace", args.grace, "Seconds in-flight requests (streams too) get after SIGINT/SIGTERM before they end with finish_reason abort; "
+                "an engine step still running this long (5 s at least) after the server stopped is abandoned")->check(CLI::NonNegativeNumber);
   s->add_flag("--allow-special-in-content", args.allow_special_in_content,
               "Read special tokens written in chat message contents as special (trusted clients only; "
               "by default message text is tokenized as plain text, so it cannot forge turns)");

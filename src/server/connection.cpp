@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <system_error>
 
 namespace lw::server {
 
@@ -27,13 +29,21 @@ using Clock = std::chrono::steady_clock;
 // cpp-httplib refuses a header line longer than this (CPPHTTPLIB_HEADER_MAX_LENGTH) with 400.
 constexpr size_t kHttplibHeaderLine = 8192;
 
-// Waits for `events` on the socket for up to ms milliseconds: > 0 ready, 0 timed out, < 0 error.
-int wait_for(int sock, short events, int ms) {
-  pollfd p{sock, events, 0};
+// Threads beyond the connection cap, for answering refused connections (each holds one for
+// the linger time at most).
+constexpr size_t kRefusalThreads = 64;
+
+constexpr int kStopped = -2;
+
+// Waits for `events` on the socket for up to ms milliseconds, or until stop_fd (when >= 0) is
+// readable: > 0 ready, 0 timed out, kStopped stopped, -1 error.
+int wait_for(int sock, short events, int ms, int stop_fd = -1) {
+  pollfd p[2] = {{sock, events, 0}, {stop_fd, POLLIN, 0}};
   for (;;) {
-    const int r = ::poll(&p, 1, ms);
+    const int r = ::poll(p, stop_fd >= 0 ? 2 : 1, ms);
     if (r < 0 && errno == EINTR) continue;
-    if (r > 0 && (p.revents & (POLLERR | POLLNVAL))) return -1;
+    if (r > 0 && stop_fd >= 0 && (p[1].revents & POLLIN)) return kStopped;
+    if (r > 0 && (p[0].revents & (POLLERR | POLLNVAL))) return -1;
     return r;  // POLLHUP comes with POLLIN: the read then sees the end of the stream
   }
 }
@@ -62,8 +72,8 @@ void address_of(int sock, bool peer, std::string& ip, int& port) {
 // request's line and header bytes.
 class ConnectionStream final : public httplib::Stream {
  public:
-  ConnectionStream(int sock, int read_ms, int write_ms, const ConnectionLimits& limits)
-      : sock_(sock), read_ms_(read_ms), write_ms_(write_ms), limits_(limits) {}
+  ConnectionStream(int sock, int read_ms, int write_ms, const ConnectionLimits& limits, int stop_fd)
+      : sock_(sock), read_ms_(read_ms), write_ms_(write_ms), stop_fd_(stop_fd), limits_(limits) {}
 
   bool is_readable() const override {
     if (off_ < len_) return true;
@@ -81,10 +91,20 @@ class ConnectionStream final : public httplib::Stream {
       return -1;
     }
     if (off_ == len_) {
-      // A wait cut short by the deadline is the deadline, even when poll's millisecond clock
-      // wakes it a little before the steady clock gets there.
       const int wait_ms = read_wait_ms();
-      if (wait_for(sock_, POLLIN, wait_ms) <= 0) {
+      const int r = wait_for(sock_, POLLIN, wait_ms, stop_fd_);
+      // A request still arriving when the connections are stopped (its line and headers, or
+      // its body past the shutdown's grace period) is answered 503 at once.
+      if (r == kStopped) {
+        ConnectionState& state = this_connection();
+        if (in_headers_) state.header_fault = HeaderFault::stopping;
+        else state.body_stopped = true;
+        failed_ = true;
+        return -1;
+      }
+      if (r <= 0) {
+        // A wait cut short by the deadline is the deadline, even when poll's millisecond clock
+        // wakes it a little before the steady clock gets there.
         if (wait_ms < read_ms_ || Clock::now() >= deadline_) late();
         return -1;
       }
@@ -118,18 +138,11 @@ class ConnectionStream final : public httplib::Stream {
   void get_local_ip_and_port(std::string& ip, int& port) const override { address_of(sock_, false, ip, port); }
   socket_t socket() const override { return sock_; }
 
-  // Waits up to timeout_ms for the next request's first byte, while the server listens; true
+  // Waits up to timeout_ms for the next request's first byte, until the server stops; true
   // at once when a pipelined request is already buffered.
-  bool wait_for_request(int timeout_ms, const std::atomic<socket_t>& listening) const {
+  bool wait_for_request(int timeout_ms) const {
     if (off_ < len_) return true;
-    const auto end = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (listening != INVALID_SOCKET) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
-      if (left <= 0) return false;
-      const int r = wait_for(sock_, POLLIN, static_cast<int>(std::min<int64_t>(left, 100)));
-      if (r != 0) return r > 0;
-    }
-    return false;
+    return wait_for(sock_, POLLIN, timeout_ms, stop_fd_) > 0;
   }
 
   // Starts a request (its first byte is here): its line and headers are counted, and their
@@ -198,7 +211,7 @@ class ConnectionStream final : public httplib::Stream {
     return n > 0;
   }
 
-  int sock_, read_ms_, write_ms_;
+  int sock_, read_ms_, write_ms_, stop_fd_;
   ConnectionLimits limits_;
   Clock::time_point deadline_ = Clock::time_point::max();  // of the headers, then of the body
   std::array<char, 4096> buf_{};
@@ -225,14 +238,158 @@ void linger_close(int sock, const ConnectionLimits& limits) {
   }
 }
 
+// Writes a whole response that cpp-httplib did not make (the connection or its request was
+// refused before a request could be parsed): an OpenAI-shaped error, after which the
+// connection closes.
+void write_refusal(httplib::Stream& strm, const char* status_line, const char* type, const std::string& message,
+                   bool retry_after) {
+  const std::string body = R"({"error":{"message":")" + message + R"(","type":")" + type +
+                           R"(","param":null,"code":null}})";
+  const std::string reply = std::string("HTTP/1.1 ") + status_line +
+                            "\r\nContent-Type: application/json\r\nConnection: close\r\n" +
+                            (retry_after ? "Retry-After: 1\r\n" : "") +
+                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  for (size_t off = 0; off < reply.size();) {
+    const ssize_t n = strm.write(reply.data() + off, reply.size() - off);
+    if (n <= 0) break;
+    off += static_cast<size_t>(n);
+  }
+}
+
 }  // namespace
+
+ConnectionGate::Verdict ConnectionGate::admit(const std::string& client) {
+  std::lock_guard lock(mu_);
+  if (static_cast<size_t>(open_.load()) >= max_total_) {
+    ++refused_server_;
+    return Verdict::server_full;
+  }
+  size_t& mine = per_client_[client];
+  if (mine >= max_per_client_) {
+    ++refused_client_;
+    return Verdict::client_full;
+  }
+  ++mine;
+  ++open_;
+  return Verdict::admitted;
+}
+
+void ConnectionGate::release(const std::string& client) {
+  std::lock_guard lock(mu_);
+  const auto it = per_client_.find(client);
+  if (it == per_client_.end()) return;
+  if (--it->second == 0) per_client_.erase(it);
+  --open_;
+}
+
+void ConnectionThreads::enqueue(std::function<void()> fn) {
+  std::vector<std::thread> ended;
+  {
+    std::lock_guard lock(mu_);
+    for (const uint64_t id : ended_) {
+      const auto it = threads_.find(id);
+      ended.push_back(std::move(it->second));
+      threads_.erase(it);
+    }
+    ended_.clear();
+    if (threads_.size() < max_threads_) {
+      try {
+        const uint64_t id = next_id_++;
+        threads_.emplace(id, std::thread(&ConnectionThreads::work, this, id, fn));
+        fn = nullptr;
+      } catch (const std::system_error&) {
+        // No thread to be had (a process or system limit): the connection waits for one of the
+        // running ones, or, with none running, is served on the listener's thread.
+      }
+    }
+    if (fn && !threads_.empty()) {
+      queued_.push_back(std::move(fn));
+      fn = nullptr;
+    }
+  }
+  for (std::thread& t : ended) t.join();
+  if (fn) fn();
+}
+
+void ConnectionThreads::work(uint64_t id, std::function<void()> fn) {
+  for (;;) {
+    fn();
+    std::lock_guard lock(mu_);
+    if (queued_.empty()) {
+      ended_.push_back(id);
+      return;
+    }
+    fn = std::move(queued_.front());
+    queued_.pop_front();
+  }
+}
+
+void ConnectionThreads::shutdown() {
+  std::map<uint64_t, std::thread> threads;
+  {
+    std::lock_guard lock(mu_);
+    threads.swap(threads_);
+    ended_.clear();
+  }
+  // A thread ends only once the queue is empty, so joining them all serves the queued ones too.
+  for (auto& [id, t] : threads) t.join();
+}
+
+Listener::Listener(ConnectionLimits limits)
+    : limits_(limits), gate_(limits.max_connections, limits.max_connections_per_client) {
+  stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  const size_t threads = limits.max_connections + kRefusalThreads;
+  new_task_queue = [threads] { return new ConnectionThreads(threads); };
+}
+
+Listener::~Listener() {
+  if (stop_fd_ >= 0) ::close(stop_fd_);
+}
+
+bool Listener::set_backlog(int backlog) {
+  const socket_t s = svr_sock_;
+  return s != INVALID_SOCKET && ::listen(s, backlog) == 0;  // Linux takes a new backlog on a listening socket
+}
+
+void Listener::stop_connections() {
+  const uint64_t one = 1;
+  if (stop_fd_ >= 0) (void)!::write(stop_fd_, &one, sizeof one);
+}
 
 bool Listener::process_and_close_socket(socket_t sock) {
   ConnectionStream strm(sock, milliseconds(read_timeout_sec_, read_timeout_usec_),
-                        milliseconds(write_timeout_sec_, write_timeout_usec_), limits_);
+                        milliseconds(write_timeout_sec_, write_timeout_usec_), limits_, stop_fd_);
+  // Admission, before a byte is read: a refused connection is answered at once and closed.
+  std::string client;
+  int client_port = 0;
+  address_of(sock, true, client, client_port);
+  const ConnectionGate::Verdict verdict = gate_.admit(client);
+  if (verdict != ConnectionGate::Verdict::admitted) {
+    const bool server = verdict == ConnectionGate::Verdict::server_full;
+    if (server)
+      write_refusal(strm, "503 Service Unavailable", "server_error",
+                    "the server has its limit of " + std::to_string(limits_.max_connections) +
+                        " open connections (--max-connections); retry later", true);
+    else
+      write_refusal(strm, "429 Too Many Requests", "rate_limit_error",
+                    "this client address has its limit of " + std::to_string(limits_.max_connections_per_client) +
+                        " open connections (--max-connections-per-client); close one or retry later", true);
+    if (on_connection_refused)
+      on_connection_refused(client, server ? 503 : 429, server ? "--max-connections" : "--max-connections-per-client");
+    linger_close(sock, limits_);
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return false;
+  }
+  struct Release {
+    ConnectionGate& gate;
+    const std::string& client;
+    ~Release() { gate.release(client); }
+  } release{gate_, client};
+
   bool ret = false, linger = false;
   for (size_t left = keep_alive_max_count_; left > 0; --left) {
-    if (!strm.wait_for_request(static_cast<int>(keep_alive_timeout_sec_ * 1000), svr_sock_)) break;
+    if (svr_sock_ == INVALID_SOCKET || !strm.wait_for_request(static_cast<int>(keep_alive_timeout_sec_ * 1000))) break;
     ConnectionState& state = this_connection();
     state = ConnectionState{};
     int port = 0;
@@ -240,24 +397,22 @@ bool Listener::process_and_close_socket(socket_t sock) {
     strm.begin_request();
     bool closed = false;
     ret = process_request(strm, left == 1, closed, nullptr);
-    if ((state.header_fault == HeaderFault::too_large || state.header_fault == HeaderFault::too_slow) && !strm.wrote()) {
-      // The request line alone passed the cap or the deadline: cpp-httplib gave up before it
-      // could answer.
-      const bool slow = state.header_fault == HeaderFault::too_slow;
-      const std::string body =
-          std::string(R"({"error":{"message":")") +
-          (slow ? "the request line and headers took longer than the server waits"
-                : "the request line and headers are larger than the server accepts") +
-          R"(","type":"invalid_request_error","param":null,"code":null}})";
-      const std::string reply = std::string(slow ? "HTTP/1.1 408 Request Timeout" : "HTTP/1.1 431 Request Header Fields Too Large") +
-                                "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
-                                std::to_string(body.size()) + "\r\n\r\n" + body;
-      for (size_t off = 0; off < reply.size();) {
-        const ssize_t n = strm.write(reply.data() + off, reply.size() - off);
-        if (n <= 0) break;
-        off += static_cast<size_t>(n);
+    if (state.header_fault != HeaderFault::none && state.header_fault != HeaderFault::line_too_long && !strm.wrote()) {
+      // The request line alone passed the cap or the deadline, or the server stopped during it:
+      // cpp-httplib gave up before it could answer.
+      int status = 431;
+      if (state.header_fault == HeaderFault::too_slow) {
+        status = 408;
+        write_refusal(strm, "408 Request Timeout", "invalid_request_error",
+                      "the request line and headers took longer than the server waits", false);
+      } else if (state.header_fault == HeaderFault::stopping) {
+        status = 503;
+        write_refusal(strm, "503 Service Unavailable", "server_error", "the server is shutting down", false);
+      } else {
+        write_refusal(strm, "431 Request Header Fields Too Large", "invalid_request_error",
+                      "the request line and headers are larger than the server accepts", false);
       }
-      if (on_refused) on_refused(state.remote, slow ? 408 : 431);
+      if (on_refused) on_refused(state.remote, status);
     }
     if (state.header_fault != HeaderFault::none || state.close) {
       linger = true;

@@ -57,6 +57,16 @@ void EngineLoop::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
+bool EngineLoop::shutdown(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  stop_ = true;
+  cv_.notify_one();
+  if (!ended_cv_.wait_for(lock, timeout, [&] { return ended_; })) return false;
+  lock.unlock();
+  if (thread_.joinable()) thread_.join();
+  return true;
+}
+
 LoopStats EngineLoop::stats() {
   std::lock_guard lock(mu_);
   return stats_;
@@ -96,6 +106,9 @@ void EngineLoop::run() {
     }
     if (stop) {
       engine_.cancel_all();
+      std::lock_guard lock(mu_);
+      ended_ = true;
+      ended_cv_.notify_all();
       return;
     }
     if (!engine_.idle()) {

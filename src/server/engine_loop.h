@@ -45,8 +45,12 @@ class EngineLoop {
   // the engine would refuse.
   int64_t submit(engine::Request request, std::shared_ptr<OutputQueue> queue);
   void cancel(int64_t handle);
-  // Cancels every request and stops the thread.
+  // Cancels every request and stops the thread, once the engine step in progress (never
+  // interrupted) has returned.
   void shutdown();
+  // The same, waiting for that step at most `timeout`: false when it is still running (the
+  // thread is left to it; the caller then ends the process without destroying the loop).
+  bool shutdown(std::chrono::milliseconds timeout);
   LoopStats stats();
 
  private:
@@ -66,6 +70,8 @@ class EngineLoop {
   std::map<int64_t, int64_t> engine_ids_;  // handle -> engine id, loop thread only
   int64_t next_handle_ = 1;
   bool stop_ = false;
+  bool ended_ = false;  // run() has returned
+  std::condition_variable ended_cv_;
   LoopStats stats_;
   std::thread thread_;
 };

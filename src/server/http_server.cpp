@@ -169,20 +169,24 @@ HttpServer::HttpServer(engine::LoadedModel& generator, EngineLoop& loop, ServerO
   limits.max_header_bytes = options_.max_header_bytes;
   limits.header_seconds = options_.header_seconds;
   limits.body_seconds = options_.body_seconds;
-  auto listener = std::make_unique<Listener>(limits);
-  listener->on_refused = [this](const std::string& remote, int status) {
+  limits.max_connections = options_.max_connections;
+  limits.max_connections_per_client = options_.max_connections_per_client;
+  http_ = std::make_unique<Listener>(limits);
+  http_->on_refused = [this](const std::string& remote, int status) {
     ++metrics_->http_requests;
     ++metrics_->errors;
     log().info("access remote={} method=- path=- status={} request_bytes=0", remote, status);
   };
-  http_ = std::move(listener);
+  // Not a request (none was read): counted apart, in lightwave_http_connections_refused_total.
+  http_->on_connection_refused = [](const std::string& remote, int status, const char* cap) {
+    log().info("access remote={} method=- path=- status={} request_bytes=0 refused={}", remote, status, cap);
+  };
   model_.name = options_.model_name;
   model_.tokenizer = &generator.tokenizer();
   model_.chat = generator.has_chat_template() ? &generator.chat_template() : nullptr;
   model_.context = generator.config().max_position;
   model_.allow_special_in_content = options_.allow_special_in_content;
-  const int threads = options_.threads > 0 ? options_.threads : static_cast<int>(options_.max_in_flight) + 8;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_keep_alive_max_count(kKeepAliveRequests);
   http_->set_payload_max_length(options_.max_body_bytes);
   http_->set_read_timeout(10, 0);  // a client that sends its body slower than this is dropped
   http_->set_write_timeout(30, 0);
@@ -216,7 +220,9 @@ void HttpServer::routes() {
     ConnectionState& conn = this_connection();
     if (res.status == 400 && conn.header_fault != HeaderFault::none) {
       res.body.clear();
-      if (conn.header_fault == HeaderFault::too_slow)
+      if (conn.header_fault == HeaderFault::stopping)
+        reply_error(res, ApiError(503, "the server is shutting down", "", "server_error"));
+      else if (conn.header_fault == HeaderFault::too_slow)
         reply_error(res, ApiError(408, "the request line and headers took longer than " +
                                            std::to_string(static_cast<int>(options_.header_seconds)) + " s"));
       else
@@ -269,6 +275,13 @@ void HttpServer::routes() {
     gauge("lightwave_http_requests_total", "counter", "HTTP requests answered (counted as their response is written)",
           metrics_->http_requests.load());
     gauge("lightwave_http_errors_total", "counter", "HTTP requests answered with a 4xx or 5xx status", metrics_->errors.load());
+    const ConnectionGate& gate = http_->gate();
+    gauge("lightwave_http_connections", "gauge", "Open HTTP connections (admitted, not yet closed)", gate.open());
+    out << "# HELP lightwave_http_connections_refused_total HTTP connections refused at a cap, before any request was read "
+           "(limit=\"server\": --max-connections, 503; limit=\"client\": --max-connections-per-client, 429)\n"
+           "# TYPE lightwave_http_connections_refused_total counter\n"
+        << "lightwave_http_connections_refused_total{limit=\"server\"} " << gate.refused(ConnectionGate::Verdict::server_full) << "\n"
+        << "lightwave_http_connections_refused_total{limit=\"client\"} " << gate.refused(ConnectionGate::Verdict::client_full) << "\n";
     gauge("lightwave_requests_total", "counter", "Generation requests accepted", s.requests);
     gauge("lightwave_requests_in_flight", "gauge", "Generation requests not yet finished", s.in_flight);
     gauge("lightwave_sequences_running", "gauge", "Sequences holding KV blocks", s.running);
@@ -321,6 +334,7 @@ void HttpServer::routes() {
       }
       if (!read) {
         close_after(res);
+        if (this_connection().body_stopped) return reply_error(res, ApiError(503, "the server is shutting down", "", "server_error"));
         if (this_connection().body_too_slow)
           return reply_error(res, ApiError(408, "the request body took longer than " +
                                                     std::to_string(static_cast<int>(options_.body_seconds)) + " s"));
@@ -435,13 +449,21 @@ void HttpServer::routes() {
         st->cancelled = true;
         for (int64_t h : handles) loop_.cancel(h);
       };
+      // Past the shutdown's last moment (the cancellation waits for the engine step in progress,
+      // which may outlast it): the request is answered without its outputs still to come.
+      auto past_stop_margin = [this] {
+        const int64_t d = deadline_ns_.load();
+        return d != 0 && now_ns() > d + static_cast<int64_t>(kStopMarginSeconds * 1e9);
+      };
 
       if (!p.stream) {
         engine::RequestOutput o;
-        while (st->finished < handles.size()) {
+        while (st->finished < handles.size() && !past_stop_margin()) {
           cancel_past_deadline();
           if (queue->pop(o, std::chrono::milliseconds(100))) apply(o);
         }
+        for (Choice& c : st->choices)
+          if (!c.done) c.finish = "abort";
         record_timing();
         json choices = json::array();
         for (size_t i = 0; i < st->choices.size(); ++i) {
@@ -512,6 +534,9 @@ void HttpServer::run() {
   LW_CHECK(http_->bind_to_port(options_.host, options_.port), "serve: cannot listen on " << options_.host << ":"
                                                                                           << options_.port);
   bound_port_ = options_.port;
+  if (!http_->set_backlog(kListenBacklog))
+    log().warn("serve: cannot raise the accept queue of {}:{} to {} connections; it stays at cpp-httplib's 5", options_.host,
+               options_.port, kListenBacklog);
   if (stopping_) return;  // stopped before it listened
   log().warn("lightwave serve: model '{}' on http://{}:{}", model_.name, options_.host, options_.port);
   http_->listen_after_bind();
@@ -528,6 +553,7 @@ void HttpServer::stop() {
     const int64_t last = deadline + static_cast<int64_t>(kStopMarginSeconds * 1e9);
     while (active_.load() > 0 && now_ns() < last) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (active_.load() > 0) log().warn("lightwave serve: {} requests still unanswered; closing", active_.load());
+    http_->stop_connections();
     http_->stop();
   });
 }
