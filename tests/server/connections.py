@@ -349,19 +349,27 @@ def part_shutdown(a, check):
     m = {}
     for _ in range(600):  # until the loop holds the request (its step then starts)
         m = metrics(srv.port)
-        if m.get("lightwave_requests_in_flight") == 1:
+        if m.get("lightwave_requests_in_flight") == 1 or not client.is_alive():
             break
         time.sleep(0.1)
-    check(m.get("lightwave_requests_in_flight") == 1, "shutdown: the long request is in flight")
+    started = m.get("lightwave_requests_in_flight") == 1
     time.sleep(1)
     code, took = srv.stop(timeout=300)
     client.join(timeout=30)
     abandoned = [line for line in srv.log if "engine step is still running" in line]
-    print(f"shutdown: exit {code} {took:.1f} s after SIGTERM, the request -> "
+    print(f"shutdown: exit {code} {took:.1f} s after SIGTERM (request seen in flight: {started}), the request -> "
           f"{answer.get('status', answer.get('error'))} {answer.get('text', '')[:120]}", flush=True)
     check(code == 0, f"shutdown: the server exits {code} (want 0)")
-    check(len(abandoned) == 1, "shutdown: the log says the engine step was abandoned "
-          "(if not: the step ended before the shutdown stopped waiting; raise --long-prompt)")
+    # The bound holds whatever the step's length: 5 s for requests past the grace period, then at
+    # most max(grace, 5 s) for the engine loop; the rest is slack for a loaded machine.
+    check(took <= 30, f"shutdown: the server exits {took:.1f} s after SIGTERM (want within 30 s: it waits at most "
+          "5 s past the grace period for requests and 5 s for the engine step)")
+    if abandoned:
+        print("shutdown: the engine step was still running and was abandoned", flush=True)
+    else:
+        # A machine fast enough to finish the step first: its request must have been answered.
+        check(answer.get("status") == 200 and '"finish_reason"' in answer.get("text", ""),
+              "shutdown: the step ended before the shutdown stopped waiting, and its request was answered")
 
 
 def main():
