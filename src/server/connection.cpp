@@ -338,6 +338,7 @@ void ConnectionThreads::shutdown() {
 Listener::Listener(ConnectionLimits limits)
     : limits_(limits), gate_(limits.max_connections, limits.max_connections_per_client) {
   stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (stop_fd_ < 0) throw std::system_error(errno, std::generic_category(), "serve: cannot make the eventfd that stops connections");
   const size_t threads = limits.max_connections + kRefusalThreads;
   new_task_queue = [threads] { return new ConnectionThreads(threads); };
 }
