@@ -2,7 +2,9 @@
 """The torch SDPA figures that bench_attention is compared with, measured the same way (CUDA
 events, median), on the same shapes: causal prefill of one sequence (TFLOP/s) and decode of one
 query token per sequence over a contiguous KV (GB/s of K and V). 32 query / 8 key-value heads of
-128, bf16. Prints a table in bench_attention's format."""
+128, bf16. Where FlashInfer is importable (../shared/docs/FACTS.md says how to carry it), its
+paged kernels on the same shapes too (pages of 16 tokens, NHD): batch prefill (causal) and batch
+decode with and without tensor cores. Prints a table in bench_attention's format."""
 import argparse
 
 import torch
@@ -22,6 +24,47 @@ def median_ms(fn, repeats):
         times.append(start.elapsed_time(stop))
     times.sort()
     return times[len(times) // 2]
+
+
+PAGE = 16
+
+
+def paged_cache(seqs, ctx, kh, hd, dt):
+    """A paged KV cache [pages, 2, PAGE, kv heads, head dim] with each sequence's pages in a
+    shuffled order, and FlashInfer's CSR description of it."""
+    per = (ctx + PAGE - 1) // PAGE
+    kv = torch.randn(seqs * per, 2, PAGE, kh, hd, device="cuda", dtype=dt)
+    indices = torch.randperm(seqs * per, device="cuda").int()
+    indptr = torch.arange(0, seqs * per + 1, per, device="cuda").int()
+    last = torch.full((seqs,), ctx - (per - 1) * PAGE, device="cuda", dtype=torch.int32)
+    return kv, indptr, indices, last
+
+
+def flashinfer_rows(a, copy_gbs, qh, kh, hd, dt):
+    import flashinfer
+    workspace = torch.empty(256 << 20, device="cuda", dtype=torch.uint8)
+    name = f"fi-{flashinfer.__version__}"
+    for n in [int(x) for x in a.prefill.split(",")]:
+        kv, indptr, indices, last = paged_cache(1, n, kh, hd, dt)
+        q = torch.randn(n, qh, hd, device="cuda", dtype=dt)
+        w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
+        w.plan(torch.tensor([0, n], device="cuda", dtype=torch.int32), indptr, indices, last, qh, kh, hd, PAGE,
+               causal=True, q_data_type=dt, kv_data_type=dt)
+        ms = median_ms(lambda: w.run(q, kv), a.repeats)
+        flops = 4.0 * n * n * hd * qh / 2
+        print(f"{'prefill causal 1x' + str(n):24} {name:9} {ms:10.4f} {flops / (ms * 1e9):9.1f} {0:9.0f} {0:7.1f}%",
+              flush=True)
+    for seqs, ctx in [(1, 4096), (16, 4096), (64, 640), (128, 2048)]:
+        kv, indptr, indices, last = paged_cache(seqs, ctx, kh, hd, dt)
+        q = torch.randn(seqs, qh, hd, device="cuda", dtype=dt)
+        for tc in (False, True):
+            w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=tc)
+            w.plan(indptr, indices, last, qh, kh, hd, PAGE, q_data_type=dt, kv_data_type=dt)
+            ms = median_ms(lambda: w.run(q, kv), a.repeats)
+            gbs = 2 * seqs * ctx * kh * hd * 2 / (ms * 1e6)
+            path = "fi-tc" if tc else "fi"
+            print(f"{'decode ' + str(seqs) + 'x' + str(ctx):24} {path:9} {ms:10.4f} {0:9.1f} {gbs:9.0f} "
+                  f"{100 * gbs / copy_gbs:7.1f}%", flush=True)
 
 
 def main():
@@ -51,6 +94,11 @@ def main():
         ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), a.repeats)
         gbs = 2 * seqs * ctx * kh * hd * 2 / (ms * 1e6)
         print(f"{'decode ' + str(seqs) + 'x' + str(ctx):24} {'sdpa':9} {ms:10.4f} {0:9.1f} {gbs:9.0f} {100 * gbs / copy_gbs:7.1f}%")
+    del q, k, v
+    try:
+        flashinfer_rows(a, copy_gbs, qh, kh, hd, dt)
+    except ImportError:
+        print("flashinfer is not installed: no FlashInfer rows")
 
 
 if __name__ == "__main__":
