@@ -16,12 +16,18 @@ class MemoryCheckpoint : public weights::Checkpoint {
  public:
   // Adds an f32 tensor of uniform values in [lo, hi).
   void add(const std::string& name, std::vector<int64_t> shape, std::mt19937_64& rng, float lo, float hi);
+  // Adds a [rows, cols] matrix of random GGML blocks of `type` (a quantised FileDType): random
+  // bits with fp16 scales set so that the weights are of size ~0.3, like add()'s matrices.
+  void add_blocks(const std::string& name, std::vector<int64_t> shape, weights::FileDType type, std::mt19937_64& rng);
   const weights::TensorRecord* find(std::string_view name) const override;
   std::vector<std::string> names() const override;
   std::string description() const override { return "an in-memory test checkpoint"; }
 
  private:
-  std::vector<std::unique_ptr<std::vector<float>>> data_;
+  void add_record(const std::string& name, std::vector<int64_t> shape, weights::FileDType type, std::string type_name,
+                  std::vector<std::byte> bytes);
+
+  std::vector<std::unique_ptr<std::vector<std::byte>>> data_;
   std::vector<weights::TensorRecord> records_;
 };
 

@@ -118,6 +118,66 @@ TEST(TensorParallel, DenseCheckpointMatchesTheWholeModel) {
   expect_same_logits(whole, split);
 }
 
+// A Llama of hidden 256 (K-quants' 256-element blocks fit) whose projections are GGML blocks of
+// every format: fused q/k/v of mixed formats (expanded), of one format (kept), gate/up of one
+// format, and an untied lm_head in blocks.
+std::unique_ptr<MemoryCheckpoint> gguf_block_checkpoint(const ModelConfig& c, uint64_t seed) {
+  using weights::FileDType;
+  std::mt19937_64 rng(seed);
+  auto ck = std::make_unique<MemoryCheckpoint>();
+  const int64_t h = c.hidden, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim, i = c.intermediate;
+  ck->add("model.embed_tokens.weight", {c.vocab, h}, rng, -1.0f, 1.0f);
+  ck->add("model.norm.weight", {h}, rng, 0.8f, 1.2f);
+  ck->add_blocks("lm_head.weight", {c.vocab, h}, FileDType::q4_1, rng);
+  const FileDType layers[2][7] = {
+      {FileDType::q4_0, FileDType::q4_0, FileDType::q8_0, FileDType::q5_1, FileDType::q4_k, FileDType::q4_k, FileDType::q6_k},
+      {FileDType::q2_k, FileDType::q2_k, FileDType::q2_k, FileDType::q3_k, FileDType::q5_0, FileDType::q5_0, FileDType::q5_k}};
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const FileDType* t = layers[l % 2];
+    ck->add(p + "input_layernorm.weight", {h}, rng, 0.8f, 1.2f);
+    ck->add(p + "post_attention_layernorm.weight", {h}, rng, 0.8f, 1.2f);
+    ck->add_blocks(p + "self_attn.q_proj.weight", {qd, h}, t[0], rng);
+    ck->add_blocks(p + "self_attn.k_proj.weight", {kvd, h}, t[1], rng);
+    ck->add_blocks(p + "self_attn.v_proj.weight", {kvd, h}, t[2], rng);
+    ck->add_blocks(p + "self_attn.o_proj.weight", {h, qd}, t[3], rng);
+    ck->add_blocks(p + "mlp.gate_proj.weight", {i, h}, t[4], rng);
+    ck->add_blocks(p + "mlp.up_proj.weight", {i, h}, t[5], rng);
+    ck->add_blocks(p + "mlp.down_proj.weight", {h, i}, t[6], rng);
+  }
+  return ck;
+}
+
+// Blocks kept on the device give the logits of the same weights expanded at load (the whole
+// model and a 2-rank split, whose o shares of 128 columns are not whole K-quant blocks and are
+// expanded, while down's shares of 256 stay blocks).
+TEST(TensorParallel, GgufBlocksKeptMatchTheExpandedModel) {
+  ModelConfig c = tiny_llama_config(96);
+  c.hidden = 256;
+  c.head_dim = 64;
+  c.rope.rotary_dim = 64;
+  c.intermediate = 512;
+  c.tie_embeddings = false;
+  const auto ckpt = gguf_block_checkpoint(c, 13);
+  auto logits = [&](const char* storage, int ranks) {
+    ScopedEnv env("LW_WEIGHT_STORAGE", storage);
+    return two_step_logits(*engine::make_runner(ctx(), ranks, [&](Context& rc, const model::Shard& s) {
+      auto m = model::Model::load(rc, *ckpt, c, DType::f32, s);
+      if (std::string(storage) == "quantized") {
+        EXPECT_EQ(m->weights().layers[0].gate_up.format(), ops::WeightFormat::gguf_q4_k);
+        EXPECT_EQ(m->weights().layers[0].qkv.format(), ops::WeightFormat::dense);  // q4_0, q4_0, q8_0
+        EXPECT_EQ(m->weights().layers[1].qkv.format(), ops::WeightFormat::gguf_q2_k);
+        EXPECT_EQ(m->weights().layers[1].down.format(), ops::WeightFormat::gguf_q5_k);
+        EXPECT_EQ(m->weights().layers[1].o.format(), s.size == 1 ? ops::WeightFormat::gguf_q3_k : ops::WeightFormat::dense);
+      }
+      return m;
+    }));
+  };
+  const std::vector<float> dense = logits("dense", 1);
+  expect_same_logits(dense, logits("quantized", 1));
+  if (have_ranks(2)) expect_same_logits(dense, logits("quantized", 2));
+}
+
 TEST(TensorParallel, ReplicatedKvHeadsAndBiasesMatchTheWholeModel) {
   LW_NEED_RANKS(2);
   ModelConfig c = tiny_llama_config(96);

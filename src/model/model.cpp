@@ -1,8 +1,10 @@
 #include "model/model.h"
 
 #include <cstdlib>
+#include <map>
 #include <string>
 
+#include "core/logging.h"
 #include "gpu/runtime.h"
 #include "model/arch/registry.h"
 #include "model/decode_graphs.h"
@@ -16,6 +18,25 @@
 #include "parallel/communicator.h"
 
 namespace lw::model {
+
+namespace {
+
+// "210 gguf_q4_1, 1 dense": the formats of the projection matrices.
+std::string projection_formats(const ModelWeights& w) {
+  std::map<std::string, int> count;
+  auto add = [&](const ops::Weight& p) {
+    if (p.defined()) ++count[p.name()];
+  };
+  add(w.lm_head);
+  for (const LayerWeights& l : w.layers)
+    for (const ops::Weight* p : {&l.qkv, &l.o, &l.gate_up, &l.down, &l.router, &l.shared_gate_up, &l.shared_down, &l.shared_gate})
+      add(*p);
+  std::string s;
+  for (const auto& [name, n] : count) s += (s.empty() ? "" : ", ") + std::to_string(n) + " " + name;
+  return s;
+}
+
+}  // namespace
 
 Model::Model(Context& ctx, const ModelConfig& config, DType dtype, const Shard& shard)
     : config_(config), local_(model::shard_config(config, shard.size)), shard_(shard), dtype_(dtype) {
@@ -66,6 +87,9 @@ std::unique_ptr<Model> Model::build(Context& ctx, const weights::Checkpoint* ckp
   m->weights_ = load_weights(ld, arch, config, local, shard);
   m->weight_bytes_ = ld.bytes();
   ctx.synchronize();
+  log().info("{}: {:.1f} MiB of weights on device {} ({}; projections: {})", what,
+             static_cast<double>(m->weight_bytes_) / (1 << 20), ctx.device(), dtype_name(dtype),
+             projection_formats(m->weights_));
   return m;
 }
 

@@ -44,8 +44,9 @@ class Model {
   const ModelConfig& shard_config() const { return local_; }
   const Shard& shard() const { return shard_; }
   DType dtype() const { return dtype_; }
-  // Bytes the weights take on the device.
+  // Bytes the weights take on the device, and the weights themselves (their formats).
   size_t weight_bytes() const { return weight_bytes_; }
+  const ModelWeights& weights() const { return weights_; }
 
   // Decode steps (one new token per sequence) replayed from CUDA / HIP graphs, where the
   // target has them: off unless LW_CUDA_GRAPHS=1 (see model/decode_graphs.h).

@@ -73,14 +73,15 @@ class LayerReader {
   }
   std::string hf(const std::string& rest) const { return layer_name(false, l_, rest); }
   Tensor get(const TensorName& t, const std::vector<int64_t>& shape, Part part = {}) { return ld_.get(name(t), shape, part); }
+  ops::Weight weight(const TensorName& t, const std::vector<int64_t>& shape, Part part = {}) {
+    return ld_.get_weight(name(t), shape, part);
+  }
 
   void attention(const BlockVariant& block, LayerWeights& w) {
     const int64_t h = c_.hidden, d = c_.head_dim, qd = c_.heads * d, kvd = c_.kv_heads * d;
     const int64_t lqd = local_.heads * d, lkvd = local_.kv_heads * d;
-    const Tensor q = get(n_.q, {qd, h}, parts_.q_rows());
-    const Tensor k = get(n_.k, {kvd, h}, parts_.kv_rows());
-    const Tensor v = get(n_.v, {kvd, h}, parts_.kv_rows());
-    w.qkv = projection(ld_.fuse({q, k, v}, {lqd + 2 * lkvd, h}));
+    w.qkv = ld_.fuse_weights({weight(n_.q, {qd, h}, parts_.q_rows()), weight(n_.k, {kvd, h}, parts_.kv_rows()),
+                              weight(n_.v, {kvd, h}, parts_.kv_rows())});
     if (block.qkv_bias) {
       const Tensor qb = get(n_.q_bias, {qd}, parts_.q_rows());
       const Tensor kb = get(n_.k_bias, {kvd}, parts_.kv_rows());
@@ -91,17 +92,15 @@ class LayerReader {
       w.q_norm = get(n_.q_norm, {d});
       w.k_norm = get(n_.k_norm, {d});
     }
-    w.o = projection(get(n_.o, {h, qd}, parts_.share(1, qd)));
+    w.o = weight(n_.o, {h, qd}, parts_.share(1, qd));
     // The bias of a row-parallel projection is added once, by rank 0, before the sum.
     if (block.o_bias && rank_ == 0) w.o_bias = get(n_.o_bias, {h});
   }
 
   void dense_mlp(LayerWeights& w) {
     const int64_t h = c_.hidden, i = c_.intermediate, li = local_.intermediate;
-    const Tensor gate = get(n_.gate, {i, h}, parts_.share(0, i));
-    const Tensor up = get(n_.up, {i, h}, parts_.share(0, i));
-    w.gate_up = projection(ld_.fuse({gate, up}, {2 * li, h}));
-    w.down = projection(get(n_.down, {h, i}, parts_.share(1, i)));
+    w.gate_up = ld_.fuse_weights({weight(n_.gate, {i, h}, parts_.share(0, i)), weight(n_.up, {i, h}, parts_.share(0, i))});
+    w.down = weight(n_.down, {h, i}, parts_.share(1, i));
   }
 
   // The first naming whose router the checkpoint holds, else the last (random weights).
@@ -172,6 +171,7 @@ ModelWeights load_weights(WeightLoader& ld, const Architecture& arch, const Mode
   w.embed = ld.get_padded(g ? n.embed.gguf : n.embed.hf, {c.vocab, h}, v0, v1, vs);
   w.final_norm = ld.get(g ? n.final_norm.gguf : n.final_norm.hf, {h});
   if (c.tie_embeddings) w.lm_head = projection(w.embed);
+  else if (v1 - v0 == vs) w.lm_head = ld.get_weight(g ? n.lm_head.gguf : n.lm_head.hf, {c.vocab, h}, {0, v0, v1});
   else w.lm_head = projection(ld.get_padded(g ? n.lm_head.gguf : n.lm_head.hf, {c.vocab, h}, v0, v1, vs));
 
   const ShardParts parts(c, local, shard);

@@ -4,9 +4,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <string>
 
 #include "gpu/runtime.h"
+#include "core/logging.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "weights/load.h"
@@ -21,10 +24,23 @@ int64_t elements(const std::vector<int64_t>& shape) {
   return n;
 }
 
+ops::Weight projection(const Tensor& t) { return t.defined() ? ops::Weight::dense(t) : ops::Weight(); }
+
 }  // namespace
 
+WeightStorage weight_storage_from_env() {
+  const char* env = std::getenv("LW_WEIGHT_STORAGE");
+  if (env == nullptr || *env == '\0' || std::string(env) == "auto") return WeightStorage::automatic;
+  if (std::string(env) == "quantized") return WeightStorage::quantized;
+  if (std::string(env) == "dense") return WeightStorage::dense;
+  LW_FAIL("LW_WEIGHT_STORAGE='" << env << "' is not one of auto, quantized, dense");
+}
+
 WeightLoader::WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType dtype, bool dry, size_t total, uint64_t seed)
-    : ctx_(ctx), ckpt_(ckpt), dtype_(dtype), dry_(dry), total_(total), bar_(total > 0 && isatty(STDERR_FILENO)), seed_(seed) {}
+    : ctx_(ctx), ckpt_(ckpt), dtype_(dtype), dry_(dry), total_(total), bar_(total > 0 && isatty(STDERR_FILENO)), seed_(seed) {
+  const WeightStorage storage = weight_storage_from_env();
+  keep_quantized_ = storage == WeightStorage::quantized || (storage == WeightStorage::automatic && !ctx.caps().emulator());
+}
 
 WeightLoader::~WeightLoader() {
   if (bar_ && drawn_) std::fprintf(stderr, "\n");
@@ -59,11 +75,9 @@ Tensor WeightLoader::get(const std::string& name, const std::vector<int64_t>& sh
   const weights::TensorRecord& rec = ckpt_->get(name);
   LW_CHECK(rec.shape == shape, "tensor '" << name << "' in " << ckpt_->description() << " has shape " << shape_str(rec.shape)
                                           << "; the model config needs " << shape_str(shape));
-  const bool integer =
-      rec.dtype == weights::FileDType::i8 || rec.dtype == weights::FileDType::i32 || rec.dtype == weights::FileDType::i64;
-  LW_CHECK(!integer && rec.dtype != weights::FileDType::unsupported,
+  LW_CHECK(weights::block_format(rec.dtype).has_value(),
            "tensor '" << name << "' in " << ckpt_->description() << " has type " << rec.type_name
-                      << "; weights must be F32, F16, BF16, Q8_0, Q4_0 or Q4_1");
+                      << "; weights must be F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K");
   bytes_ += static_cast<size_t>(elements(shape)) * dtype_size(dtype_);
   if (dry_) return Tensor();
   Tensor t = weights::load_tensor(ctx_, rec, dtype_);
@@ -74,6 +88,70 @@ Tensor WeightLoader::get(const std::string& name, const std::vector<int64_t>& sh
 Tensor WeightLoader::fuse(const std::vector<Tensor>& parts, const std::vector<int64_t>& shape, int dim) {
   if (dry_) return Tensor();
   return ops::concat(ctx_, parts, dim).view(shape);
+}
+
+bool WeightLoader::keeps_blocks(const weights::TensorRecord& rec) const {
+  const std::optional<kernels::BlockFormat> f = weights::block_format(rec.dtype);
+  return keep_quantized_ && f && kernels::is_quantized(*f) && rec.shape.size() == 2;
+}
+
+ops::Weight WeightLoader::get_weight(const std::string& name, const std::vector<int64_t>& shape, Part part) {
+  if (!ckpt_ || shape.size() != 2) return projection(get(name, shape, part));
+  const weights::TensorRecord& rec = ckpt_->get(name);
+  if (rec.shape != shape || !keeps_blocks(rec)) return projection(get(name, shape, part));  // get() names a wrong shape
+  const kernels::BlockFormat block = *weights::block_format(rec.dtype);
+  const ops::WeightFormat format = *ops::gguf_weight_format(block);
+  const int64_t elems = kernels::block_format_elems(block), block_bytes = kernels::block_format_bytes(block);
+  int64_t r0 = 0, r1 = shape[0], c0 = 0, c1 = shape[1];
+  if (part.dim == 0) r0 = part.start, r1 = part.end;
+  if (part.dim == 1) c0 = part.start, c1 = part.end;
+  if (c0 % elems != 0 || c1 % elems != 0) {
+    log().info("tensor '{}': a shard's columns [{}, {}) are not whole {} blocks of {}: expanded to {}", name, c0, c1,
+               rec.type_name, elems, dtype_name(dtype_));
+    return projection(get(name, shape, part));
+  }
+  bytes_ += static_cast<size_t>((r1 - r0) * ((c1 - c0) / elems) * block_bytes);
+  if (dry_) return ops::Weight();
+  const Tensor raw = weights::load_raw(ctx_, rec, r0, r1, c0 / elems * block_bytes, c1 / elems * block_bytes);
+  draw();
+  return ops::Weight::gguf(format, r1 - r0, c1 - c0, raw);
+}
+
+ops::Weight WeightLoader::fuse_weights(const std::vector<ops::Weight>& parts) {
+  if (dry_ || parts.empty()) return ops::Weight();
+  if (parts.size() == 1) return parts[0];
+  const ops::WeightFormat format = parts[0].format();
+  const int64_t k = parts[0].in_features();
+  bool same = true;
+  int64_t n = 0;
+  std::vector<Tensor> data;
+  for (const ops::Weight& p : parts) {
+    LW_CHECK(p.in_features() == k, "fuse_weights: parts of " << k << " and " << p.in_features() << " input features");
+    same = same && p.format() == format;
+    n += p.out_features();
+    data.push_back(p.data());
+  }
+  if (same && format == ops::WeightFormat::dense) return ops::Weight::dense(ops::concat(ctx_, data, 0));
+  if (same && ops::is_gguf_block_format(format)) {  // whole rows of blocks: the bytes one after another
+    Tensor blocks = ctx_.empty({n, data[0].numel() / parts[0].out_features()}, DType::i8);
+    size_t at = 0;
+    for (const Tensor& d : data) {
+      LW_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(blocks.data_ptr()) + at, d.data_ptr(), d.nbytes(),
+                                    cudaMemcpyDeviceToDevice, ctx_.stream().get()));
+      at += d.nbytes();
+    }
+    return ops::Weight::gguf(format, n, k, blocks);
+  }
+  // One matrix needs one format: expand them all.
+  std::string formats;
+  std::vector<Tensor> dense;
+  for (const ops::Weight& p : parts) {
+    formats += std::string(formats.empty() ? "" : ", ") + p.name();
+    dense.push_back(ops::expand(ctx_, p, dtype_));
+    bytes_ += dense.back().nbytes() - p.device_bytes();
+  }
+  log().info("a fused projection [{}, {}] of parts in formats {} is expanded to {}", n, k, formats, dtype_name(dtype_));
+  return ops::Weight::dense(ops::concat(ctx_, dense, 0));
 }
 
 // Norm weights near 1, matrices within +-1/sqrt(fan-in): activations keep their scale through

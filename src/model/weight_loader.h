@@ -9,9 +9,18 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
+#include "ops/weight.h"
 #include "weights/checkpoint.h"
 
 namespace lw::model {
+
+// How projection matrices stored in GGML blocks reach the device: kept in their blocks (the
+// linear kernels decode them; ops/weight.h), or expanded to the model dtype at load.
+// LW_WEIGHT_STORAGE=auto|quantized|dense; auto keeps them quantised on GPUs and expands them on
+// the host target, whose fast GEMM is OpenBLAS over dense matrices (the emulated GEMV is the
+// oracle there, not a fast path). Embeddings and norms are always expanded.
+enum class WeightStorage { automatic, quantized, dense };
+WeightStorage weight_storage_from_env();
 
 class WeightLoader {
  public:
@@ -41,12 +50,24 @@ class WeightLoader {
   Tensor get_padded(const std::string& name, const std::vector<int64_t>& shape, int64_t start, int64_t end, int64_t padded);
   // Parts concatenated along dimension `dim`, viewed as `shape`.
   Tensor fuse(const std::vector<Tensor>& parts, const std::vector<int64_t>& shape, int dim = 0);
+
+  // A projection matrix [N, K] (`shape`) as a Weight: GGML blocks stay blocks when the storage
+  // keeps them (a shard's columns only on block boundaries), everything else is dense.
+  ops::Weight get_weight(const std::string& name, const std::vector<int64_t>& shape, Part part);
+  ops::Weight get_weight(const std::string& name, const std::vector<int64_t>& shape) { return get_weight(name, shape, Part()); }
+  // Weights stacked by rows into one [sum N, K]: blocks of one format stay blocks; parts of
+  // mixed formats are expanded to dense (one log line each time).
+  ops::Weight fuse_weights(const std::vector<ops::Weight>& parts);
+  // The projections kept in GGML blocks so far, and their bytes.
+  int64_t quantized_weights() const { return quantized_; }
   // The bytes of the weights on the device so far.
   size_t bytes() const { return bytes_; }
 
  private:
   Tensor random_tensor(const std::string& name, const std::vector<int64_t>& shape);
   void draw();
+  // Whether `rec` is a block format the loader keeps as blocks (storage and format).
+  bool keeps_blocks(const weights::TensorRecord& rec) const;
 
   Context& ctx_;
   const weights::Checkpoint* ckpt_;
@@ -55,8 +76,10 @@ class WeightLoader {
   size_t total_;
   bool bar_;
   uint64_t seed_;
+  bool keep_quantized_;
   bool drawn_ = false;
   size_t bytes_ = 0;
+  int64_t quantized_ = 0;
 };
 
 }  // namespace lw::model

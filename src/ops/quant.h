@@ -17,7 +17,8 @@ void dequantize_per_token(Context& ctx, const Tensor& q, const Tensor& scales, c
 void quantize_per_group(Context& ctx, const Tensor& x, int group, const Tensor& q, const Tensor& scales);
 void dequantize_per_group(Context& ctx, const Tensor& q, const Tensor& scales, int group, const Tensor& out);
 
-// The stored formats `dequantize` expands (f32, f16, bf16, q8_0, q4_0, q4_1).
+// The stored formats `dequantize` expands: f32, f16, bf16 and GGML's q4_0, q4_1, q5_0, q5_1,
+// q8_0, q2_k, q3_k, q4_k, q5_k, q6_k.
 using kernels::BlockFormat;
 using kernels::block_format_bytes;
 using kernels::block_format_elems;

@@ -1,31 +1,34 @@
 #include "ops/weight.h"
 
+#include <optional>
 #include <sstream>
 
 #include "ops/check.h"
+#include "ops/copy.h"
+#include "ops/elementwise.h"
+#include "kernels/quant/gguf_gemv.h"
 #include "ops/quant.h"
+#include "ops/select.h"
 
 namespace lw::ops {
 
 namespace {
 
-// GGML's block formats: elements and bytes per block (ggml-common.h).
-struct GgufBlock {
-  WeightFormat format;
-  int64_t elems;
-  int64_t bytes;
-};
-constexpr GgufBlock kGgufBlocks[] = {
-    {WeightFormat::gguf_q4_0, 32, 18},  {WeightFormat::gguf_q4_1, 32, 20},  {WeightFormat::gguf_q5_0, 32, 22},
-    {WeightFormat::gguf_q5_1, 32, 24},  {WeightFormat::gguf_q8_0, 32, 34},  {WeightFormat::gguf_q2_k, 256, 84},
-    {WeightFormat::gguf_q3_k, 256, 110}, {WeightFormat::gguf_q4_k, 256, 144}, {WeightFormat::gguf_q5_k, 256, 176},
-    {WeightFormat::gguf_q6_k, 256, 210},
-};
-
-const GgufBlock* gguf_block(WeightFormat format) {
-  for (const GgufBlock& b : kGgufBlocks)
-    if (b.format == format) return &b;
-  return nullptr;
+// The kernel layer's name of a GGUF block format.
+std::optional<BlockFormat> gguf_block(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::gguf_q4_0: return BlockFormat::q4_0;
+    case WeightFormat::gguf_q4_1: return BlockFormat::q4_1;
+    case WeightFormat::gguf_q5_0: return BlockFormat::q5_0;
+    case WeightFormat::gguf_q5_1: return BlockFormat::q5_1;
+    case WeightFormat::gguf_q8_0: return BlockFormat::q8_0;
+    case WeightFormat::gguf_q2_k: return BlockFormat::q2_k;
+    case WeightFormat::gguf_q3_k: return BlockFormat::q3_k;
+    case WeightFormat::gguf_q4_k: return BlockFormat::q4_k;
+    case WeightFormat::gguf_q5_k: return BlockFormat::q5_k;
+    case WeightFormat::gguf_q6_k: return BlockFormat::q6_k;
+    default: return std::nullopt;
+  }
 }
 
 // Every weight tensor: defined, on the device, contiguous.
@@ -87,16 +90,24 @@ const char* weight_format_name(WeightFormat format) {
   return "?";
 }
 
-bool is_gguf_block_format(WeightFormat format) { return gguf_block(format) != nullptr; }
+bool is_gguf_block_format(WeightFormat format) { return gguf_block(format).has_value(); }
 
 int64_t gguf_block_elems(WeightFormat format) {
-  const GgufBlock* b = gguf_block(format);
-  return b != nullptr ? b->elems : 0;
+  const std::optional<BlockFormat> b = gguf_block(format);
+  return b ? block_format_elems(*b) : 0;
 }
 
 int64_t gguf_block_bytes(WeightFormat format) {
-  const GgufBlock* b = gguf_block(format);
-  return b != nullptr ? b->bytes : 0;
+  const std::optional<BlockFormat> b = gguf_block(format);
+  return b ? block_format_bytes(*b) : 0;
+}
+
+std::optional<WeightFormat> gguf_weight_format(BlockFormat format) {
+  for (WeightFormat f : {WeightFormat::gguf_q4_0, WeightFormat::gguf_q4_1, WeightFormat::gguf_q5_0, WeightFormat::gguf_q5_1,
+                         WeightFormat::gguf_q8_0, WeightFormat::gguf_q2_k, WeightFormat::gguf_q3_k, WeightFormat::gguf_q4_k,
+                         WeightFormat::gguf_q5_k, WeightFormat::gguf_q6_k})
+    if (gguf_block(f) == format) return f;
+  return std::nullopt;
 }
 
 Weight Weight::dense(Tensor w) {
@@ -184,13 +195,13 @@ Weight Weight::int4_awq(int64_t n, int64_t k, Tensor qweight, Tensor qzeros, Ten
 
 Weight Weight::gguf(WeightFormat format, int64_t n, int64_t k, Tensor blocks) {
   const char* op = "Weight::gguf";
-  const GgufBlock* b = gguf_block(format);
-  LW_CHECK(b != nullptr, op << ": " << weight_format_name(format) << " is not a GGUF block format");
-  LW_CHECK(n > 0 && k > 0 && k % b->elems == 0,
+  LW_CHECK(is_gguf_block_format(format), op << ": " << weight_format_name(format) << " is not a GGUF block format");
+  const int64_t elems = gguf_block_elems(format);
+  LW_CHECK(n > 0 && k > 0 && k % elems == 0,
            op << ": " << weight_format_name(format) << " [N, K] = [" << n << ", " << k
-              << "] must be positive with K whole blocks of " << b->elems);
+              << "] must be positive with K whole blocks of " << elems);
   check_stored(op, "blocks", blocks);
-  const int64_t bytes = n * (k / b->elems) * b->bytes;
+  const int64_t bytes = n * (k / elems) * gguf_block_bytes(format);
   LW_CHECK(blocks.dtype() == DType::i8 && blocks.numel() == bytes,
            op << ": blocks " << blocks.describe() << " must be i8 holding the " << bytes << " bytes of "
               << weight_format_name(format) << " [" << n << ", " << k << "]");
@@ -214,18 +225,66 @@ std::string Weight::describe() const {
   return s.str();
 }
 
+Tensor expand(Context& ctx, const Weight& w, DType dtype) {
+  const char* op = "expand";
+  LW_CHECK(w.defined(), op << ": the weight is undefined");
+  LW_CHECK(is_float(dtype), op << ": dtype " << dtype_name(dtype) << " must be f32, f16 or bf16");
+  Tensor out = ctx.empty({w.out_features(), w.in_features()}, dtype);
+  if (w.format() == WeightFormat::dense) {
+    if (w.data().dtype() == dtype) copy(ctx, w.data(), out);
+    else cast(ctx, w.data(), out);
+    return out;
+  }
+  const std::optional<BlockFormat> block = gguf_block(w.format());
+  LW_CHECK(block.has_value(), op << ": weight " << w.describe() << ": this build cannot expand format " << w.name());
+  dequantize(ctx, w.data().view({w.data().numel()}), *block, out);
+  return out;
+}
+
+namespace {
+
+// GGUF blocks: the fused GEMV for decode-sized batches, else the weights expanded to x's dtype
+// and the dense linear. Deterministic mode takes the expansion for every M (one summation
+// order, the dense path's batch-invariant one).
+void linear_gguf(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, GemmPath path) {
+  const char* op = "linear";
+  const int64_t n = w.out_features(), k = w.in_features();
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  const GemmShape shape{GemmOp::linear, rows, n, k, 1, ctx.deterministic()};
+  const Selection<GemmPath> sel = select<GemmPaths>(ctx.caps(), shape, path);
+  const bool fused = sel.forced() ? sel.path == GemmPath::gemv : !ctx.deterministic() && rows <= kGgufGemvMaxRows;
+  if (!fused) {
+    linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, sel.forced() ? sel.path : GemmPath::automatic);
+    return;
+  }
+  check_float_input(op, "x", x);
+  check_same_dtype(op, "x", x, "out", out);
+  LW_CHECK(x.is_contiguous() && out.is_contiguous(), op << ": x " << x.describe() << " and out " << out.describe()
+                                                        << " must be contiguous");
+  if (bias.defined()) {
+    check_same_dtype(op, "x", x, "bias", bias);
+    LW_CHECK(bias.is_contiguous() && bias.shape() == std::vector<int64_t>({n}),
+             op << ": bias " << bias.describe() << " must be contiguous [" << n << "]");
+  }
+  dispatch_float(x.dtype(), op, [&]<class T>() {
+    kernels::gguf_gemv<T>(out.data<T>(), x.data<T>(), w.data().data_ptr(), *gguf_block(w.format()), bias.defined() ? bias.data<T>() : nullptr,
+                          rows, n, k, k, n, ctx.warp_size(), ctx.stream().get());
+  });
+}
+
+}  // namespace
+
 void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, GemmPath path) {
   const char* op = "linear";
   LW_CHECK(w.defined(), op << ": the weight is undefined");
-  switch (w.format()) {
-    case WeightFormat::dense: linear(ctx, x, w.data(), bias, out, path); return;
-    case WeightFormat::int8_per_channel: break;
-    default:
-      LW_FAIL(op << ": weight " << w.describe() << " has format " << w.name()
-                 << ": this build has no linear kernel for it yet (formats that run: dense, int8_per_channel)");
+  if (w.format() == WeightFormat::dense) {
+    linear(ctx, x, w.data(), bias, out, path);
+    return;
   }
-
-  // int8 per channel (W8A8): x quantised per token, the int8 GEMM with both scales.
+  LW_CHECK(w.format() == WeightFormat::int8_per_channel || is_gguf_block_format(w.format()),
+           op << ": weight " << w.describe() << " has format " << w.name()
+              << ": this build has no linear kernel for it yet (formats that run: dense, int8_per_channel, gguf_*)");
   check_float_input(op, "x", x);
   check_float_input(op, "out", out);
   check_same_dtype(op, "x", x, "out", out);
@@ -235,6 +294,12 @@ void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, 
   std::vector<int64_t> want = x.shape();
   want.back() = n;
   LW_CHECK(out.shape() == want, op << ": out " << out.describe() << " must be " << shape_str(want));
+  if (is_gguf_block_format(w.format())) {
+    linear_gguf(ctx, x, w, bias, out, path);
+    return;
+  }
+
+  // int8 per channel (W8A8): x quantised per token, the int8 GEMM with both scales.
   int64_t rows = 1;
   for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
   Tensor xq = ctx.empty({rows, k}, DType::i8);

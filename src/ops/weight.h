@@ -8,10 +8,12 @@
 // message naming the format, never computing a wrong answer.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/context.h"
 #include "core/tensor.h"
+#include "kernels/quant/dequant.h"
 #include "ops/gemm.h"
 
 namespace lw::ops {
@@ -24,7 +26,7 @@ enum class WeightFormat : uint8_t {
   int8_per_channel,      // symmetric int8 [N, K], f32 scales [N]: w = q * scale[n]
   int4_gptq,             // declared: GPTQ (AutoGPTQ/exllama layout), optional g_idx
   int4_awq,              // declared: AWQ (AutoAWQ GEMM layout)
-  gguf_q4_0,             // declared (on the device): GGML blocks, rows of whole blocks
+  gguf_q4_0,             // GGML blocks (llama.cpp layout), rows of whole blocks
   gguf_q4_1,
   gguf_q5_0,
   gguf_q5_1,
@@ -38,6 +40,8 @@ enum class WeightFormat : uint8_t {
 
 const char* weight_format_name(WeightFormat format);
 bool is_gguf_block_format(WeightFormat format);
+// The Weight format of GGML blocks the kernels decode (none for the plain float types).
+std::optional<WeightFormat> gguf_weight_format(kernels::BlockFormat format);
 // A GGUF block format's elements and bytes per block (0 for the other formats).
 int64_t gguf_block_elems(WeightFormat format);
 int64_t gguf_block_bytes(WeightFormat format);
@@ -105,8 +109,19 @@ class Weight {
   WeightBlock block_;
 };
 
+// An automatic linear over GGUF blocks of at most this many rows runs the fused GEMV.
+inline constexpr int64_t kGgufGemvMaxRows = 16;
+
+// The weight as a dense [N, K] tensor of `dtype` (dense and GGUF formats; others refused).
+Tensor expand(Context& ctx, const Weight& w, DType dtype);
+
 // out[..., N] = x[..., K] @ W^T + bias[N] for W in any format this build has a kernel for:
 //   dense             the tensor `linear` (every path);
+//   gguf_*            up to kGgufGemvMaxRows rows (and any rows on the forced gemv path): the
+//                     fused GEMV over the blocks (kernels/quant/gguf_gemv.h); more rows, another
+//                     forced path, or deterministic mode: the weights expanded to x's dtype (a
+//                     temporary [N, K]) and the dense linear. Weights are the expansion's values
+//                     (rounded to x's dtype) on every path;
 //   int8_per_channel  x quantised per token (quantize_per_token), then `linear_int8` with x's
 //                     per-row scales and the weight's per-channel scales (exact int32
 //                     accumulation; the output rounded once); the gemv path is refused.

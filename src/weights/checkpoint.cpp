@@ -16,6 +16,13 @@ const char* file_dtype_name(FileDType t) {
     case FileDType::q8_0: return "q8_0";
     case FileDType::q4_0: return "q4_0";
     case FileDType::q4_1: return "q4_1";
+    case FileDType::q5_0: return "q5_0";
+    case FileDType::q5_1: return "q5_1";
+    case FileDType::q2_k: return "q2_k";
+    case FileDType::q3_k: return "q3_k";
+    case FileDType::q4_k: return "q4_k";
+    case FileDType::q5_k: return "q5_k";
+    case FileDType::q6_k: return "q6_k";
     case FileDType::i8: return "i8";
     case FileDType::i32: return "i32";
     case FileDType::i64: return "i64";
@@ -28,7 +35,14 @@ int64_t file_dtype_block_elems(FileDType t) {
   switch (t) {
     case FileDType::q8_0:
     case FileDType::q4_0:
-    case FileDType::q4_1: return 32;
+    case FileDType::q4_1:
+    case FileDType::q5_0:
+    case FileDType::q5_1: return 32;
+    case FileDType::q2_k:
+    case FileDType::q3_k:
+    case FileDType::q4_k:
+    case FileDType::q5_k:
+    case FileDType::q6_k: return 256;
     case FileDType::unsupported: return 0;
     default: return 1;
   }
@@ -42,6 +56,13 @@ int64_t file_dtype_block_bytes(FileDType t) {
     case FileDType::q8_0: return 34;
     case FileDType::q4_0: return 18;
     case FileDType::q4_1: return 20;
+    case FileDType::q5_0: return 22;
+    case FileDType::q5_1: return 24;
+    case FileDType::q2_k: return 84;
+    case FileDType::q3_k: return 110;
+    case FileDType::q4_k: return 144;
+    case FileDType::q5_k: return 176;
+    case FileDType::q6_k: return 210;
     case FileDType::i8: return 1;
     case FileDType::i32: return 4;
     case FileDType::i64: return 8;

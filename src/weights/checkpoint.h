@@ -13,7 +13,10 @@ namespace lw::weights {
 // How a tensor is stored in its file. `unsupported` covers types this layer lists but cannot
 // load (GGML K-quants and the like, safetensors F64/U8/BOOL/F8...); TensorRecord::type_name
 // says which.
-enum class FileDType : uint8_t { f32, f16, bf16, q8_0, q4_0, q4_1, i8, i32, i64, unsupported };
+// The q types are GGML's block formats (GGUF files).
+enum class FileDType : uint8_t {
+  f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, i8, i32, i64, unsupported
+};
 
 const char* file_dtype_name(FileDType t);
 // Elements per block and bytes per block (1 and the element size for plain types); 0, 0 for

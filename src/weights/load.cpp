@@ -1,6 +1,8 @@
 #include "weights/load.h"
 
+#include <cstring>
 #include <optional>
+#include <vector>
 
 #include "gpu/runtime.h"
 #include "ops/quant.h"
@@ -21,7 +23,17 @@ DType plain_dtype(FileDType t) {
   }
 }
 
-// The device format a file type expands from; none for the integer and unsupported types.
+bool is_integer(FileDType t) { return t == FileDType::i8 || t == FileDType::i32 || t == FileDType::i64; }
+
+void check_bytes(const TensorRecord& rec) {
+  const size_t want = file_dtype_bytes(rec.dtype, rec.numel());
+  LW_CHECK(rec.bytes == want && (rec.data != nullptr || want == 0),
+           "tensor '" << rec.name << "' in '" << rec.file << "' of type " << rec.type_name << " and shape "
+                      << shape_str(rec.shape) << " needs " << want << " bytes but has " << rec.bytes);
+}
+
+}  // namespace
+
 std::optional<ops::BlockFormat> block_format(FileDType t) {
   switch (t) {
     case FileDType::f32: return ops::BlockFormat::f32;
@@ -30,6 +42,13 @@ std::optional<ops::BlockFormat> block_format(FileDType t) {
     case FileDType::q8_0: return ops::BlockFormat::q8_0;
     case FileDType::q4_0: return ops::BlockFormat::q4_0;
     case FileDType::q4_1: return ops::BlockFormat::q4_1;
+    case FileDType::q5_0: return ops::BlockFormat::q5_0;
+    case FileDType::q5_1: return ops::BlockFormat::q5_1;
+    case FileDType::q2_k: return ops::BlockFormat::q2_k;
+    case FileDType::q3_k: return ops::BlockFormat::q3_k;
+    case FileDType::q4_k: return ops::BlockFormat::q4_k;
+    case FileDType::q5_k: return ops::BlockFormat::q5_k;
+    case FileDType::q6_k: return ops::BlockFormat::q6_k;
     case FileDType::i8:
     case FileDType::i32:
     case FileDType::i64:
@@ -38,22 +57,42 @@ std::optional<ops::BlockFormat> block_format(FileDType t) {
   return std::nullopt;
 }
 
-bool is_integer(FileDType t) { return t == FileDType::i8 || t == FileDType::i32 || t == FileDType::i64; }
-
-}  // namespace
+Tensor load_raw(Context& ctx, const TensorRecord& rec, int64_t r0, int64_t r1, int64_t b0, int64_t b1) {
+  LW_CHECK(rec.dtype != FileDType::unsupported,
+           "tensor '" << rec.name << "' in '" << rec.file << "' has type " << rec.type_name << ", which cannot be loaded");
+  check_bytes(rec);
+  LW_CHECK(rec.shape.size() == 2, "load_raw: tensor '" << rec.name << "' " << shape_str(rec.shape) << " is not 2-D");
+  const int64_t rows = rec.shape[0], row_bytes = rows == 0 ? 0 : static_cast<int64_t>(rec.bytes) / rows;
+  LW_CHECK(0 <= r0 && r0 <= r1 && r1 <= rows && 0 <= b0 && b0 <= b1 && b1 <= row_bytes,
+           "load_raw: rows [" << r0 << ", " << r1 << ") and bytes [" << b0 << ", " << b1 << ") of tensor '" << rec.name
+                              << "' of " << rows << " rows of " << row_bytes << " bytes");
+  const int64_t width = b1 - b0;
+  Tensor out = ctx.empty({r1 - r0, width}, DType::i8);
+  if (out.numel() == 0) return out;
+  cudaStream_t stream = ctx.stream().get();
+  std::vector<std::byte> gathered;
+  const std::byte* src = rec.data + r0 * row_bytes;
+  if (width != row_bytes) {  // a column slice: gathered row by row on the host, copied once
+    gathered.resize(static_cast<size_t>(out.numel()));
+    for (int64_t r = r0; r < r1; ++r)
+      std::memcpy(gathered.data() + (r - r0) * width, rec.data + r * row_bytes + b0, static_cast<size_t>(width));
+    src = gathered.data();
+  }
+  LW_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), src, out.nbytes(), cudaMemcpyHostToDevice, stream));
+  // The source may be pageable memory the caller unmaps next: finish before returning.
+  LW_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return out;
+}
 
 Tensor load_tensor(Context& ctx, const TensorRecord& rec, DType compute) {
   LW_CHECK(rec.dtype != FileDType::unsupported,
            "tensor '" << rec.name << "' in '" << rec.file << "' has type " << rec.type_name
-                      << ", which cannot be loaded; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, I8, I32, I64");
+                      << ", which cannot be loaded; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, I8, I32, I64");
   LW_CHECK(compute == DType::f32 || compute == DType::f16 || compute == DType::bf16,
            "load_tensor: compute dtype " << dtype_name(compute) << " for tensor '" << rec.name
                                          << "' must be f32, f16 or bf16");
-  const int64_t n = rec.numel();
-  const size_t want = file_dtype_bytes(rec.dtype, n);
-  LW_CHECK(rec.bytes == want && (rec.data != nullptr || want == 0),
-           "tensor '" << rec.name << "' in '" << rec.file << "' of type " << rec.type_name << " and shape "
-                      << shape_str(rec.shape) << " needs " << want << " bytes but has " << rec.bytes);
+  check_bytes(rec);
+  const size_t want = rec.bytes;
   cudaStream_t stream = ctx.stream().get();
 
   const DType stored = plain_dtype(rec.dtype);

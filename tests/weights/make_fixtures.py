@@ -53,6 +53,22 @@ def bf16_bits_to_f32(b):
 
 
 # --- GGUF ----------------------------------------------------------------------------------
+# Byte offsets of each K-quant block's fp16 scale fields (ggml-common.h: d, and dmin where the
+# format has one).
+K_QUANT_SCALES = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+
+
+def k_quant_blocks(kind, shape):
+    """Random K-quant blocks [rows, bytes] with finite scales of a trained model's size."""
+    rows, cols = shape
+    block_elems, block_bytes = gguf.GGML_QUANT_SIZES[Q[kind]]
+    raw = rng.integers(0, 256, size=(rows, cols // block_elems, block_bytes), dtype=np.uint8)
+    for off in K_QUANT_SCALES[kind]:
+        scale = (rng.random((rows, cols // block_elems)) * 0.01 + 0.001).astype(np.float16)
+        raw[:, :, off:off + 2] = scale.view(np.uint8).reshape(rows, cols // block_elems, 2)
+    return raw.reshape(rows, -1)
+
+
 def write_gguf(path, ckpt, tensors, extra_kv=None, alignment=None):
     w = gguf.GGUFWriter(os.path.join(out, path), "llama")
     if alignment is not None:
@@ -68,7 +84,7 @@ def write_gguf(path, ckpt, tensors, extra_kv=None, alignment=None):
             h = x.astype(np.float16)
             w.add_tensor(name, h)
             expect(ckpt, name, shape, kind, h.astype(np.float32))
-        elif kind in ("BF16", "Q8_0", "Q4_0", "Q4_1"):
+        elif kind in ("BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"):
             qt = Q[kind]
             q = gguf.quants.quantize(x, qt)
             w.add_tensor(name, q, raw_dtype=qt)
@@ -80,11 +96,17 @@ def write_gguf(path, ckpt, tensors, extra_kv=None, alignment=None):
             v = rng.integers(lo, hi, size=shape, endpoint=True).astype(dt)
             w.add_tensor(name, v)
             expect(ckpt, name, shape, kind, v)
-        elif kind == "Q4_K":
-            # gguf cannot quantize K-quants; random blocks are valid bytes for listing.
+        elif kind in K_QUANT_SCALES:
+            # gguf cannot quantize K-quants: random blocks whose fp16 scales are set to finite
+            # values, dequantized by gguf.
+            raw = k_quant_blocks(kind, shape)
+            w.add_tensor(name, raw, raw_dtype=Q[kind])
+            expect(ckpt, name, shape, kind, gguf.quants.dequantize(raw, Q[kind]).astype(np.float32))
+        elif kind == "IQ4_NL":
+            # A type lightwave does not load: random blocks, listed but refused.
             rows, cols = shape
-            raw = rng.integers(0, 256, size=(rows, cols // 256 * 144), dtype=np.uint8)
-            w.add_tensor(name, raw, raw_dtype=Q.Q4_K)
+            raw = rng.integers(0, 256, size=(rows, cols // 32 * 18), dtype=np.uint8)
+            w.add_tensor(name, raw, raw_dtype=Q.IQ4_NL)
             manifest.setdefault(ckpt, {})[name] = {"shape": list(shape), "type": kind, "expected": None}
         else:
             raise ValueError(kind)
@@ -128,10 +150,22 @@ gguf_tensors = [
     ("i8.r1", "I8", (13,)),
     ("i32.r2", "I32", (3, 5)),
     ("i64.r1", "I64", (7,)),
-    ("blk.0.ffn_down.weight", "Q4_K", (3, 256)),
+    ("q5_0.r2", "Q5_0", (3, 64)),
+    ("q5_1.r2", "Q5_1", (5, 32)),
+    ("q2_k.r2", "Q2_K", (3, 256)),
+    ("q3_k.r2", "Q3_K", (2, 512)),
+    ("q4_k.r2", "Q4_K", (3, 256)),
+    ("q5_k.r2", "Q5_K", (2, 256)),
+    ("q6_k.r2", "Q6_K", (3, 512)),
+    ("blk.0.ffn_down.weight", "IQ4_NL", (3, 64)),
     ("blk.0.attn_q.weight", "Q4_1", (9, 96)),  # last: truncating the file cuts into it
 ]
 write_gguf("model.gguf", "model.gguf", gguf_tensors, metadata)
+# One [13, K] matrix per block format the linear kernels take: K spans more 16-element runs than
+# a 64-lane warp has lanes, and 13 rows leave a partial block of warps.
+write_gguf("linear.gguf", "linear.gguf",
+           [(f"w.{k.lower()}", k, (13, 1536 if k in K_QUANT_SCALES else 1280))
+            for k in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")])
 write_gguf("aligned64.gguf", "aligned64.gguf",
            [("a", "F32", (3,)), ("b", "Q4_0", (5, 32)), ("c", "F16", (3,))], alignment=64)
 

@@ -88,7 +88,7 @@ void check_checkpoint(const std::string& key, const nlohmann::json& tensors) {
       const std::string msg = error_of([&] { load_tensor(ctx(), rec, DType::f32); });
       EXPECT_HAS(msg, "tensor '" + name + "'");
       EXPECT_HAS(msg, info["type"].get<std::string>());
-      EXPECT_HAS(msg, "supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1");
+      EXPECT_HAS(msg, "supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K");
       continue;
     }
     const std::string exp = info["expected"].get<std::string>();
@@ -205,7 +205,8 @@ TEST(Weights, GgufShapesAreOutermostFirst) {
   EXPECT_EQ(g.get("token_embd.weight").dtype, FileDType::q8_0);
   EXPECT_EQ(g.get("q4_0.r3").shape, (std::vector<int64_t>{3, 3, 32}));
   EXPECT_EQ(g.get("q4_0.r3").bytes, 9u * 18u);
-  EXPECT_EQ(g.ggml_type("blk.0.ffn_down.weight"), 12u);
+  EXPECT_EQ(g.ggml_type("blk.0.ffn_down.weight"), 20u);  // IQ4_NL
+  EXPECT_EQ(g.ggml_type("q4_k.r2"), 12u);
   EXPECT_EQ(g.names().back(), "blk.0.attn_q.weight");
 }
 
@@ -262,11 +263,12 @@ TEST(Weights, UnsupportedTypesAreListedButNotLoaded) {
   auto g = open_checkpoint(fixture("model.gguf"));
   const TensorRecord& k = g->get("blk.0.ffn_down.weight");
   EXPECT_EQ(k.dtype, FileDType::unsupported);
-  EXPECT_EQ(k.type_name, "Q4_K");
-  EXPECT_EQ(k.shape, (std::vector<int64_t>{3, 256}));
+  EXPECT_EQ(k.type_name, "IQ4_NL");
+  EXPECT_EQ(k.shape, (std::vector<int64_t>{3, 64}));
   std::string msg = error_of([&] { load_tensor(ctx(), k, DType::f16); });
   EXPECT_HAS(msg, "tensor 'blk.0.ffn_down.weight'");
-  EXPECT_HAS(msg, "has type Q4_K, which cannot be loaded; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, I8, I32, I64");
+  EXPECT_HAS(msg, "has type IQ4_NL, which cannot be loaded; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
+                  "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, I8, I32, I64");
 
   auto st = open_checkpoint(fixture("st_single"));
   msg = error_of([&] { load_tensor(ctx(), st->get("f64.r1"), DType::f32); });

@@ -4,47 +4,11 @@
 
 #include "gpu/launch.h"
 #include "gpu/numeric.h"
-#include "gpu/portable_math.h"
+#include "kernels/quant/gguf_blocks.h"
 
 namespace lw::kernels {
 
 namespace {
-
-// GGML's quantized blocks hold 32 elements; the count is a format fact, not a warp width.
-constexpr int kQBlock = 32;  // lint: not-a-warp
-constexpr int kQHalf = kQBlock / 2;
-
-// Block payloads are byte streams (34- and 18-byte blocks leave fp16 fields only 2-aligned),
-// so fields are assembled from bytes.
-__device__ __forceinline__ float fp16_at(const uint8_t* p) {
-  const unsigned short bits = static_cast<unsigned short>(p[0] | (p[1] << 8));
-  return gpu::to_float(__ushort_as_half(bits));
-}
-
-struct Q8_0 {
-  static constexpr int kBytes = 2 + kQBlock;
-  __device__ static float get(const uint8_t* b, int j) {
-    return static_cast<float>(static_cast<int8_t>(b[2 + j])) * fp16_at(b);
-  }
-};
-
-struct Q4_0 {
-  static constexpr int kBytes = 2 + kQHalf;
-  __device__ static float get(const uint8_t* b, int j) {
-    const uint8_t byte = b[2 + (j < kQHalf ? j : j - kQHalf)];
-    const int q = j < kQHalf ? (byte & 0x0f) : (byte >> 4);
-    return static_cast<float>(q - 8) * fp16_at(b);
-  }
-};
-
-struct Q4_1 {
-  static constexpr int kBytes = 4 + kQHalf;
-  __device__ static float get(const uint8_t* b, int j) {
-    const uint8_t byte = b[4 + (j < kQHalf ? j : j - kQHalf)];
-    const int q = j < kQHalf ? (byte & 0x0f) : (byte >> 4);
-    return gpu::mul_add_unfused(fp16_at(b), static_cast<float>(q), fp16_at(b + 2));  // as ggml rounds it
-  }
-};
 
 template <class T, class Src>
 __global__ void convert_kernel(T* out, const Src* in, int64_t n) {
@@ -53,49 +17,52 @@ __global__ void convert_kernel(T* out, const Src* in, int64_t n) {
     out[i] = gpu::from_float<T>(gpu::to_float(in[i]));
 }
 
+// A thread per 16-element run of a block.
 template <class T, class Block>
-__global__ void dequant_kernel(T* out, const uint8_t* in, int64_t n) {
+__global__ void dequant_kernel(T* out, const uint8_t* in, int64_t runs) {
+  constexpr int kRunsPerBlock = Block::kElems / gguf::kRun;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int64_t block = i / kQBlock;
-    out[i] = gpu::from_float<T>(Block::get(in + block * Block::kBytes, static_cast<int>(i - block * kQBlock)));
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < runs; r += stride) {
+    float v[gguf::kRun];
+    Block::decode16(in + r / kRunsPerBlock * Block::kBytes, static_cast<int>(r % kRunsPerBlock), v);
+    T* o = out + r * gguf::kRun;
+#pragma unroll
+    for (int i = 0; i < gguf::kRun; ++i) o[i] = gpu::from_float<T>(v[i]);
   }
+}
+
+struct FormatInfo {
+  BlockFormat format;
+  const char* name;
+  int64_t elems, bytes;
+};
+constexpr FormatInfo kFormats[] = {
+    {BlockFormat::f32, "f32", 1, 4},
+    {BlockFormat::f16, "f16", 1, 2},
+    {BlockFormat::bf16, "bf16", 1, 2},
+    {BlockFormat::q4_0, "q4_0", gguf::Q4_0::kElems, gguf::Q4_0::kBytes},
+    {BlockFormat::q4_1, "q4_1", gguf::Q4_1::kElems, gguf::Q4_1::kBytes},
+    {BlockFormat::q5_0, "q5_0", gguf::Q5_0::kElems, gguf::Q5_0::kBytes},
+    {BlockFormat::q5_1, "q5_1", gguf::Q5_1::kElems, gguf::Q5_1::kBytes},
+    {BlockFormat::q8_0, "q8_0", gguf::Q8_0::kElems, gguf::Q8_0::kBytes},
+    {BlockFormat::q2_k, "q2_k", gguf::Q2_K::kElems, gguf::Q2_K::kBytes},
+    {BlockFormat::q3_k, "q3_k", gguf::Q3_K::kElems, gguf::Q3_K::kBytes},
+    {BlockFormat::q4_k, "q4_k", gguf::Q4_K::kElems, gguf::Q4_K::kBytes},
+    {BlockFormat::q5_k, "q5_k", gguf::Q5_K::kElems, gguf::Q5_K::kBytes},
+    {BlockFormat::q6_k, "q6_k", gguf::Q6_K::kElems, gguf::Q6_K::kBytes},
+};
+
+const FormatInfo& info(BlockFormat format) {
+  for (const FormatInfo& f : kFormats)
+    if (f.format == format) return f;
+  LW_FAIL("unknown block format " << static_cast<int>(format));
 }
 
 }  // namespace
 
-const char* block_format_name(BlockFormat format) {
-  switch (format) {
-    case BlockFormat::f32: return "f32";
-    case BlockFormat::f16: return "f16";
-    case BlockFormat::bf16: return "bf16";
-    case BlockFormat::q8_0: return "q8_0";
-    case BlockFormat::q4_0: return "q4_0";
-    case BlockFormat::q4_1: return "q4_1";
-  }
-  return "?";
-}
-
-int64_t block_format_elems(BlockFormat format) {
-  switch (format) {
-    case BlockFormat::q8_0:
-    case BlockFormat::q4_0:
-    case BlockFormat::q4_1: return kQBlock;
-    default: return 1;
-  }
-}
-
-int64_t block_format_bytes(BlockFormat format) {
-  switch (format) {
-    case BlockFormat::f32: return 4;
-    case BlockFormat::f16: return 2;
-    case BlockFormat::bf16: return 2;
-    case BlockFormat::q8_0: return Q8_0::kBytes;
-    case BlockFormat::q4_0: return Q4_0::kBytes;
-    case BlockFormat::q4_1: return Q4_1::kBytes;
-  }
-  return 0;
-}
+const char* block_format_name(BlockFormat format) { return info(format).name; }
+int64_t block_format_elems(BlockFormat format) { return info(format).elems; }
+int64_t block_format_bytes(BlockFormat format) { return info(format).bytes; }
 
 template <class T>
 void dequantize_blocks(T* out, const void* src, BlockFormat format, int64_t n, int warp_size, cudaStream_t stream) {
@@ -104,10 +71,12 @@ void dequantize_blocks(T* out, const void* src, BlockFormat format, int64_t n, i
            "dequantize: " << n << " elements are not whole " << block_format_name(format) << " blocks of "
                           << block_format_elems(format));
   const int threads = gpu::round_block_size(256, warp_size);
+  const int64_t items = is_quantized(format) ? n / gguf::kRun : n;
   // Enough blocks to fill a large GPU; the grid-stride loop covers the rest.
-  const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 8192);
+  const int64_t blocks = std::min<int64_t>((items + threads - 1) / threads, 8192);
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream};
   const auto* bytes = static_cast<const uint8_t*>(src);
+  auto quantized = [&]<class Block>(const char* name) { gpu::launch(name, dequant_kernel<T, Block>, cfg, out, bytes, items); };
   switch (format) {
     case BlockFormat::f32:
       gpu::launch("weights_convert_f32", convert_kernel<T, float>, cfg, out, static_cast<const float*>(src), n);
@@ -118,9 +87,16 @@ void dequantize_blocks(T* out, const void* src, BlockFormat format, int64_t n, i
     case BlockFormat::bf16:
       gpu::launch("weights_convert_bf16", convert_kernel<T, bfloat16>, cfg, out, static_cast<const bfloat16*>(src), n);
       return;
-    case BlockFormat::q8_0: gpu::launch("weights_dequant_q8_0", dequant_kernel<T, Q8_0>, cfg, out, bytes, n); return;
-    case BlockFormat::q4_0: gpu::launch("weights_dequant_q4_0", dequant_kernel<T, Q4_0>, cfg, out, bytes, n); return;
-    case BlockFormat::q4_1: gpu::launch("weights_dequant_q4_1", dequant_kernel<T, Q4_1>, cfg, out, bytes, n); return;
+    case BlockFormat::q4_0: quantized.template operator()<gguf::Q4_0>("weights_dequant_q4_0"); return;
+    case BlockFormat::q4_1: quantized.template operator()<gguf::Q4_1>("weights_dequant_q4_1"); return;
+    case BlockFormat::q5_0: quantized.template operator()<gguf::Q5_0>("weights_dequant_q5_0"); return;
+    case BlockFormat::q5_1: quantized.template operator()<gguf::Q5_1>("weights_dequant_q5_1"); return;
+    case BlockFormat::q8_0: quantized.template operator()<gguf::Q8_0>("weights_dequant_q8_0"); return;
+    case BlockFormat::q2_k: quantized.template operator()<gguf::Q2_K>("weights_dequant_q2_k"); return;
+    case BlockFormat::q3_k: quantized.template operator()<gguf::Q3_K>("weights_dequant_q3_k"); return;
+    case BlockFormat::q4_k: quantized.template operator()<gguf::Q4_K>("weights_dequant_q4_k"); return;
+    case BlockFormat::q5_k: quantized.template operator()<gguf::Q5_K>("weights_dequant_q5_k"); return;
+    case BlockFormat::q6_k: quantized.template operator()<gguf::Q6_K>("weights_dequant_q6_k"); return;
   }
   LW_FAIL("dequantize: unknown block format " << static_cast<int>(format));
 }

@@ -9,7 +9,12 @@ namespace lw::kernels {
 
 // The stored formats the expansion kernels read. The kernel layer's own list: checkpoint
 // readers (weights/) map their file types onto it.
-enum class BlockFormat : uint8_t { f32, f16, bf16, q8_0, q4_0, q4_1 };
+// The q formats are GGML's (kernels/quant/gguf_blocks.h).
+enum class BlockFormat : uint8_t { f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k };
+
+inline bool is_quantized(BlockFormat format) {
+  return format != BlockFormat::f32 && format != BlockFormat::f16 && format != BlockFormat::bf16;
+}
 
 const char* block_format_name(BlockFormat format);
 // Elements per block (1 for the plain float types) and bytes per block.

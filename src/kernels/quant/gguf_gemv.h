@@ -1,0 +1,23 @@
+// Linear over GGML-quantised weights kept in their blocks: y[M, N] = x[M, K] @ W^T (+ bias[N]),
+// W [N, K] stored row by row as `format` blocks (llama.cpp's layout, K whole blocks). Each weight
+// is decoded in registers (kernels/quant/gguf_blocks.h), rounded to T as the expansion at load
+// rounds it, and multiplied in fp32: the result is the dense GEMM over the expanded weights up to
+// the order of summation. Weights are read once per 8 rows of x, so the kernel serves decode
+// batches; larger M expands the weights and runs a dense GEMM (ops::linear).
+#pragma once
+#include <cstdint>
+
+#include "gpu/compat.h"
+#include "kernels/quant/dequant.h"
+
+namespace lw::kernels {
+
+// Rows of x one pass over the weights serves.
+inline constexpr int kGgufGemvRowsPerPass = 8;
+
+// x rows are ldx elements apart, y rows ldy; bias may be null. `format` is a quantised one.
+template <class T>
+void gguf_gemv(T* y, const T* x, const void* w, BlockFormat format, const T* bias, int64_t m, int64_t n, int64_t k,
+               int64_t ldx, int64_t ldy, int warp_size, cudaStream_t stream);
+
+}  // namespace lw::kernels

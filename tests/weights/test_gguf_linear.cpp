@@ -1,0 +1,128 @@
+// linear over GGUF block weights kept in their blocks (ops::Weight::gguf): every block format of
+// make_fixtures.py's linear.gguf (written and dequantised by the gguf package) against a float64
+// reference over gguf's dequantised values, on the fused GEMV (one and several passes over the
+// weights) and the expand-then-GEMM paths, in each float dtype; and the loader's handling of a
+// real model's blocks.
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ops/gemm.h"
+#include "ops/weight.h"
+#include "test_util.h"
+#include "weights/checkpoint.h"
+#include "weights/load.h"
+
+namespace lw::test {
+namespace {
+
+const std::string kDir = LW_WEIGHTS_FIXTURES;
+
+std::vector<float> read_f32(const std::string& rel) {
+  std::ifstream f(kDir + "/" + rel, std::ios::binary);
+  EXPECT_TRUE(f.good()) << rel;
+  std::vector<char> b((std::istreambuf_iterator<char>(f)), {});
+  std::vector<float> v(b.size() / sizeof(float));
+  std::memcpy(v.data(), b.data(), v.size() * sizeof(float));
+  return v;
+}
+
+// A value rounded to dt (the expansion's rounding of a weight).
+double rounded(float v, DType dt) {
+  switch (dt) {
+    case DType::f16: return gpu::to_float(gpu::from_float<half>(v));
+    case DType::bf16: return gpu::to_float(gpu::from_float<bfloat16>(v));
+    default: return v;
+  }
+}
+
+ops::Weight gguf_weight(const weights::TensorRecord& rec) {
+  const kernels::BlockFormat block = *weights::block_format(rec.dtype);
+  const int64_t n = rec.shape[0], k = rec.shape[1];
+  const int64_t row_bytes = k / kernels::block_format_elems(block) * kernels::block_format_bytes(block);
+  return ops::Weight::gguf(*ops::gguf_weight_format(block), n, k, weights::load_raw(ctx(), rec, 0, n, 0, row_bytes));
+}
+
+TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
+  std::ifstream mf(kDir + "/manifest.json");
+  ASSERT_TRUE(mf.good()) << "run the weights.make_fixtures test first (ctest -L weights)";
+  const nlohmann::json manifest = nlohmann::json::parse(mf)["linear.gguf"];
+  const std::unique_ptr<weights::Checkpoint> ckpt = weights::open_checkpoint(kDir + "/linear.gguf");
+  struct Case {
+    int64_t m;
+    ops::GemmPath path;
+  };
+  // Automatic: the fused GEMV up to 16 rows (two passes at 9), the expansion above; forced: the
+  // GEMV at 33 rows (five passes), the expansion and the tiled GEMM at 3.
+  const Case cases[] = {{1, ops::GemmPath::automatic}, {9, ops::GemmPath::automatic}, {20, ops::GemmPath::automatic},
+                        {33, ops::GemmPath::gemv},     {3, ops::GemmPath::tiled}};
+  ASSERT_EQ(manifest.size(), 10u);
+  for (const auto& [name, info] : manifest.items()) {
+    const weights::TensorRecord& rec = ckpt->get(name);
+    const ops::Weight w = gguf_weight(rec);
+    const int64_t n = w.out_features(), k = w.in_features();
+    EXPECT_EQ(w.device_bytes(), rec.bytes);
+    const std::vector<float> wref = read_f32(info["expected"].get<std::string>());
+    ASSERT_EQ(static_cast<int64_t>(wref.size()), n * k);
+    for (DType dt : {DType::f32, DType::f16, DType::bf16})
+      for (const Case& c : cases) {
+        const bool with_bias = c.m % 2 == 1;
+        SCOPED_TRACE(::testing::Message() << name << " " << dtype_name(dt) << " M=" << c.m << " "
+                                          << ops::gemm_path_name(c.path) << (with_bias ? " bias" : ""));
+        const Tensor xh = random_host({c.m, k}, dt);
+        const Tensor bh = random_host({n}, dt);
+        Tensor out = ctx().empty({c.m, n}, dt);
+        poison(out);
+        ops::linear(ctx(), ctx().to_device(xh), w, with_bias ? ctx().to_device(bh) : Tensor(), out, c.path);
+        const Tensor got = ctx().to_host(out);
+        // The weights are gguf's values rounded to dt; fp32 accumulation over K terms (each
+        // within 2^-24 relative, K * 2^-24 in all of sum |x w|), one rounding to dt at the end.
+        const double eps = epsilon(dt), acc_eps = static_cast<double>(k) * std::ldexp(1.0, -24);
+        for (int64_t i = 0; i < c.m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double ref = with_bias ? element(bh, j) : 0.0, mag = std::abs(ref);
+            for (int64_t l = 0; l < k; ++l) {
+              const double p = element(xh, i * k + l) * rounded(wref[j * k + l], dt);
+              ref += p;
+              mag += std::abs(p);
+            }
+            const double v = element(got, i * n + j);
+            ASSERT_LE(std::abs(v - ref), eps * std::abs(ref) + acc_eps * mag + 1e-6)
+                << "element [" << i << ", " << j << "]: " << v << " vs " << ref;
+          }
+      }
+    // The expansion is gguf's dequantisation, rounded once.
+    const Tensor dense = ctx().to_host(ops::expand(ctx(), w, DType::f32));
+    for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(dense.data<float>()[i], wref[i]) << name << " element " << i;
+  }
+}
+
+// Deterministic mode: one summation order for every M, so a row's result does not depend on
+// how many rows share the call.
+TEST(GgufLinear, DeterministicRowsDoNotDependOnTheBatch) {
+  DeterministicScope det(ctx());
+  const std::unique_ptr<weights::Checkpoint> ckpt = weights::open_checkpoint(kDir + "/linear.gguf");
+  const ops::Weight w = gguf_weight(ckpt->get("w.q4_k"));
+  const int64_t n = w.out_features(), k = w.in_features();
+  const Tensor x = ctx().to_device(random_host({24, k}, DType::bf16));
+  Tensor all = ctx().empty({24, n}, DType::bf16), one = ctx().empty({1, n}, DType::bf16);
+  ops::linear(ctx(), x, w, Tensor(), all);
+  ops::linear(ctx(), x.slice(0, 5, 6), w, Tensor(), one);
+  EXPECT_TRUE(bitwise_equal(ctx().to_host(one), ctx().to_host(all.slice(0, 5, 6))));
+}
+
+TEST(GgufLinear, RefusesMisuse) {
+  const std::unique_ptr<weights::Checkpoint> ckpt = weights::open_checkpoint(kDir + "/linear.gguf");
+  const ops::Weight w = gguf_weight(ckpt->get("w.q4_0"));
+  const int64_t n = w.out_features(), k = w.in_features();
+  Tensor out = ctx().empty({2, n}, DType::f16);
+  expect_error([&] { ops::linear(ctx(), ctx().empty({2, k + 32}, DType::f16), w, Tensor(), out); },
+               "must end in in_features 1280 of the weight gguf_q4_0 [13, 1280]");
+  expect_error([&] { ops::linear(ctx(), ctx().empty({2, k}, DType::bf16), w, Tensor(), out); }, "dtypes differ");
+  expect_error([&] { ops::linear(ctx(), ctx().empty({2, k}, DType::f16), w, ctx().empty({n + 1}, DType::f16), out); },
+               "bias");
+  expect_error([&] { weights::load_raw(ctx(), ckpt->get("w.q4_0"), 0, 14, 0, 10); }, "rows [0, 14)");
+}
+
+}  // namespace
+}  // namespace lw::test
