@@ -5,7 +5,11 @@
 // Each timing covers one back-to-back call per weight set (the sets rotate so the L2 cache
 // never holds the weights), divided by the number of calls: decode runs its GEMMs back to
 // back, so a launch's latency is hidden behind the previous kernel as it is here.
-//     bench_gemm [--dtype bf16] [--repeats N] [--ms 1,2,4] [--json FILE]
+// --weights gguf_q4_k (any GGUF block format of ops/weight.h) times the same shapes over weights
+// kept in GGML blocks (random bits: the values do not change the time), where "gemv" is the
+// fused dequantising GEMV at any M and "vendor" the expansion followed by the vendor GEMM; the
+// bandwidth is counted on the packed bytes.
+//     bench_gemm [--dtype bf16] [--weights dense] [--repeats N] [--ms 1,2,4] [--json FILE]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -13,6 +17,8 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <optional>
+#include <stdexcept>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +27,7 @@
 #include "kernels/gemv.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
+#include "ops/weight.h"
 
 namespace {
 
@@ -48,13 +55,14 @@ double median_ms(lw::Context& ctx, int repeats, int sets, const std::function<vo
 
 int main(int argc, char** argv) {
   CLI::App app{"bench_gemm: Linear on the Llama-3-8B shapes, vendor library vs GEMV"};
-  std::string dtype_name = "bf16", json_path;
+  std::string dtype_name = "bf16", json_path, weights_name = "dense";
   int repeats = 30;
   std::vector<int64_t> ms = {1, 2, 4, 8, 16, 64, 256, 4096};
   app.add_option("--dtype", dtype_name, "f32, f16 or bf16");
   app.add_option("--repeats", repeats, "timed runs per case")->check(CLI::PositiveNumber);
   app.add_option("--ms", ms, "rows of x (tokens)")->delimiter(',');
   app.add_option("--json", json_path, "also write the results as JSON");
+  app.add_option("--weights", weights_name, "dense or a GGUF block format (gguf_q4_0 ... gguf_q6_k)");
   CLI11_PARSE(app, argc, argv);
   const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
 
@@ -82,23 +90,39 @@ int main(int argc, char** argv) {
     src = Tensor();
     dst = Tensor();
 
-    std::printf("device %s, %s, median of %d runs; copy %.0f GB/s\n", ctx.device_name().c_str(), lw::dtype_name(dt), repeats,
-                copy_gbs);
+    std::optional<lw::ops::WeightFormat> format;
+    for (int f = 0; f <= static_cast<int>(lw::ops::WeightFormat::gguf_q6_k); ++f) {
+      const auto wf = static_cast<lw::ops::WeightFormat>(f);
+      if (weights_name == lw::ops::weight_format_name(wf) && (wf == lw::ops::WeightFormat::dense || lw::ops::is_gguf_block_format(wf)))
+        format = wf;
+    }
+    if (!format) throw std::runtime_error("--weights " + weights_name + " is neither dense nor a GGUF block format");
+    auto random_weight = [&](int64_t n, int64_t k) {
+      if (*format == lw::ops::WeightFormat::dense) return lw::ops::Weight::dense(random({n, k}));
+      const int64_t bytes = n * k / lw::ops::gguf_block_elems(*format) * lw::ops::gguf_block_bytes(*format);
+      Tensor h = Tensor::empty_host({bytes}, DType::i8);
+      for (int64_t i = 0; i < bytes; ++i) h.data<int8_t>()[i] = static_cast<int8_t>(rng() & 0xff);
+      return lw::ops::Weight::gguf(*format, n, k, ctx.to_device(h));
+    };
+
+    std::printf("device %s, %s, %s weights, median of %d runs; copy %.0f GB/s\n", ctx.device_name().c_str(),
+                lw::dtype_name(dt), weights_name.c_str(), repeats, copy_gbs);
     std::printf("%6s %7s %6s  %-10s %9s %8s %8s %7s\n", "M", "N", "K", "path", "ms", "TFLOP/s", "W GB/s", "% copy");
     std::ofstream js;
     if (!json_path.empty()) js.open(json_path), js << "{\"device\": \"" << ctx.device_name() << "\", \"copy_gbs\": " << copy_gbs << ", \"results\": [";
     bool first = true;
     for (const auto& s : shapes) {
       const int64_t n = s[0], k = s[1];
-      const double wbytes = static_cast<double>(n * k) * elem;
+      std::vector<lw::ops::Weight> w = {random_weight(n, k)};
+      const double wbytes = static_cast<double>(w[0].device_bytes());
       // Enough weight sets to exceed the L2 cache several times over.
       const int sets = std::max(2, static_cast<int>(std::ceil(256e6 / wbytes)));
-      std::vector<Tensor> w;
-      for (int i = 0; i < sets; ++i) w.push_back(random({n, k}));
+      while (static_cast<int>(w.size()) < sets) w.push_back(random_weight(n, k));
       for (int64_t m : ms) {
         Tensor x = random({m, k}), y = ctx.empty({m, n}, dt);
         std::vector<GemmPath> paths = {GemmPath::vendor};
-        if (m <= lw::kernels::kGemvMaxRows) paths.insert(paths.end(), {GemmPath::gemv, GemmPath::automatic});
+        if (m <= lw::kernels::kGemvMaxRows || (*format != lw::ops::WeightFormat::dense && m <= 64))
+          paths.insert(paths.end(), {GemmPath::gemv, GemmPath::automatic});
         paths.push_back(GemmPath::automatic);  // once more, last, in deterministic mode
         for (size_t pi = 0; pi < paths.size(); ++pi) {
           const GemmPath p = paths[pi];

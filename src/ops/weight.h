@@ -109,8 +109,9 @@ class Weight {
   WeightBlock block_;
 };
 
-// An automatic linear over GGUF blocks of at most this many rows runs the fused GEMV.
-inline constexpr int64_t kGgufGemvMaxRows = 16;
+// An automatic linear over GGUF blocks of at most this many rows runs the fused GEMV; above it
+// the expansion and the vendor GEMM are faster (H200, docs/PERFORMANCE.md "GGUF block weights").
+inline constexpr int64_t kGgufGemvMaxRows = 4;
 
 // The weight as a dense [N, K] tensor of `dtype` (dense and GGUF formats; others refused).
 Tensor expand(Context& ctx, const Weight& w, DType dtype);

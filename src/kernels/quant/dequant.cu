@@ -4,6 +4,7 @@
 
 #include "gpu/launch.h"
 #include "gpu/numeric.h"
+#include "gpu/vector.h"
 #include "kernels/quant/gguf_blocks.h"
 
 namespace lw::kernels {
@@ -17,8 +18,9 @@ __global__ void convert_kernel(T* out, const Src* in, int64_t n) {
     out[i] = gpu::from_float<T>(gpu::to_float(in[i]));
 }
 
-// A thread per 16-element run of a block.
-template <class T, class Block>
+// A thread per 16-element run of a block, stored in vectors of V elements (adjacent threads
+// write adjacent runs: whole lines per warp).
+template <class T, class Block, int V>
 __global__ void dequant_kernel(T* out, const uint8_t* in, int64_t runs) {
   constexpr int kRunsPerBlock = Block::kElems / gguf::kRun;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -27,7 +29,12 @@ __global__ void dequant_kernel(T* out, const uint8_t* in, int64_t runs) {
     Block::decode16(in + r / kRunsPerBlock * Block::kBytes, static_cast<int>(r % kRunsPerBlock), v);
     T* o = out + r * gguf::kRun;
 #pragma unroll
-    for (int i = 0; i < gguf::kRun; ++i) o[i] = gpu::from_float<T>(v[i]);
+    for (int c = 0; c < gguf::kRun; c += V) {
+      gpu::Vec<T, V> w;
+#pragma unroll
+      for (int e = 0; e < V; ++e) w.v[e] = gpu::from_float<T>(v[c + e]);
+      gpu::store_vec<V>(o + c, w);
+    }
   }
 }
 
@@ -76,7 +83,12 @@ void dequantize_blocks(T* out, const void* src, BlockFormat format, int64_t n, i
   const int64_t blocks = std::min<int64_t>((items + threads - 1) / threads, 8192);
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream};
   const auto* bytes = static_cast<const uint8_t*>(src);
-  auto quantized = [&]<class Block>(const char* name) { gpu::launch(name, dequant_kernel<T, Block>, cfg, out, bytes, items); };
+  constexpr int V = gpu::kVecWidth<T>;
+  const bool vec = gpu::aligned_to(gpu::kVectorBytes, out);
+  auto quantized = [&]<class Block>(const char* name) {
+    if (vec) gpu::launch(name, dequant_kernel<T, Block, V>, cfg, out, bytes, items);
+    else gpu::launch(name, dequant_kernel<T, Block, 1>, cfg, out, bytes, items);
+  };
   switch (format) {
     case BlockFormat::f32:
       gpu::launch("weights_convert_f32", convert_kernel<T, float>, cfg, out, static_cast<const float*>(src), n);
