@@ -10,6 +10,7 @@
 #include "ops/gemm.h"
 #include "ops/weight.h"
 #include "test_util.h"
+#include "weights/fixture_values.h"
 #include "weights/checkpoint.h"
 #include "weights/load.h"
 
@@ -17,24 +18,6 @@ namespace lw::test {
 namespace {
 
 const std::string kDir = LW_WEIGHTS_FIXTURES;
-
-std::vector<float> read_f32(const std::string& rel) {
-  std::ifstream f(kDir + "/" + rel, std::ios::binary);
-  EXPECT_TRUE(f.good()) << rel;
-  std::vector<char> b((std::istreambuf_iterator<char>(f)), {});
-  std::vector<float> v(b.size() / sizeof(float));
-  std::memcpy(v.data(), b.data(), v.size() * sizeof(float));
-  return v;
-}
-
-// A value rounded to dt (the expansion's rounding of a weight).
-double rounded(float v, DType dt) {
-  switch (dt) {
-    case DType::f16: return gpu::to_float(gpu::from_float<half>(v));
-    case DType::bf16: return gpu::to_float(gpu::from_float<bfloat16>(v));
-    default: return v;
-  }
-}
 
 ops::Weight gguf_weight(const weights::TensorRecord& rec) {
   const kernels::BlockFormat block = *weights::block_format(rec.dtype);
@@ -62,7 +45,7 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
     const ops::Weight w = gguf_weight(rec);
     const int64_t n = w.out_features(), k = w.in_features();
     EXPECT_EQ(w.device_bytes(), rec.bytes);
-    const std::vector<float> wref = read_f32(info["expected"].get<std::string>());
+    const std::vector<float> wref = read_values<float>(kDir + "/" + info["expected"].get<std::string>());
     ASSERT_EQ(static_cast<int64_t>(wref.size()), n * k);
     for (DType dt : {DType::f32, DType::f16, DType::bf16})
       for (const Case& c : cases) {
@@ -82,7 +65,7 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
           for (int64_t j = 0; j < n; ++j) {
             double ref = with_bias ? element(bh, j) : 0.0, mag = std::abs(ref);
             for (int64_t l = 0; l < k; ++l) {
-              const double p = element(xh, i * k + l) * rounded(wref[j * k + l], dt);
+              const double p = element(xh, i * k + l) * rounded_to(wref[j * k + l], dt);
               ref += p;
               mag += std::abs(p);
             }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
+#include "weights/fixture_values.h"
 #include "weights/checkpoint.h"
 #include "weights/gguf.h"
 #include "weights/load.h"
@@ -48,19 +49,7 @@ nlohmann::json manifest() {
 
 template <class T>
 std::vector<T> read_raw(const std::string& rel) {
-  const std::vector<char> b = read_bytes(fixture(rel));
-  std::vector<T> v(b.size() / sizeof(T));
-  std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
-  return v;
-}
-
-// What a correct conversion of an f32 value to dt holds (round to nearest even, once).
-double rounded(float v, DType dt) {
-  switch (dt) {
-    case DType::f16: return gpu::to_float(gpu::from_float<half>(v));
-    case DType::bf16: return gpu::to_float(gpu::from_float<bfloat16>(v));
-    default: return v;
-  }
+  return read_values<T>(fixture(rel));
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -120,7 +109,7 @@ void check_checkpoint(const std::string& key, const nlohmann::json& tensors) {
       EXPECT_EQ(t.shape(), rec.shape);
       ASSERT_EQ(t.numel(), static_cast<int64_t>(want.size()));
       std::vector<double> ref(want.size());
-      for (size_t i = 0; i < want.size(); ++i) ref[i] = rounded(want[i], dt);
+      for (size_t i = 0; i < want.size(); ++i) ref[i] = rounded_to(want[i], dt);
       // f32 and dequantized values are exact; f16/bf16 are the one correctly rounded value.
       EXPECT_TRUE(all_close(t, ref, 0, 0));
     }
