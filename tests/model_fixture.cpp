@@ -2,33 +2,9 @@
 
 #include <cstring>
 
-#include "gpu/numeric.h"
+#include "weights/random_blocks.h"
 
 namespace lw::test {
-
-namespace {
-
-// Where each block format keeps its fp16 scales (ggml-common.h), and the scale that gives weights
-// of size ~0.3 from its quantised values; a negative scale is a Q4_1/Q5_1 minimum.
-struct BlockScales {
-  weights::FileDType type;
-  const char* name;
-  std::vector<std::pair<int, float>> fields;  // byte offset, size of the value there
-};
-const BlockScales kBlockScales[] = {
-    {weights::FileDType::q4_0, "Q4_0", {{0, 0.04f}}},
-    {weights::FileDType::q4_1, "Q4_1", {{0, 0.04f}, {2, -0.3f}}},
-    {weights::FileDType::q5_0, "Q5_0", {{0, 0.02f}}},
-    {weights::FileDType::q5_1, "Q5_1", {{0, 0.02f}, {2, -0.3f}}},
-    {weights::FileDType::q8_0, "Q8_0", {{0, 0.0025f}}},
-    {weights::FileDType::q2_k, "Q2_K", {{80, 0.006f}, {82, 0.01f}}},
-    {weights::FileDType::q3_k, "Q3_K", {{108, 0.0025f}}},
-    {weights::FileDType::q4_k, "Q4_K", {{0, 0.0006f}, {2, 0.005f}}},
-    {weights::FileDType::q5_k, "Q5_K", {{0, 0.0003f}, {2, 0.005f}}},
-    {weights::FileDType::q6_k, "Q6_K", {{208, 0.00007f}}},
-};
-
-}  // namespace
 
 void MemoryCheckpoint::add_record(const std::string& name, std::vector<int64_t> shape, weights::FileDType type,
                                   std::string type_name, std::vector<std::byte> bytes) {
@@ -59,23 +35,9 @@ void MemoryCheckpoint::add(const std::string& name, std::vector<int64_t> shape, 
 
 void MemoryCheckpoint::add_blocks(const std::string& name, std::vector<int64_t> shape, weights::FileDType type,
                                   std::mt19937_64& rng) {
-  const BlockScales* f = nullptr;
-  for (const BlockScales& b : kBlockScales)
-    if (b.type == type) f = &b;
-  LW_CHECK(f != nullptr && shape.size() == 2, "add_blocks: " << weights::file_dtype_name(type) << " " << shape_str(shape));
-  const int64_t elems = weights::file_dtype_block_elems(type), block_bytes = weights::file_dtype_block_bytes(type);
-  LW_CHECK(shape[1] % elems == 0, "add_blocks: " << shape[1] << " columns are not whole blocks of " << elems);
-  const int64_t blocks = shape[0] * shape[1] / elems;
-  std::vector<std::byte> bytes(static_cast<size_t>(blocks * block_bytes));
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> spread(0.5f, 1.0f);
-  for (std::byte& b : bytes) b = static_cast<std::byte>(byte(rng));
-  for (int64_t i = 0; i < blocks; ++i)
-    for (const auto& [offset, size] : f->fields) {
-      const half h = gpu::from_float<half>(size * spread(rng));
-      std::memcpy(bytes.data() + i * block_bytes + offset, &h, sizeof(h));
-    }
-  add_record(name, std::move(shape), type, f->name, std::move(bytes));
+  LW_CHECK(shape.size() == 2, "add_blocks: " << name << " " << shape_str(shape) << " is not a matrix");
+  std::vector<std::byte> bytes = weights::random_blocks(type, shape[0], shape[1], rng());
+  add_record(name, std::move(shape), type, weights::file_dtype_name(type), std::move(bytes));
 }
 
 const weights::TensorRecord* MemoryCheckpoint::find(std::string_view name) const {

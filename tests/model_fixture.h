@@ -16,8 +16,8 @@ class MemoryCheckpoint : public weights::Checkpoint {
  public:
   // Adds an f32 tensor of uniform values in [lo, hi).
   void add(const std::string& name, std::vector<int64_t> shape, std::mt19937_64& rng, float lo, float hi);
-  // Adds a [rows, cols] matrix of random GGML blocks of `type` (a quantised FileDType): random
-  // bits with fp16 scales set so that the weights are of size ~0.3, like add()'s matrices.
+  // Adds a [rows, cols] matrix of random GGML blocks of `type` (weights/random_blocks.h: weights
+  // of size ~0.3, like add()'s matrices).
   void add_blocks(const std::string& name, std::vector<int64_t> shape, weights::FileDType type, std::mt19937_64& rng);
   const weights::TensorRecord* find(std::string_view name) const override;
   std::vector<std::string> names() const override;

@@ -178,6 +178,28 @@ TEST(TensorParallel, GgufBlocksKeptMatchTheExpandedModel) {
   if (have_ranks(2)) expect_same_logits(dense, logits("quantized", 2));
 }
 
+// Random weights in blocks (`lightwave bench --shape ... --weights q4_k`): kept blocks give the
+// logits of their expansion, whole and split (each rank slices what the whole model holds).
+TEST(TensorParallel, RandomBlockWeightsMatchTheirExpansion) {
+  ModelConfig c = tiny_llama_config(96);
+  c.hidden = 256;
+  c.head_dim = 64;
+  c.rope.rotary_dim = 64;
+  c.intermediate = 512;
+  auto logits = [&](const char* storage, int ranks) {
+    ScopedEnv env("LW_WEIGHT_STORAGE", storage);
+    return two_step_logits(*engine::make_runner(ctx(), ranks, [&](Context& rc, const model::Shard& s) {
+      auto m = model::Model::random(rc, c, DType::f32, 5, s, weights::FileDType::q4_k);
+      EXPECT_EQ(m->weights().layers[0].gate_up.format(),
+                std::string(storage) == "dense" ? ops::WeightFormat::dense : ops::WeightFormat::gguf_q4_k);
+      return m;
+    }));
+  };
+  const std::vector<float> dense = logits("dense", 1);
+  expect_same_logits(dense, logits("quantized", 1));
+  if (have_ranks(2)) expect_same_logits(dense, logits("quantized", 2));
+}
+
 TEST(TensorParallel, ReplicatedKvHeadsAndBiasesMatchTheWholeModel) {
   LW_NEED_RANKS(2);
   ModelConfig c = tiny_llama_config(96);

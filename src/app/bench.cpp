@@ -18,6 +18,7 @@
 #include "core/stream.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
+#include "weights/random_blocks.h"
 
 namespace lw::app {
 
@@ -26,7 +27,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct BenchArgs {
-  std::string model, shape, dtype = "bf16", json;
+  std::string model, shape, dtype = "bf16", json, weights = "dense";
   int requests = 64, input_len = 512, output_len = 256;
   int64_t max_batch_tokens = 2048;
   double kv_fraction = 0.9;
@@ -34,6 +35,19 @@ struct BenchArgs {
   bool skip_latency = false, skip_throughput = false, deterministic = false;
   ParallelArgs parallel;
 } args;
+
+// --weights: dense, or the GGML block type of the random projections (q4_0 ... q6_k).
+weights::FileDType random_weight_type(const std::string& name) {
+  if (name == "dense") return weights::FileDType::f32;
+  std::string names = "dense";
+  for (int t = 0; t < static_cast<int>(weights::FileDType::unsupported); ++t) {
+    const auto type = static_cast<weights::FileDType>(t);
+    if (!weights::has_random_blocks(type)) continue;
+    if (name == weights::file_dtype_name(type)) return type;
+    names += std::string(", ") + weights::file_dtype_name(type);
+  }
+  LW_FAIL("bench: --weights " << name << " is not one of " << names);
+}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -125,11 +139,12 @@ int run() {
   const int tp = args.parallel.tensor_parallel;
   if (!args.shape.empty()) {
     const model::ModelConfig config = model::ModelConfig::named(args.shape);
+    const weights::FileDType blocks = random_weight_type(args.weights);
     random_model = engine::make_runner(ctx, args.parallel.placement(), [&](Context& c, const model::Shard& shard) {
-      return model::Model::random(c, config, dtype, args.seed, shard);
+      return model::Model::random(c, config, dtype, args.seed, shard, blocks);
     });
     m = random_model.get();
-    what = args.shape + " (random weights)";
+    what = args.shape + " (random " + (args.weights == "dense" ? std::string("") : args.weights + " ") + "weights)";
   } else {
     LW_CHECK(!args.model.empty(), "bench: give --model PATH or --shape NAME");
     gen = std::make_unique<engine::LoadedModel>(ctx, args.model, dtype, args.parallel.placement());
@@ -225,6 +240,9 @@ void add_bench_command(CLI::App& app) {
   b->add_option("--max-batch-tokens", args.max_batch_tokens, "Tokens per engine step")->check(CLI::PositiveNumber);
   b->add_option("--kv-fraction", args.kv_fraction, "Fraction of free device memory for the KV cache")->check(CLI::Range(0.01, 1.0));
   b->add_option("--seed", args.seed, "Seed of the random weights and prompts");
+  b->add_option("--weights", args.weights,
+                "With --shape: dense, or the GGML block type of the random projections (q4_0, q4_1, q5_0, q5_1, q8_0, "
+                "q2_k ... q6_k), kept in blocks on the device");
   b->add_flag("--no-latency", args.skip_latency, "Skip the batch-1 run");
   b->add_flag("--no-throughput", args.skip_throughput, "Skip the many-request run");
   b->add_option("--json", args.json, "Also write the results as JSON");

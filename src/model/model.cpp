@@ -58,21 +58,22 @@ Model::~Model() = default;
 
 std::unique_ptr<Model> Model::load(Context& ctx, const weights::Checkpoint& ckpt, const ModelConfig& config, DType dtype,
                                    const Shard& shard) {
-  return build(ctx, &ckpt, config, dtype, 0, shard);
+  return build(ctx, &ckpt, config, dtype, 0, shard, weights::FileDType::f32);
 }
 
-std::unique_ptr<Model> Model::random(Context& ctx, const ModelConfig& config, DType dtype, uint64_t seed, const Shard& shard) {
-  return build(ctx, nullptr, config, dtype, seed, shard);
+std::unique_ptr<Model> Model::random(Context& ctx, const ModelConfig& config, DType dtype, uint64_t seed, const Shard& shard,
+                                     weights::FileDType projections) {
+  return build(ctx, nullptr, config, dtype, seed, shard, projections);
 }
 
 std::unique_ptr<Model> Model::build(Context& ctx, const weights::Checkpoint* ckpt, const ModelConfig& config, DType dtype,
-                                    uint64_t seed, const Shard& shard) {
+                                    uint64_t seed, const Shard& shard, weights::FileDType projections) {
   LW_CHECK(is_float(dtype), "model dtype " << dtype_name(dtype) << " must be f32, f16 or bf16");
   LW_CHECK(shard.size >= 1 && shard.rank >= 0 && shard.rank < shard.size && (shard.size == 1 || shard.comm),
            "model shard: rank " << shard.rank << " of " << shard.size << (shard.comm ? "" : " without a communicator"));
   const Architecture& arch = architecture(config.architecture);
   const ModelConfig local = model::shard_config(config, shard.size);
-  WeightLoader dry(ctx, ckpt, dtype, true);
+  WeightLoader dry(ctx, ckpt, dtype, true, 0, seed, projections);
   load_weights(dry, arch, config, local, shard);
   size_t free_bytes = 0, total_bytes = 0;
   LW_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -83,7 +84,7 @@ std::unique_ptr<Model> Model::build(Context& ctx, const weights::Checkpoint* ckp
                                                        << free_bytes / (1 << 20) << " MiB free");
 
   std::unique_ptr<Model> m(new Model(ctx, config, dtype, shard));
-  WeightLoader ld(ctx, ckpt, dtype, false, shard.rank == 0 ? dry.bytes() : 0, seed);
+  WeightLoader ld(ctx, ckpt, dtype, false, shard.rank == 0 ? dry.bytes() : 0, seed, projections);
   m->weights_ = load_weights(ld, arch, config, local, shard);
   m->weight_bytes_ = ld.bytes();
   ctx.synchronize();

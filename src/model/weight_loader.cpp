@@ -13,6 +13,7 @@
 #include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "weights/load.h"
+#include "weights/random_blocks.h"
 
 namespace lw::model {
 
@@ -36,8 +37,12 @@ WeightStorage weight_storage_from_env() {
   LW_FAIL("LW_WEIGHT_STORAGE='" << env << "' is not one of auto, quantized, dense");
 }
 
-WeightLoader::WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType dtype, bool dry, size_t total, uint64_t seed)
-    : ctx_(ctx), ckpt_(ckpt), dtype_(dtype), dry_(dry), total_(total), bar_(total > 0 && isatty(STDERR_FILENO)), seed_(seed) {
+WeightLoader::WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType dtype, bool dry, size_t total, uint64_t seed,
+                           weights::FileDType random_blocks)
+    : ctx_(ctx), ckpt_(ckpt), dtype_(dtype), dry_(dry), total_(total), bar_(total > 0 && isatty(STDERR_FILENO)), seed_(seed),
+      random_blocks_(random_blocks) {
+  LW_CHECK(random_blocks == weights::FileDType::f32 || weights::has_random_blocks(random_blocks),
+           "random weights in " << weights::file_dtype_name(random_blocks) << " blocks: not a quantised GGML type");
   const WeightStorage storage = weight_storage_from_env();
   keep_quantized_ = storage == WeightStorage::quantized || (storage == WeightStorage::automatic && !ctx.caps().emulator());
 }
@@ -96,19 +101,55 @@ bool WeightLoader::keeps_blocks(const weights::TensorRecord& rec) const {
 }
 
 ops::Weight WeightLoader::get_weight(const std::string& name, const std::vector<int64_t>& shape, Part part) {
-  if (!ckpt_ || shape.size() != 2) return projection(get(name, shape, part));
+  if (shape.size() != 2) return projection(get(name, shape, part));
+  if (!ckpt_) {
+    if (random_blocks_ == weights::FileDType::f32) return projection(get(name, shape, part));
+    // The whole matrix from a seed of its name (a shard slices what the whole model holds),
+    // generated only when the real run needs the bytes.
+    std::vector<std::byte> bytes;
+    weights::TensorRecord rec;
+    rec.name = name;
+    rec.dtype = random_blocks_;
+    rec.shape = shape;
+    rec.bytes = weights::file_dtype_bytes(random_blocks_, shape[0] * shape[1]);
+    rec.file = "random";
+    rec.type_name = weights::file_dtype_name(random_blocks_);
+    if (!dry_) {
+      // Weights within +-1/sqrt(fan-in), as random_tensor draws dense ones (random_blocks: ~0.3).
+      const float scale = 1.0f / (0.3f * std::sqrt(static_cast<float>(shape[1])));
+      bytes = weights::random_blocks(random_blocks_, shape[0], shape[1], seed_ ^ std::hash<std::string>{}(name), scale);
+      rec.data = bytes.data();
+    }
+    return block_weight(rec, part, [&] {
+      const ops::Weight whole = block_weight(rec, Part{}, {});
+      Tensor t = ops::expand(ctx_, whole, dtype_);
+      return projection(part.dim < 0 ? t : ops::contiguous(ctx_, t.slice(part.dim, part.start, part.end)));
+    });
+  }
   const weights::TensorRecord& rec = ckpt_->get(name);
   if (rec.shape != shape || !keeps_blocks(rec)) return projection(get(name, shape, part));  // get() names a wrong shape
+  return block_weight(rec, part, [&] { return projection(get(name, shape, part)); });
+}
+
+ops::Weight WeightLoader::block_weight(const weights::TensorRecord& rec, Part part, const std::function<ops::Weight()>& dense) {
   const kernels::BlockFormat block = *weights::block_format(rec.dtype);
   const ops::WeightFormat format = *ops::gguf_weight_format(block);
   const int64_t elems = kernels::block_format_elems(block), block_bytes = kernels::block_format_bytes(block);
-  int64_t r0 = 0, r1 = shape[0], c0 = 0, c1 = shape[1];
+  int64_t r0 = 0, r1 = rec.shape[0], c0 = 0, c1 = rec.shape[1];
   if (part.dim == 0) r0 = part.start, r1 = part.end;
   if (part.dim == 1) c0 = part.start, c1 = part.end;
-  if (c0 % elems != 0 || c1 % elems != 0) {
-    log().info("tensor '{}': a shard's columns [{}, {}) are not whole {} blocks of {}: expanded to {}", name, c0, c1,
-               rec.type_name, elems, dtype_name(dtype_));
-    return projection(get(name, shape, part));
+  if (c0 % elems != 0 || c1 % elems != 0 || (!keep_quantized_ && dense)) {
+    if (keep_quantized_)
+      log().info("tensor '{}': a shard's columns [{}, {}) are not whole {} blocks of {}: expanded to {}", rec.name, c0, c1,
+                 rec.type_name, elems, dtype_name(dtype_));
+    if (dry_) {  // the dense bytes, without loading
+      bytes_ += static_cast<size_t>((r1 - r0) * (c1 - c0)) * dtype_size(dtype_);
+      return ops::Weight();
+    }
+    const size_t before = bytes_;
+    ops::Weight w = dense();
+    bytes_ = before + static_cast<size_t>((r1 - r0) * (c1 - c0)) * dtype_size(dtype_);
+    return w;
   }
   bytes_ += static_cast<size_t>((r1 - r0) * ((c1 - c0) / elems) * block_bytes);
   if (dry_) return ops::Weight();

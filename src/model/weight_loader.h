@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,10 @@ class WeightLoader {
  public:
   // ckpt null: random weights from `seed` (benchmarks of named shapes). total: the bytes the
   // dry run counted; with it (and a terminal on stderr) the real run draws a progress bar.
-  WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType dtype, bool dry, size_t total = 0, uint64_t seed = 0);
+  // random_blocks: for random weights, the GGML type of the projection matrices
+  // (weights/random_blocks.h); f32 makes them dense in `dtype` like every other tensor.
+  WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType dtype, bool dry, size_t total = 0, uint64_t seed = 0,
+               weights::FileDType random_blocks = weights::FileDType::f32);
   ~WeightLoader();
   WeightLoader(const WeightLoader&) = delete;
   WeightLoader& operator=(const WeightLoader&) = delete;
@@ -68,6 +72,9 @@ class WeightLoader {
   void draw();
   // Whether `rec` is a block format the loader keeps as blocks (storage and format).
   bool keeps_blocks(const weights::TensorRecord& rec) const;
+  // Rows/columns `part` of the [N, K] matrix `rec` of GGML blocks as a Weight (dense when a
+  // shard's columns split blocks: `dense` loads it so).
+  ops::Weight block_weight(const weights::TensorRecord& rec, Part part, const std::function<ops::Weight()>& dense);
 
   Context& ctx_;
   const weights::Checkpoint* ckpt_;
@@ -76,6 +83,7 @@ class WeightLoader {
   size_t total_;
   bool bar_;
   uint64_t seed_;
+  weights::FileDType random_blocks_;
   bool keep_quantized_;
   bool drawn_ = false;
   size_t bytes_ = 0;
