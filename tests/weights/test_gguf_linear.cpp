@@ -59,7 +59,8 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
         ops::linear(ctx(), ctx().to_device(xh), w, with_bias ? ctx().to_device(bh) : Tensor(), out, c.path);
         const Tensor got = ctx().to_host(out);
         // The weights are gguf's values rounded to dt; fp32 accumulation over K terms (each
-        // within 2^-24 relative, K * 2^-24 in all of sum |x w|), one rounding to dt at the end.
+        // within 2^-24 relative, K * 2^-24 in all of sum |x w|), one rounding to dt at the end,
+        // and with a bias one more of the product (cuBLASLt's bias epilogue, ops/gemm.h).
         const double eps = epsilon(dt), acc_eps = static_cast<double>(k) * std::ldexp(1.0, -24);
         for (int64_t i = 0; i < c.m; ++i)
           for (int64_t j = 0; j < n; ++j) {
@@ -70,7 +71,8 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
               mag += std::abs(p);
             }
             const double v = element(got, i * n + j);
-            ASSERT_LE(std::abs(v - ref), eps * std::abs(ref) + acc_eps * mag + 1e-6)
+            const double product = with_bias ? ref - element(bh, j) : 0.0;
+            ASSERT_LE(std::abs(v - ref), eps * (std::abs(ref) + std::abs(product)) + acc_eps * mag + 1e-6)
                 << "element [" << i << ", " << j << "]: " << v << " vs " << ref;
           }
       }

@@ -15,55 +15,39 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 constexpr int R = kGgufGemvRowsPerPass;
 
-// The widest load every block of a format is aligned to (blocks of 18, 22, 34, 110 or 210 bytes
-// only keep 2-byte alignment).
-template <class Block>
-using StageWord = std::conditional_t<Block::kBytes % 4 == 0, uint32_t, uint16_t>;
-
-// A warp per output column (row of W) and pass of R rows of x; each lane takes whole blocks of
-// the row in turn, copies one into registers with word loads (a block is a few words: byte loads
-// from global memory would make the kernel instruction-bound), decodes its 16-element runs and
-// uses each for every row of x.
+// A warp per output column (row of W) and pass of R rows of x; its lanes take the row's
+// 16-element runs in turn, decode each once and use it for every row of x.
 template <class T, class Block, int V>
 __global__ void gguf_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const uint8_t* __restrict__ w,
                                  const T* __restrict__ bias, int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy) {
-  using Word = StageWord<Block>;
-  constexpr int kWords = Block::kBytes / static_cast<int>(sizeof(Word));
   constexpr int kRunsPerBlock = Block::kElems / gguf::kRun;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * (blockDim.x / gpu::kWarpSize) + gpu::warp_id();
   if (col >= n) return;  // the whole warp: no collective is skipped by part of it
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * R;
   const int rows = m - row0 < R ? static_cast<int>(m - row0) : R;
-  const int64_t blocks = k / Block::kElems;
-  const Word* wr = reinterpret_cast<const Word*>(w + col * blocks * Block::kBytes);
+  const uint8_t* wr = w + col * (k / Block::kElems) * Block::kBytes;
   const T* xr = x + row0 * ldx;
   float acc[R];
 #pragma unroll
   for (int j = 0; j < R; ++j) acc[j] = 0.0f;
 
-  for (int64_t blk = gpu::lane_id(); blk < blocks; blk += gpu::kWarpSize) {
-    Word staged[kWords];
+  const int64_t runs = k / gguf::kRun;
+  for (int64_t r = gpu::lane_id(); r < runs; r += gpu::kWarpSize) {
+    float wv[gguf::kRun];
+    Block::decode16(wr + r / kRunsPerBlock * Block::kBytes, static_cast<int>(r % kRunsPerBlock), wv);
+    if constexpr (!std::is_same_v<T, float>) {
 #pragma unroll
-    for (int i = 0; i < kWords; ++i) staged[i] = wr[blk * kWords + i];
-    const auto* bytes = reinterpret_cast<const uint8_t*>(staged);
+      for (int i = 0; i < gguf::kRun; ++i) wv[i] = gpu::to_float(gpu::from_float<T>(wv[i]));
+    }
 #pragma unroll
-    for (int run = 0; run < kRunsPerBlock; ++run) {
-      float wv[gguf::kRun];
-      Block::decode16(bytes, run, wv);
-      if constexpr (!std::is_same_v<T, float>) {
+    for (int j = 0; j < R; ++j) {
+      if (j < rows) {
+        const T* xp = xr + j * ldx + r * gguf::kRun;
 #pragma unroll
-        for (int i = 0; i < gguf::kRun; ++i) wv[i] = gpu::to_float(gpu::from_float<T>(wv[i]));
-      }
+        for (int c = 0; c < gguf::kRun; c += V) {
+          const gpu::Vec<T, V> xv = gpu::load_vec<V>(xp + c);
 #pragma unroll
-      for (int j = 0; j < R; ++j) {
-        if (j < rows) {
-          const T* xp = xr + j * ldx + blk * Block::kElems + run * gguf::kRun;
-#pragma unroll
-          for (int c = 0; c < gguf::kRun; c += V) {
-            const gpu::Vec<T, V> xv = gpu::load_vec<V>(xp + c);
-#pragma unroll
-            for (int e = 0; e < V; ++e) acc[j] += wv[c + e] * gpu::to_float(xv.v[e]);
-          }
+          for (int e = 0; e < V; ++e) acc[j] += wv[c + e] * gpu::to_float(xv.v[e]);
         }
       }
     }
@@ -86,8 +70,6 @@ void launch_format(const char* name, T* y, const T* x, const void* w, const T* b
                               dim3(kWarpsPerBlock * warp_size), 0, stream};
   constexpr int V = gpu::kVecWidth<T>;
   const auto* bytes = static_cast<const uint8_t*>(w);
-  LW_CHECK(gpu::aligned_to(sizeof(StageWord<Block>), w),
-           "gguf_gemv: the weight blocks must start on a " << sizeof(StageWord<Block>) << "-byte boundary");
   // Vector loads of x need its rows to start on a vector boundary (runs are 16 elements).
   if (ldx % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x))
     gpu::launch(name, gguf_gemv_kernel<T, Block, V>, cfg, y, x, bytes, bias, m, n, k, ldx, ldy);
