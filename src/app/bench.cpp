@@ -147,6 +147,9 @@ int run() {
     what = args.shape + " (random " + (args.weights == "dense" ? std::string("") : args.weights + " ") + "weights)";
   } else {
     LW_CHECK(!args.model.empty(), "bench: give --model PATH or --shape NAME");
+    LW_CHECK(args.weights == "dense", "bench: --weights " << args.weights
+                                                          << " applies to the random weights of --shape; a model's "
+                                                             "weights are as its files store them (LW_WEIGHT_STORAGE)");
     gen = std::make_unique<engine::LoadedModel>(ctx, args.model, dtype, args.parallel.placement());
     m = &gen->runner();
     what = args.model;

@@ -171,8 +171,7 @@ ModelWeights load_weights(WeightLoader& ld, const Architecture& arch, const Mode
   w.embed = ld.get_padded(g ? n.embed.gguf : n.embed.hf, {c.vocab, h}, v0, v1, vs);
   w.final_norm = ld.get(g ? n.final_norm.gguf : n.final_norm.hf, {h});
   if (c.tie_embeddings) w.lm_head = projection(w.embed);
-  else if (v1 - v0 == vs) w.lm_head = ld.get_weight(g ? n.lm_head.gguf : n.lm_head.hf, {c.vocab, h}, {0, v0, v1});
-  else w.lm_head = projection(ld.get_padded(g ? n.lm_head.gguf : n.lm_head.hf, {c.vocab, h}, v0, v1, vs));
+  else w.lm_head = ld.get_padded_weight(g ? n.lm_head.gguf : n.lm_head.hf, {c.vocab, h}, v0, v1, vs);
 
   const ShardParts parts(c, local, shard);
   LayerReader reader(ld, n, c, local, parts, r);

@@ -101,9 +101,26 @@ bool WeightLoader::keeps_blocks(const weights::TensorRecord& rec) const {
 }
 
 ops::Weight WeightLoader::get_weight(const std::string& name, const std::vector<int64_t>& shape, Part part) {
+  kept_format_ = ops::WeightFormat::dense;
+  const size_t before = bytes_;
+  ops::Weight w = get_weight_as_stored(name, shape, part);
+  if (dry_) {
+    int64_t elements = 1;
+    for (size_t d = 0; d < shape.size(); ++d)
+      elements *= static_cast<int>(d) == part.dim ? part.end - part.start : shape[d];
+    dry_weights_.push_back({kept_format_, elements, bytes_ - before});
+  }
+  return w;
+}
+
+ops::Weight WeightLoader::get_weight_as_stored(const std::string& name, const std::vector<int64_t>& shape, Part part) {
   if (shape.size() != 2) return projection(get(name, shape, part));
   if (!ckpt_) {
     if (random_blocks_ == weights::FileDType::f32) return projection(get(name, shape, part));
+    const int64_t elems = weights::file_dtype_block_elems(random_blocks_);
+    LW_CHECK(shape[1] % elems == 0, "random " << weights::file_dtype_name(random_blocks_) << " weights: tensor '" << name
+                                              << "' " << shape_str(shape) << " has " << shape[1]
+                                              << " columns, not whole blocks of " << elems);
     // The whole matrix from a seed of its name (a shard slices what the whole model holds),
     // generated only when the real run needs the bytes.
     std::vector<std::byte> bytes;
@@ -152,14 +169,55 @@ ops::Weight WeightLoader::block_weight(const weights::TensorRecord& rec, Part pa
     return w;
   }
   bytes_ += static_cast<size_t>((r1 - r0) * ((c1 - c0) / elems) * block_bytes);
+  kept_format_ = format;
   if (dry_) return ops::Weight();
   const Tensor raw = weights::load_raw(ctx_, rec, r0, r1, c0 / elems * block_bytes, c1 / elems * block_bytes);
   draw();
   return ops::Weight::gguf(format, r1 - r0, c1 - c0, raw);
 }
 
+ops::Weight WeightLoader::get_padded_weight(const std::string& name, const std::vector<int64_t>& shape, int64_t start,
+                                            int64_t end, int64_t padded) {
+  const size_t before = bytes_;
+  ops::Weight part = get_weight(name, shape, {0, start, end});
+  if (end - start == padded) return part;
+  const ops::WeightFormat format = kept_format_;
+  const bool blocks = ops::is_gguf_block_format(format);
+  const int64_t row_bytes = blocks ? shape[1] / ops::gguf_block_elems(format) * ops::gguf_block_bytes(format)
+                                   : shape[1] * static_cast<int64_t>(dtype_size(dtype_));
+  bytes_ = before + static_cast<size_t>(padded * row_bytes);
+  if (dry_) return ops::Weight();
+  Tensor t = ctx_.empty({padded, blocks ? row_bytes : shape[1]}, blocks ? DType::i8 : dtype_);
+  cudaStream_t stream = ctx_.stream().get();
+  LW_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0, t.nbytes(), stream));  // zero blocks decode to zeros
+  if (end > start)
+    LW_CUDA_CHECK(cudaMemcpyAsync(t.data_ptr(), part.data().data_ptr(), part.data().nbytes(), cudaMemcpyDeviceToDevice, stream));
+  return blocks ? ops::Weight::gguf(format, padded, shape[1], t) : ops::Weight::dense(t);
+}
+
 ops::Weight WeightLoader::fuse_weights(const std::vector<ops::Weight>& parts) {
-  if (dry_ || parts.empty()) return ops::Weight();
+  if (parts.empty()) return ops::Weight();
+  if (dry_) {
+    // The parts are the last parts.size() weights get_weight returned: parts of mixed formats
+    // will be expanded, which their byte count left out.
+    LW_CHECK(dry_weights_.size() >= parts.size(),
+             "fuse_weights: " << parts.size() << " parts but " << dry_weights_.size() << " weights read");
+    const auto first = dry_weights_.end() - static_cast<std::ptrdiff_t>(parts.size());
+    DryWeight fused{first->format, 0, 0};
+    for (auto it = first; it != dry_weights_.end(); ++it) {
+      if (it->format != fused.format) fused.format = ops::WeightFormat::dense;
+      fused.elements += it->elements;
+      fused.bytes += it->bytes;
+    }
+    if (fused.format == ops::WeightFormat::dense) {
+      const size_t dense = static_cast<size_t>(fused.elements) * dtype_size(dtype_);
+      bytes_ += dense - fused.bytes;
+      fused.bytes = dense;
+    }
+    dry_weights_.erase(first, dry_weights_.end());
+    dry_weights_.push_back(fused);
+    return ops::Weight();
+  }
   if (parts.size() == 1) return parts[0];
   const ops::WeightFormat format = parts[0].format();
   const int64_t k = parts[0].in_features();

@@ -62,8 +62,10 @@ class WeightLoader {
   // Weights stacked by rows into one [sum N, K]: blocks of one format stay blocks; parts of
   // mixed formats are expanded to dense (one log line each time).
   ops::Weight fuse_weights(const std::vector<ops::Weight>& parts);
-  // The projections kept in GGML blocks so far, and their bytes.
-  int64_t quantized_weights() const { return quantized_; }
+  // Rows [start, end) of a [rows, cols] projection as a Weight, zero-padded to `padded` rows (a
+  // rank's share of the vocabulary; zero blocks decode to zero in every GGML format).
+  ops::Weight get_padded_weight(const std::string& name, const std::vector<int64_t>& shape, int64_t start, int64_t end,
+                                int64_t padded);
   // The bytes of the weights on the device so far.
   size_t bytes() const { return bytes_; }
 
@@ -75,6 +77,7 @@ class WeightLoader {
   // Rows/columns `part` of the [N, K] matrix `rec` of GGML blocks as a Weight (dense when a
   // shard's columns split blocks: `dense` loads it so).
   ops::Weight block_weight(const weights::TensorRecord& rec, Part part, const std::function<ops::Weight()>& dense);
+  ops::Weight get_weight_as_stored(const std::string& name, const std::vector<int64_t>& shape, Part part);
 
   Context& ctx_;
   const weights::Checkpoint* ckpt_;
@@ -87,7 +90,15 @@ class WeightLoader {
   bool keep_quantized_;
   bool drawn_ = false;
   size_t bytes_ = 0;
-  int64_t quantized_ = 0;
+  // What the dry run's get_weight calls would have returned, newest last: fuse_weights adds what
+  // expanding parts of mixed formats will take (its parts are undefined in a dry run).
+  struct DryWeight {
+    ops::WeightFormat format;
+    int64_t elements;
+    size_t bytes;
+  };
+  std::vector<DryWeight> dry_weights_;
+  ops::WeightFormat kept_format_ = ops::WeightFormat::dense;  // of the last get_weight
 };
 
 }  // namespace lw::model

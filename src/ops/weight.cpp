@@ -263,6 +263,7 @@ void linear_gguf(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
   LW_CHECK(x.is_contiguous() && out.is_contiguous(), op << ": x " << x.describe() << " and out " << out.describe()
                                                         << " must be contiguous");
   if (bias.defined()) {
+    check_float_input(op, "bias", bias);
     check_same_dtype(op, "x", x, "bias", bias);
     LW_CHECK(bias.is_contiguous() && bias.shape() == std::vector<int64_t>({n}),
              op << ": bias " << bias.describe() << " must be contiguous [" << n << "]");

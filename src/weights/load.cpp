@@ -61,7 +61,9 @@ Tensor load_raw(Context& ctx, const TensorRecord& rec, int64_t r0, int64_t r1, i
   LW_CHECK(rec.dtype != FileDType::unsupported,
            "tensor '" << rec.name << "' in '" << rec.file << "' has type " << rec.type_name << ", which cannot be loaded");
   check_bytes(rec);
-  LW_CHECK(rec.shape.size() == 2, "load_raw: tensor '" << rec.name << "' " << shape_str(rec.shape) << " is not 2-D");
+  LW_CHECK(rec.shape.size() == 2 && rec.shape[1] % file_dtype_block_elems(rec.dtype) == 0,
+           "load_raw: tensor '" << rec.name << "' " << shape_str(rec.shape) << " of " << rec.type_name
+                                << " is not a matrix of whole rows of blocks");
   const int64_t rows = rec.shape[0], row_bytes = rows == 0 ? 0 : static_cast<int64_t>(rec.bytes) / rows;
   LW_CHECK(0 <= r0 && r0 <= r1 && r1 <= rows && 0 <= b0 && b0 <= b1 && b1 <= row_bytes,
            "load_raw: rows [" << r0 << ", " << r1 << ") and bytes [" << b0 << ", " << b1 << ") of tensor '" << rec.name
