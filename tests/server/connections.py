@@ -28,36 +28,8 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http(port, method, path, body=None, timeout=120):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def metric_lines(text):
-    """The samples of a /metrics text: name (with its labels) -> value."""
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-            if line and not line.startswith("#")}
-
-
-def metrics(port):
-    status, text = http(port, "GET", "/metrics")
-    return metric_lines(text) if status == 200 else {}
+from http_helpers import free_port, http, metric_lines, metrics
 
 
 def connect_from(source, port, first=b""):
@@ -196,6 +168,18 @@ class Server:
 PARTIAL = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "
 
 
+def wait_connections(port, want):
+    """The server's open-connection gauge once it reads `want` (the scrape's own connection
+    included), or its last reading after 30 s."""
+    n = None
+    for _ in range(300):
+        n = metrics(port).get("lightwave_http_connections")
+        if n == want:
+            break
+        time.sleep(0.1)
+    return n
+
+
 def status_of(answer):
     return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else None
 
@@ -207,14 +191,9 @@ def part_caps(a, check):
         # One address at its cap: the fifth is refused before it sends a byte, another address is
         # served.
         mine = [admit("127.0.0.2", srv.port, held) for _ in range(4)]
-        m = {}
-        for _ in range(300):  # until the server has admitted all four (the metrics connection is the fifth)
-            m = metrics(srv.port)
-            if m.get("lightwave_http_connections") == 5:
-                break
-            time.sleep(0.1)
-        check(m.get("lightwave_http_connections") == 5, f"caps: 4 held + 1 -> lightwave_http_connections "
-              f"{m.get('lightwave_http_connections')} (want 5)")
+        # Until the server has admitted all four (the metrics connection is the fifth).
+        n = wait_connections(srv.port, 5)
+        check(n == 5, f"caps: 4 held + 1 -> lightwave_http_connections {n} (want 5)")
         fifth = connect_from("127.0.0.2", srv.port)
         got = read_answer(fifth)
         fifth.close()
@@ -232,13 +211,8 @@ def part_caps(a, check):
 
         # The server at its total: 4 from 127.0.0.2 and 4 from 127.0.0.3.
         others = [admit("127.0.0.3", srv.port, held) for _ in range(3)]
-        for _ in range(300):  # 7 held, the metrics connection the eighth
-            m = metrics(srv.port)
-            if m.get("lightwave_http_connections") == 8:
-                break
-            time.sleep(0.1)
-        check(m.get("lightwave_http_connections") == 8, f"caps: 7 held + 1 -> lightwave_http_connections "
-              f"{m.get('lightwave_http_connections')} (want 8)")
+        n = wait_connections(srv.port, 8)  # 7 held, the metrics connection the eighth
+        check(n == 8, f"caps: 7 held + 1 -> lightwave_http_connections {n} (want 8)")
         others.append(admit("127.0.0.3", srv.port, held))
         s = connect_from("127.0.0.4", srv.port)
         full = read_answer(s)
@@ -260,13 +234,9 @@ def part_caps(a, check):
         check(refused_client >= 1 and refused_server >= 1,
               f"caps: refused connections counted (client {refused_client}, server {refused_server})")
         held.close()
-        for _ in range(300):
-            m = metrics(srv.port)
-            if m.get("lightwave_http_connections") == 1:
-                break
-            time.sleep(0.1)
-        check(m.get("lightwave_http_connections") == 1, f"caps: every connection closed -> lightwave_http_connections "
-              f"{m.get('lightwave_http_connections')} (want 1, the metrics request's own)")
+        n = wait_connections(srv.port, 1)
+        check(n == 1, f"caps: every connection closed -> lightwave_http_connections {n} (want 1, the metrics "
+              f"request's own)")
     finally:
         held.close()
         code, _ = srv.stop()

@@ -23,36 +23,23 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import openai
+
+import http_helpers
+from http_helpers import free_port
 
 KEY = "soak-key"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def http(port, method, path, body=None, raw=None, headers=None, timeout=120):
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     h = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
     h.update(headers or {})
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method, headers=h)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    return http_helpers.http(port, method, path, body=body, raw=raw, headers=h, timeout=timeout)
 
 
 def metrics(port):
-    _, text = http(port, "GET", "/metrics")
-    return {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-            if line and not line.startswith("#") and "{" not in line}
+    return http_helpers.metrics(port, headers={"Authorization": f"Bearer {KEY}"})
 
 
 def raw_exchange(port, data, read_until=None, timeout=30):

@@ -14,9 +14,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
 import openai
+
+import http_helpers
+from http_helpers import free_port
 
 FAILURES = []
 GRACE = 3  # the server's --grace seconds
@@ -29,21 +31,8 @@ def check(cond, what):
         FAILURES.append(what)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def http(port, method, path, body=None, headers=None, raw=None, with_headers=False):
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            out = r.status, r.read().decode(), dict(r.headers)
-    except urllib.error.HTTPError as e:
-        out = e.code, e.read().decode(), dict(e.headers)
-    return out if with_headers else out[:2]
+    return http_helpers.http(port, method, path, body=body, raw=raw, headers=headers, with_headers=with_headers)
 
 
 def start_server(lightwave, model, port, extra):
@@ -102,10 +91,8 @@ def queue_cap(lightwave, model):
 
 
 def metrics_of(port):
-    """Every unlabelled sample of one /metrics scrape: {name: value}."""
-    _, text = http(port, "GET", "/metrics")
-    return {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-            if line and not line.startswith("#") and "{" not in line}
+    """Every sample of one /metrics scrape: {name (with labels): value}."""
+    return http_helpers.metrics(port)
 
 
 def metric(port, name):

@@ -131,8 +131,11 @@ struct Q3_K {
   }
 };
 
-// Q4_K and Q5_K: eight 32-element sub-blocks with 6-bit scales and mins packed in 12 bytes.
-LW_DEVICE_INLINE void scale_min_k4(int j, const uint8_t* s, int& sc, int& m) {
+// Q4_K and Q5_K: d and dmin, then eight 32-element sub-blocks' 6-bit scales and mins packed in
+// 12 bytes; sub-block j's step dl = d * scale and offset ml = dmin * min.
+LW_DEVICE_INLINE void sub_block_k4(const uint8_t* b, int j, float& dl, float& ml) {
+  const uint8_t* s = b + 4;
+  int sc, m;
   if (j < 4) {
     sc = s[j] & 63;
     m = s[j + 4] & 63;
@@ -140,6 +143,8 @@ LW_DEVICE_INLINE void scale_min_k4(int j, const uint8_t* s, int& sc, int& m) {
     sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
     m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
+  dl = fp16_at(b) * static_cast<float>(sc);
+  ml = fp16_at(b + 2) * static_cast<float>(m);
 }
 
 // Sub-block j (runs 2j, 2j + 1) is nibble j % 2 of qs[32 * (j / 2) + 16 * (r % 2) + i].
@@ -147,9 +152,8 @@ struct Q4_K {
   static constexpr int kElems = 256, kBytes = 144;  // d, dmin, scales[12], qs[128]
   LW_DEVICE_INLINE static void decode16(const uint8_t* b, int run, float (&out)[kRun]) {
     const int j = run / 2;
-    int sc, m;
-    scale_min_k4(j, b + 4, sc, m);
-    const float dl = fp16_at(b) * static_cast<float>(sc), ml = fp16_at(b + 2) * static_cast<float>(m);
+    float dl, ml;
+    sub_block_k4(b, j, dl, ml);
     const uint8_t* q = b + 16 + 32 * (j / 2) + 16 * (run % 2);  // lint: not-a-warp
     const int shift = 4 * (j % 2);
 #pragma unroll
@@ -162,9 +166,8 @@ struct Q5_K {
   static constexpr int kElems = 256, kBytes = 176;  // d, dmin, scales[12], qh[32], qs[128]
   LW_DEVICE_INLINE static void decode16(const uint8_t* b, int run, float (&out)[kRun]) {
     const int j = run / 2;
-    int sc, m;
-    scale_min_k4(j, b + 4, sc, m);
-    const float dl = fp16_at(b) * static_cast<float>(sc), ml = fp16_at(b + 2) * static_cast<float>(m);
+    float dl, ml;
+    sub_block_k4(b, j, dl, ml);
     const uint8_t* q = b + 48 + 32 * (j / 2) + 16 * (run % 2);  // lint: not-a-warp
     const uint8_t* qh = b + 16 + 16 * (run % 2);
     const int shift = 4 * (j % 2);
