@@ -57,7 +57,15 @@ run_step() {  # run_step NAME COMMAND...
   local name=$1; shift
   local log=build/logs/$name.log t0=$SECONDS
   echo "== $name"
-  if "$@" > "$log" 2>&1; then result[$name]=pass; else result[$name]=FAIL; tail -40 "$log"; fi
+  if "$@" > "$log" 2>&1; then
+    result[$name]=pass
+  else
+    result[$name]=FAIL
+    # What failed, from anywhere in the log (a failing test's own output comes long before the
+    # summary): gtest failures, the server checks' FAIL lines, Python assertions.
+    grep -E -A3 "^\[  FAILED  \]|: Failure$|^FAIL |^E  +|Error|error:" "$log" | head -80
+    tail -40 "$log"
+  fi
   seconds[$name]=$((SECONDS - t0))
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include "ops/attention.h"
 #include "test_util.h"
@@ -307,6 +308,21 @@ TEST(PrefillAttention, SingleTokensAfterLongContexts) {
   run_prefill_case(DType::bf16, {6, 2, 96, 16, {1, 2}, {1100, 520}, {.window = 0, .softcap = 10.0f}});
   DeterministicScope deterministic(ctx());  // no split: a row's keys in one block
   run_prefill_case(DType::bf16, {8, 2, 128, 16, {1, 1}, {1299, 5}});
+}
+
+// Sequences whose new tokens x group fit one 16-row fragment: the matrix decode kernel takes
+// them (several tokens: the causal edge inside the fragment), deterministic mode's plans put
+// them in query tiles of the prefill kernel; both against float64.
+TEST(PrefillAttention, FewNewTokensOnTheDecodeKernelAndInQueryTiles) {
+  for (bool deterministic : {false, true}) {
+    SCOPED_TRACE(deterministic ? "deterministic: query tiles" : "decode kernel");
+    std::optional<DeterministicScope> scope;
+    if (deterministic) scope.emplace(ctx());
+    run_prefill_case(DType::bf16, {8, 2, 64, 16, {4, 1, 2, 0}, {37, 200, 0, 5}});  // group 4: up to 4 tokens
+    run_prefill_case(DType::f16, {16, 1, 80, 8, {1, 1}, {300, 17}});               // group 16: one token
+    run_prefill_case(DType::bf16, {2, 2, 256, 16, {3, 8}, {40, 33}, {.window = 20}});
+    run_prefill_case(DType::f16, {4, 4, 96, 16, {16, 1}, {1, 150}, {.window = 0, .softcap = 8.0f}});
+  }
 }
 
 // A long prompt in one chunk and as a cached prefix plus a chunk (chunked prefill, prefix hits).

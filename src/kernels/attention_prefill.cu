@@ -11,6 +11,7 @@
 #include "gpu/numeric.h"
 #include "gpu/vector.h"
 #include "gpu/warp.h"
+#include "kernels/attention_merge.h"
 
 namespace lw::kernels {
 
@@ -325,23 +326,17 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
 #endif
 }
 
-// Grid (query head, query row): combines the partitions of one row (maxima in log2 units).
+// Grid (query head, tile): combines the partitions of each row of the tile's tokens (rows of
+// sequences on the decode kernel are not the plan's tiles' and are left alone).
 template <class T>
-__global__ void prefill_merge_kernel(PrefillAttentionArgs a, const float* part_out, const float* part_max,
-                                     const float* part_sum, T* out) {
-  const int64_t at = static_cast<int64_t>(blockIdx.y) * a.q_heads + blockIdx.x;
-  float m = -INFINITY;
-  for (int p = 0; p < a.parts; ++p) m = fmaxf(m, part_max[at * a.parts + p]);
-  const float ref = m == -INFINITY ? 0.0f : m;
-  float total = 0.0f;
-  for (int p = 0; p < a.parts; ++p) total += part_sum[at * a.parts + p] * exp2f(part_max[at * a.parts + p] - ref);
-  for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += static_cast<int>(blockDim.x)) {
-    float acc = 0.0f;
-    for (int p = 0; p < a.parts; ++p) {
-      acc += part_out[(at * a.parts + p) * a.head_dim + d] * part_sum[at * a.parts + p] *
-             exp2f(part_max[at * a.parts + p] - ref);
-    }
-    out[at * a.head_dim + d] = gpu::from_float<T>(total > 0.0f ? acc / total : 0.0f);
+__global__ void prefill_merge_kernel(PrefillAttentionArgs a, const int32_t* seq_info, const int32_t* tile_info,
+                                     const float* part_out, const float* part_max, const float* part_sum, T* out) {
+  const int s = tile_info[2 * blockIdx.y], q0 = tile_info[2 * blockIdx.y + 1];
+  const int row0 = seq_info[3 * s], tokens = min(a.tile_tokens, seq_info[3 * s + 1] - q0);
+  for (int j = 0; j < tokens; ++j) {
+    const int64_t at = static_cast<int64_t>(row0 + q0 + j) * a.q_heads + blockIdx.x;
+    merge_partitions(part_out + at * a.parts * a.head_dim, part_max + at * a.parts, part_sum + at * a.parts, a.parts,
+                     a.head_dim, out + at * a.head_dim);
   }
 }
 
@@ -359,9 +354,9 @@ void launch_prefill(const PrefillAttentionArgs& a, const T* q, const T* k_cache,
               a, q, k_cache, v_cache, block_tables, seq_info, tile_info, part_out, part_max, part_sum, out);
   if (a.parts > 1) {
     gpu::launch("prefill_attention_merge", prefill_merge_kernel<T>,
-                {dim3(static_cast<unsigned>(a.q_heads), static_cast<unsigned>(a.rows)),
+                {dim3(static_cast<unsigned>(a.q_heads), static_cast<unsigned>(a.tiles)),
                  dim3(gpu::round_block_size(a.head_dim, warp_size)), 0, stream},
-                a, part_out, part_max, part_sum, out);
+                a, seq_info, tile_info, part_out, part_max, part_sum, out);
   }
 }
 
@@ -377,13 +372,18 @@ bool prefill_head_dim_supported(int head_dim) {
 }
 
 PrefillTables prefill_tables(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens,
-                             int group) {
+                             int group, int decode_max_tokens) {
   LW_CHECK(group >= 1, "prefill_tables: group " << group << " must be >= 1");
   PrefillTables t;
   t.tile_tokens = prefill_tile_tokens(group);
   int32_t row = 0;
   for (size_t s = 0; s < query_lens.size(); ++s) {
     t.seq_info.insert(t.seq_info.end(), {row, query_lens[s], context_lens[s]});
+    if (query_lens[s] >= 1 && query_lens[s] <= decode_max_tokens) {
+      t.decode_seqs.push_back(static_cast<int32_t>(s));
+      row += query_lens[s];
+      continue;
+    }
     for (int32_t q0 = 0; q0 < query_lens[s]; q0 += t.tile_tokens) {
       t.tile_info.insert(t.tile_info.end(), {static_cast<int32_t>(s), q0});
       ++t.tiles;

@@ -39,15 +39,17 @@ const std::vector<int>& prefill_head_dims();
 
 // The per-sequence and per-tile tables of a batch: seq_info int32 [seqs][3] = (first row of the
 // sequence in q, new tokens, context length with them); tile_info int32 [tiles][2] =
-// (sequence, first new token of the tile), tiles of prefill_tile_tokens(group) tokens.
-// Sequences without new tokens have no tiles.
+// (sequence, first new token of the tile), tiles of prefill_tile_tokens(group) tokens;
+// decode_seqs: the sequences with 1 to decode_max_tokens new tokens, which the decode kernel
+// (kernels/attention_decode_matrix.h) takes instead (0: none, every sequence in tiles).
+// Sequences without new tokens are in neither.
 struct PrefillTables {
-  std::vector<int32_t> seq_info, tile_info;
+  std::vector<int32_t> seq_info, tile_info, decode_seqs;
   int tiles = 0;
   int tile_tokens = 0;
 };
 PrefillTables prefill_tables(const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens,
-                             int group);
+                             int group, int decode_max_tokens = 0);
 
 // The split of contexts a launch of `blocks` blocks (tiles x key/value heads) over contexts of
 // at most max_context keys takes to fill `multiprocessors`: PrefillAttentionArgs::partition and

@@ -99,12 +99,19 @@ std::unique_ptr<DecodeGraphs::Entry> DecodeGraphs::make_entry(Context& ctx, int6
   std::vector<int32_t> identity(static_cast<size_t>(rows));
   std::iota(identity.begin(), identity.end(), 0);
   b.attention.token_rows = ctx.to_device(host_vector(identity));
-  // One query tile per sequence (one token each) for the matrix path; seq_info is filled per step.
-  std::vector<int32_t> tiles(static_cast<size_t>(2 * rows), 0);
-  for (int64_t i = 0; i < rows; ++i) tiles[static_cast<size_t>(2 * i)] = static_cast<int32_t>(i);
-  b.attention.tile_info = ctx.to_device(host_vector(tiles));
+  // The matrix path's tables, as plan_prefill makes them for one token per sequence: every row
+  // on the decode kernel, or (deterministic mode) one query tile per sequence. seq_info is
+  // filled per step.
+  if (ops::matrix_decode_max_tokens(ctx, group_) >= 1) {
+    b.attention.decode_seqs = ctx.to_device(host_vector(identity));
+    b.attention.decode_count = static_cast<int>(rows);
+  } else {
+    std::vector<int32_t> tiles(static_cast<size_t>(2 * rows), 0);
+    for (int64_t i = 0; i < rows; ++i) tiles[static_cast<size_t>(2 * i)] = static_cast<int32_t>(i);
+    b.attention.tile_info = ctx.to_device(host_vector(tiles));
+    b.attention.tiles = static_cast<int>(rows);
+  }
   b.attention.seq_info = ctx.empty({3 * rows}, DType::i32);
-  b.attention.tiles = static_cast<int>(rows);
   b.attention.group = group_;
   b.attention.tile_tokens = ops::matrix_tile_tokens(group_);
   return e;

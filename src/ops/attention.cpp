@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/attention_decode.h"
+#include "kernels/attention_decode_matrix.h"
 #include "kernels/attention_prefill.h"
 #include "kernels/kv_cache.h"
 #include "ops/check.h"
@@ -83,22 +84,61 @@ void portable_attention(Context& ctx, const char* op, const Tensor& q, const Ten
   });
 }
 
-// The matrix-core prefill kernel (kernels/attention_prefill.cu).
+// f16 or bf16, the matrix kernels' operand types (matrix_attention_supports refuses others).
+template <class F>
+void dispatch_half(DType dt, F&& f) {
+  if (dt == DType::f16) f.template operator()<half>();
+  else f.template operator()<bfloat16>();
+}
+
+// The matrix-core kernels: the decode kernel for the plan's decode list
+// (kernels/attention_decode_matrix.cu), the prefill kernel for its query tiles
+// (kernels/attention_prefill.cu). They write disjoint rows of out.
 void matrix_prefill(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                     const Tensor& block_tables, const PrefillPlan& plan, float scale, const AttentionOptions& options,
                     const Tensor& out) {
-  LW_CHECK(plan.seq_info.defined() && plan.tile_info.defined() && plan.tiles > 0,
+  LW_CHECK(plan.seq_info.defined() && (plan.tiles > 0 || plan.decode_count > 0),
            "prefill_attention: the plan has no tables for the matrix path (make it with plan_prefill)");
   LW_CHECK(plan.group == q.size(1) / k_cache.size(2),
            "prefill_attention: the plan's tiles are made for " << plan.group << " query heads per key/value head; q and "
                                                                "the cache have " << q.size(1) / k_cache.size(2));
+  LW_CHECK(plan.decode_count == 0 || !ctx.deterministic(),
+           "prefill_attention: the plan has a decode list, which deterministic mode does not run (make the plan in "
+           "deterministic mode)");
+  const int q_heads = static_cast<int>(q.size(1)), kv_heads = static_cast<int>(k_cache.size(2));
+  const int head_dim = static_cast<int>(q.size(2)), block_size = static_cast<int>(k_cache.size(1));
+  const int max_blocks = static_cast<int>(block_tables.size(1));
+  if (plan.decode_count > 0) {
+    kernels::MatrixDecodeArgs a{};
+    a.seqs = plan.decode_count;
+    a.q_heads = q_heads;
+    a.kv_heads = kv_heads;
+    a.head_dim = head_dim;
+    a.block_size = block_size;
+    a.max_blocks_per_seq = max_blocks;
+    a.scale = scale;
+    a.window = options.window;
+    a.softcap = options.softcap;
+    a.rows = static_cast<int>(plan.tokens);
+    kernels::choose_matrix_decode_split(a, plan.max_context, ctx.caps().multiprocessors);
+    const int64_t ws = kernels::matrix_decode_workspace(a);
+    Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
+    dispatch_half(q.dtype(), [&]<class T>() {
+      kernels::matrix_decode_attention<T>(a, q.data<T>(), k_cache.data<T>(), v_cache.data<T>(),
+                                          block_tables.data<int32_t>(), plan.seq_info.data<int32_t>(),
+                                          plan.decode_seqs.data<int32_t>(), ws > 0 ? workspace.data<float>() : nullptr,
+                                          out.data<T>(), ctx.warp_size(), ctx.stream().get());
+    });
+  }
+  if (plan.tiles == 0) return;
+  LW_CHECK(plan.tile_info.defined(), "prefill_attention: the plan has tiles but no tile table");
   kernels::PrefillAttentionArgs a{};
   a.seqs = static_cast<int>(plan.sequences);
-  a.q_heads = static_cast<int>(q.size(1));
-  a.kv_heads = static_cast<int>(k_cache.size(2));
-  a.head_dim = static_cast<int>(q.size(2));
-  a.block_size = static_cast<int>(k_cache.size(1));
-  a.max_blocks_per_seq = static_cast<int>(block_tables.size(1));
+  a.q_heads = q_heads;
+  a.kv_heads = kv_heads;
+  a.head_dim = head_dim;
+  a.block_size = block_size;
+  a.max_blocks_per_seq = max_blocks;
   a.tiles = plan.tiles;
   a.tile_tokens = plan.tile_tokens;
   a.scale = scale;
@@ -109,14 +149,12 @@ void matrix_prefill(Context& ctx, const Tensor& q, const Tensor& k_cache, const 
   if (!ctx.deterministic()) kernels::choose_prefill_split(a, plan.max_context, ctx.caps().multiprocessors);
   const int64_t ws = kernels::prefill_workspace(a);
   Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
-  auto run = [&]<class T>() {
+  dispatch_half(q.dtype(), [&]<class T>() {
     kernels::prefill_attention<T>(a, q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), block_tables.data<int32_t>(),
                                   plan.seq_info.data<int32_t>(), plan.tile_info.data<int32_t>(),
                                   ws > 0 ? workspace.data<float>() : nullptr, out.data<T>(), ctx.warp_size(),
                                   ctx.stream().get());
-  };
-  if (q.dtype() == DType::f16) run.template operator()<half>();
-  else run.template operator()<bfloat16>();
+  });
 }
 
 // The checks shared by decode and prefill, then the selected implementation; table_rows maps
@@ -212,6 +250,10 @@ void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, cons
 
 int matrix_tile_tokens(int group) { return kernels::prefill_tile_tokens(group); }
 
+int matrix_decode_max_tokens(const Context& ctx, int group) {
+  return ctx.deterministic() ? 0 : kernels::matrix_decode_max_tokens(group);
+}
+
 PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens,
                          int group) {
   LW_CHECK(query_lens.size() == context_lens.size(),
@@ -241,10 +283,13 @@ PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, c
   };
   plan.token_lens = upload(lens_h);
   plan.token_rows = upload(rows_h);
-  const kernels::PrefillTables tables = kernels::prefill_tables(query_lens, context_lens, group);
+  const kernels::PrefillTables tables =
+      kernels::prefill_tables(query_lens, context_lens, group, matrix_decode_max_tokens(ctx, group));
   plan.seq_info = upload(tables.seq_info);
-  plan.tile_info = upload(tables.tile_info);
+  if (tables.tiles > 0) plan.tile_info = upload(tables.tile_info);
   plan.tiles = tables.tiles;
+  if (!tables.decode_seqs.empty()) plan.decode_seqs = upload(tables.decode_seqs);
+  plan.decode_count = static_cast<int>(tables.decode_seqs.size());
   plan.group = group;
   plan.tile_tokens = tables.tile_tokens;
   return plan;

@@ -79,19 +79,26 @@ void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, cons
 // through the decode kernel over its own causal context (it reads the context once per query
 // token); the matrix path reads it once per 64 query rows (new tokens x the query heads of a
 // group), splitting long contexts over several blocks when the batch alone would not fill the
-// device. The automatic choice takes the matrix path wherever it supports the shape.
+// device. On the matrix path a sequence whose new tokens x group fit one 16-row fragment (a
+// decode step) runs on the decode kernel instead, one warp per (sequence, key/value head,
+// partition) with several key tiles in flight (not in deterministic mode, whose plans put every
+// sequence in query tiles: a row's keys then always meet in one block, in one order). The
+// automatic choice takes the matrix path wherever it supports the shape.
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const std::vector<int32_t>& query_lens,
                        const std::vector<int32_t>& context_lens, float scale, const Tensor& out,
                        const AttentionOptions& options = {}, AttentionPath path = AttentionPath::automatic);
 
 // A prefill batch checked and uploaded once for all of a model's layers: per-token rows for
-// the portable path, per-sequence and per-tile tables for the matrix path.
+// the portable path, per-sequence and per-tile tables and the decode list for the matrix path
+// (made for the context's mode: deterministic plans have no decode list).
 struct PrefillPlan {
   Tensor token_lens, token_rows;  // i32 [tokens]: causal context length and block-table row
   Tensor seq_info, tile_info;     // i32 [3 * sequences], [2 * tiles]: kernels/attention_prefill.h
+  Tensor decode_seqs;             // i32 [decode_count]: the sequences the matrix decode kernel takes
   int64_t sequences = 0, tokens = 0;
   int tiles = 0;
+  int decode_count = 0;
   int group = 1;        // query heads per key/value head the tiles are made for
   int tile_tokens = 0;  // new tokens per tile (kernels::prefill_tile_tokens(group))
   int max_context = 0;
@@ -101,6 +108,9 @@ PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, c
 // New tokens per tile of the matrix path's tables for `group` query heads per key/value head
 // (for a caller that fills a plan's tables itself, as decode graphs do).
 int matrix_tile_tokens(int group);
+// The most new tokens a sequence of a plan made in this context's mode may have for the matrix
+// decode kernel (0: none, as in deterministic mode).
+int matrix_decode_max_tokens(const Context& ctx, int group);
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const PrefillPlan& plan, float scale, const Tensor& out,
                        const AttentionOptions& options = {}, AttentionPath path = AttentionPath::automatic);

@@ -400,20 +400,21 @@ bool Listener::process_and_close_socket(socket_t sock) {
     ret = process_request(strm, left == 1, closed, nullptr);
     if (state.header_fault != HeaderFault::none && state.header_fault != HeaderFault::line_too_long && !strm.wrote()) {
       // The request line alone passed the cap or the deadline, or the server stopped during it:
-      // cpp-httplib gave up before it could answer.
-      int status = 431;
-      if (state.header_fault == HeaderFault::too_slow) {
-        status = 408;
+      // cpp-httplib gave up before it could answer. Reported (counted) before the answer is
+      // written, as answered requests are.
+      const int status = state.header_fault == HeaderFault::too_slow   ? 408
+                         : state.header_fault == HeaderFault::stopping ? 503
+                                                                       : 431;
+      if (on_refused) on_refused(state.remote, status);
+      if (status == 408) {
         write_refusal(strm, "408 Request Timeout", "invalid_request_error",
                       "the request line and headers took longer than the server waits", false);
-      } else if (state.header_fault == HeaderFault::stopping) {
-        status = 503;
+      } else if (status == 503) {
         write_refusal(strm, "503 Service Unavailable", "server_error", "the server is shutting down", false);
       } else {
         write_refusal(strm, "431 Request Header Fields Too Large", "invalid_request_error",
                       "the request line and headers are larger than the server accepts", false);
       }
-      if (on_refused) on_refused(state.remote, status);
     }
     if (state.header_fault != HeaderFault::none || state.close) {
       linger = true;

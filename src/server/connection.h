@@ -112,7 +112,8 @@ class Listener : public httplib::Server {
   explicit Listener(ConnectionLimits limits);
   ~Listener() override;
   // Called for a request refused before cpp-httplib could parse its request line (past the
-  // header cap or deadline, or cut off by stop_connections): the peer's address and the status.
+  // header cap or deadline, or cut off by stop_connections): the peer's address and the status,
+  // before the answer is written.
   std::function<void(const std::string& remote, int status)> on_refused;
   // Called for a connection refused by the gate, before any of it was read: the peer's address,
   // the status sent and the cap ("--max-connections" or "--max-connections-per-client").

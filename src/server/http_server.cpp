@@ -209,9 +209,14 @@ void HttpServer::routes() {
   });
   // Every answered request is counted here, once, whatever answered it (a handler, the error
   // handler, or httplib refusing what it could not parse): errors are a subset of requests.
-  http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+  // cpp-httplib calls this just before it writes the status line, so a client that has read a
+  // response and then scrapes /metrics always finds it counted.
+  http_->set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
     ++metrics_->http_requests;
     if (res.status >= 400) ++metrics_->errors;
+  });
+  // The access log, once the response is written.
+  http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     const ConnectionState& conn = this_connection();
     log().info("access remote={} method={} path={} status={} request_bytes={}", conn.remote, req.method.empty() ? "-" : req.method,
                req.path.empty() ? "-" : req.path, res.status, conn.body_bytes + req.body.size());
@@ -272,7 +277,7 @@ void HttpServer::routes() {
     auto gauge = [&](const char* name, const char* type, const char* help, int64_t v) {
       out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << v << "\n";
     };
-    gauge("lightwave_http_requests_total", "counter", "HTTP requests answered (counted as their response is written)",
+    gauge("lightwave_http_requests_total", "counter", "HTTP requests answered (counted before their response is written)",
           metrics_->http_requests.load());
     gauge("lightwave_http_errors_total", "counter", "HTTP requests answered with a 4xx or 5xx status", metrics_->errors.load());
     const ConnectionGate& gate = http_->gate();

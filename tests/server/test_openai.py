@@ -287,24 +287,21 @@ def connection_faults(port, key):
         check(got.startswith(b"HTTP/1.1 408") and limit - 1 < waited < limit + 4,
               f"deadline: {name} trickled a byte a second -> {got[:12]!r} after {waited:.1f} s (want 408 after {limit} s)")
 
-    # Every error is also a request: 3 unparsable requests and a health check move the counters by
-    # 3 errors and 5 requests (with the first scrape, counted once it is answered).
+    # Every error is also a request: 3 unparsable requests, a health check and the scrape itself
+    # move the counters by 3 errors and 5 requests. Each is counted before its response is
+    # written, so one scrape sees them all (and any earlier answer is in `before`).
     before = metrics_of(port)
     for _ in range(3):
         with socket.create_connection(("127.0.0.1", port)) as s:
             s.sendall(b"NOT HTTP AT ALL\r\n\r\n")
             read_responses(s, 2, timeout=10)
     http(port, "GET", "/health")
-    for scrapes in range(1, 50):  # each scrape counts once answered; the counters settle
-        now = metrics_of(port)
-        d_req = now["lightwave_http_requests_total"] - before["lightwave_http_requests_total"]
-        d_err = now["lightwave_http_errors_total"] - before["lightwave_http_errors_total"]
-        if d_req == 4 + scrapes:
-            break
-        time.sleep(0.1)
-    check(d_req == 4 + scrapes and d_err == 3,
-          f"metrics: 3 unparsable requests and 1 health check -> requests +{d_req} (want {4 + scrapes}: with the "
-          f"scrapes), errors +{d_err} (want 3)")
+    now = metrics_of(port)
+    d_req = now["lightwave_http_requests_total"] - before["lightwave_http_requests_total"]
+    d_err = now["lightwave_http_errors_total"] - before["lightwave_http_errors_total"]
+    check(d_req == 5 and d_err == 3,
+          f"metrics: 3 unparsable requests, 1 health check and the scrape -> requests +{d_req} (want 5), "
+          f"errors +{d_err} (want 3)")
 
     # The auth scheme is case-insensitive; a wrong key or another scheme is still refused.
     ok = {"prompt": "Hi", "max_tokens": 1}

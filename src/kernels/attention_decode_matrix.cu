@@ -1,0 +1,365 @@
+#include "kernels/attention_decode_matrix.h"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "gpu/async_copy.h"
+#include "gpu/launch.h"
+#include "gpu/matrix_fragment.h"
+#include "gpu/numeric.h"
+#include "gpu/runtime.h"
+#include "gpu/vector.h"
+#include "gpu/warp.h"
+#include "kernels/attention_merge.h"
+
+namespace lw::kernels {
+
+namespace {
+
+namespace mma = gpu::mma;
+
+constexpr int kKeys = 16;  // keys per tile: the columns of one score fragment
+constexpr int kPad = 8;    // elements added to each shared row: spreads the banks
+
+// Tiles in the warp's ring: one being computed, the others loading. The widest heads keep two
+// (their tiles are twice the size).
+template <int D>
+LW_HOST_DEVICE constexpr int ring_tiles() {
+  return D > 128 ? 2 : 3;
+}
+// Dynamic shared memory: the ring of K and V tiles, then (where C is no A fragment) a 16x16
+// staging tile for P.
+template <class T, int D>
+constexpr size_t shared_bytes() {
+  const size_t ring = static_cast<size_t>(ring_tiles<D>()) * 2 * kKeys * (D + kPad);
+  const size_t staging = mma::kCMatchesA ? 0 : 16 * (16 + kPad);
+  return (ring + staging) * sizeof(T);
+}
+
+// Grid (decode-list entry, key/value head, partition), one warp per block. Row r of the
+// fragment is new token r / group, query head kvh * group + r % group; rows past the sequence's
+// are zeros and not written. The warp keeps ring_tiles - 1 tiles of K and V loading ahead of
+// the one it computes: S = Q.K^T, scale, soft-cap and mask, the online softmax update (log2
+// units), O += P.V. With a split it writes its normalised part, maximum and sum.
+// NVIDIA: eight warps per multiprocessor at most 255 registers each.
+#if defined(LW_TARGET_CUDA)
+#define LW_MATRIX_DECODE_BOUNDS __launch_bounds__(gpu::kWarpSize, 8)
+#else
+#define LW_MATRIX_DECODE_BOUNDS
+#endif
+
+template <class T, int D>
+__global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a, const T* q, const T* k_cache,
+                                                             const T* v_cache, const int32_t* block_tables,
+                                                             const int32_t* seq_info, const int32_t* decode_seqs,
+                                                             float* part_out, float* part_max, float* part_sum,
+                                                             T* out) {
+#if LW_MATRIX_CORES
+  constexpr int KS = D + kPad, PS = 16 + kPad, R = ring_tiles<D>(), V = gpu::kVecWidth<T>;
+  constexpr int kRowPieces = D / V;                // 16-byte pieces of a key row
+  constexpr int kTilePieces = kKeys * kRowPieces;  // of a K (or V) tile
+  constexpr int kPasses = (kTilePieces + gpu::kWarpSize - 1) / gpu::kWarpSize;
+  constexpr int kTile = 2 * kKeys * KS;            // elements of one ring entry: K, then V
+  LW_DYNAMIC_SHARED(T, smem);
+  const int s = decode_seqs[blockIdx.x];
+  const int kvh = static_cast<int>(blockIdx.y), part = static_cast<int>(blockIdx.z);
+  const int group = a.q_heads / a.kv_heads;
+  const int row0 = seq_info[3 * s], qlen = seq_info[3 * s + 1], ctx = seq_info[3 * s + 2];
+  const int prefix = ctx - qlen, rows = qlen * group;
+  const int lane = gpu::lane_id();
+  const int32_t* table = block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
+  const int64_t slot_stride = static_cast<int64_t>(a.kv_heads) * D;
+  auto q_row = [&](int r) { return static_cast<int64_t>(row0 + r / group); };
+  auto q_head = [&](int r) { return kvh * group + r % group; };
+
+  mma::FragA<T> qa[D / 16];
+#pragma unroll
+  for (int kd = 0; kd < D / 16; ++kd) {
+#pragma unroll
+    for (int i = 0; i < mma::kA; ++i) {
+      const int r = mma::a_row(lane, i);
+      qa[kd].x[i] = r < rows ? q[(q_row(r) * a.q_heads + q_head(r)) * D + kd * 16 + mma::a_col(lane, i)]
+                             : gpu::from_float<T>(0.0f);
+    }
+  }
+  mma::FragC o[D / 16];
+#pragma unroll
+  for (int dt = 0; dt < D / 16; ++dt) mma::fill(o[dt], 0.0f);
+  float m[mma::kRowSlots], l[mma::kRowSlots];
+#pragma unroll
+  for (int r = 0; r < mma::kRowSlots; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+
+  // The keys any row of the block sees (from the first token's window), within the partition.
+  int key_end = ctx;
+  int key_begin = a.window > 0 ? max(0, prefix - a.window + 1) : 0;
+  if (a.parts > 1) {
+    key_begin = max(key_begin, part * a.partition);
+    key_end = min(key_end, (part + 1) * a.partition);
+  }
+  const int first = key_begin / kKeys * kKeys;
+  const int tiles = key_end > first ? (key_end - first + kKeys - 1) / kKeys : 0;
+
+  // Tile t's K and V into ring entry t % R, in the background where the target can; always one
+  // commit, so that the wait below counts tiles. Keys past the end are zeros.
+  auto load_tile = [&](int t) {
+    if (t < tiles) {
+      const int kv0 = first + t * kKeys;
+      const int key = kv0 + lane % kKeys;
+      const int my_slot = key < key_end ? table[key / a.block_size] * a.block_size + key % a.block_size : -1;
+      const auto k_dst = smem + (t % R) * kTile;
+      const auto v_dst = k_dst + kKeys * KS;
+#pragma unroll
+      for (int j = 0; j < kPasses; ++j) {
+        const int e = lane + j * gpu::kWarpSize;
+        const int r = e / kRowPieces, c = e - r * kRowPieces;
+        const int slot = gpu::shfl_idx(my_slot, min(r, kKeys - 1));
+        if (e < kTilePieces) {
+          if (slot >= 0) {
+            const int64_t src = slot * slot_stride + static_cast<int64_t>(kvh) * D + c * V;
+            gpu::copy_16_async(k_dst, r * KS + c * V, k_cache + src);
+            gpu::copy_16_async(v_dst, r * KS + c * V, v_cache + src);
+          } else {
+            gpu::Vec<T, V> zero;
+#pragma unroll
+            for (int z = 0; z < V; ++z) zero.v[z] = gpu::from_float<T>(0.0f);
+            gpu::store_vec_at<V>(k_dst, r * KS + c * V, zero);
+            gpu::store_vec_at<V>(v_dst, r * KS + c * V, zero);
+          }
+        }
+      }
+    }
+    gpu::async_commit();
+  };
+
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float score_scale = a.scale * kLog2e;
+  const float inv_cap = a.softcap > 0.0f ? 1.0f / a.softcap : 0.0f;
+  const float cap_log2 = a.softcap * kLog2e;
+
+#pragma unroll
+  for (int t = 0; t < R - 1; ++t) load_tile(t);
+  for (int t = 0; t < tiles; ++t) {
+    load_tile(t + R - 1);
+    gpu::async_wait<R - 1>();  // tile t is in (this lane's pieces) ...
+    gpu::sync_warp();          // ... and every lane's
+    const auto k_tile = smem + (t % R) * kTile;
+    const auto v_tile = k_tile + kKeys * KS;
+    const int kv0 = first + t * kKeys;
+
+    mma::FragC sc;
+    mma::fill(sc, 0.0f);
+#pragma unroll
+    for (int kd = 0; kd < D / 16; ++kd) {
+      mma::FragB<T> kb;
+      mma::load_b_transposed_shared(kb, k_tile + kd * 16, KS);
+      mma::mma(sc, qa[kd], kb, sc);
+    }
+    if (a.softcap > 0.0f) {
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i) sc.x[i] = cap_log2 * tanhf(sc.x[i] * a.scale * inv_cap);
+    } else {
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i) sc.x[i] *= score_scale;
+    }
+    // Every row sees every key of the tile unless it crosses the range's ends, a window or the
+    // causal edge of the new tokens.
+    const bool unmasked = a.window <= 0 && kv0 >= key_begin && kv0 + kKeys <= key_end && kv0 + kKeys - 1 <= prefix;
+    if (!unmasked) {
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i) {
+        const int key = kv0 + mma::c_col(lane, i);
+        const int pos = prefix + mma::c_row(lane, i) / group;
+        const bool visible =
+            key >= key_begin && key < key_end && key <= pos && (a.window <= 0 || pos - key < a.window);
+        if (!visible) sc.x[i] = -INFINITY;
+      }
+    }
+    float tile_max[mma::kRowSlots];
+#pragma unroll
+    for (int r = 0; r < mma::kRowSlots; ++r) tile_max[r] = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) tile_max[mma::c_slot(i)] = fmaxf(tile_max[mma::c_slot(i)], sc.x[i]);
+    float ref[mma::kRowSlots], corr[mma::kRowSlots];
+#pragma unroll
+    for (int r = 0; r < mma::kRowSlots; ++r) {
+      const float m_new = fmaxf(m[r], mma::reduce_row(tile_max[r], gpu::MaxOp{}));
+      // A row that has seen no key yet keeps m = -inf: exponentials against 0 give zeros.
+      ref[r] = m_new == -INFINITY ? 0.0f : m_new;
+      corr[r] = exp2f(m[r] - ref[r]);
+      m[r] = m_new;
+      l[r] *= corr[r];
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 16; ++dt) {
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i) o[dt].x[i] *= corr[mma::c_slot(i)];
+    }
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) {
+      const float p = exp2f(sc.x[i] - ref[mma::c_slot(i)]);
+      sc.x[i] = p;
+      l[mma::c_slot(i)] += p;  // this lane's part of the row; summed over the row at the end
+    }
+
+    // P as an A fragment: in registers where C is one, else through the staging tile.
+    auto as_a = [&](const mma::FragC& c) {
+      mma::FragA<T> f;
+      if constexpr (mma::kCMatchesA) {
+        f = mma::c_as_a<T>(c);
+      } else {
+        const auto staging = smem + R * kTile;
+#pragma unroll
+        for (int i = 0; i < mma::kC; ++i) {
+          staging[mma::c_row(lane, i) * PS + mma::c_col(lane, i)] = gpu::from_float<T>(c.x[i]);
+        }
+        gpu::sync_warp();
+        mma::load_a_shared(f, staging, PS);
+        gpu::sync_warp();  // read before the next use overwrites it
+      }
+      return f;
+    };
+    const mma::FragA<T> pa = as_a(sc);
+    // bf16 keeps 8 bits of a probability: the rest goes in a second term (P = hi + lo), as in
+    // the prefill kernel, so that P.V is as exact as with fp32 probabilities.
+    constexpr bool kSplitP = std::is_same_v<T, bfloat16>;
+    mma::FragA<T> pa_lo;
+    if constexpr (kSplitP) {
+      mma::FragC lo;
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i) lo.x[i] = sc.x[i] - gpu::to_float(gpu::from_float<T>(sc.x[i]));
+      pa_lo = as_a(lo);
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 16; ++dt) {
+      mma::FragB<T> vb;
+      mma::load_b_shared(vb, v_tile + dt * 16, KS);
+      mma::mma(o[dt], pa, vb, o[dt]);
+      if constexpr (kSplitP) mma::mma(o[dt], pa_lo, vb, o[dt]);
+    }
+    gpu::sync_warp();  // every lane is done with the entry before a later load refills it
+  }
+
+  float sum[mma::kRowSlots], inv[mma::kRowSlots];
+#pragma unroll
+  for (int r = 0; r < mma::kRowSlots; ++r) {
+    sum[r] = mma::reduce_row(l[r], gpu::SumOp{});
+    inv[r] = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
+  }
+#pragma unroll
+  for (int dt = 0; dt < D / 16; ++dt) {
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) {
+      const int r = mma::c_row(lane, i);
+      if (r >= rows) continue;
+      const int64_t qh = q_row(r) * a.q_heads + q_head(r);
+      const int d = dt * 16 + mma::c_col(lane, i);
+      const float value = o[dt].x[i] * inv[mma::c_slot(i)];
+      if (a.parts == 1) {
+        out[qh * D + d] = gpu::from_float<T>(value);
+      } else {
+        const int64_t at = qh * a.parts + part;
+        part_out[at * D + d] = value;
+        if (d == 0) {
+          part_max[at] = m[mma::c_slot(i)];
+          part_sum[at] = sum[mma::c_slot(i)];
+        }
+      }
+    }
+  }
+#else
+  __trap();  // no matrix cores in this device compilation: the op never selects this path here
+#endif
+}
+
+// Grid (query head, decode-list entry): combines the partitions of the sequence's rows.
+template <class T>
+__global__ void matrix_decode_merge_kernel(MatrixDecodeArgs a, const int32_t* seq_info, const int32_t* decode_seqs,
+                                           const float* part_out, const float* part_max, const float* part_sum,
+                                           T* out) {
+  const int s = decode_seqs[blockIdx.y];
+  const int row0 = seq_info[3 * s], qlen = seq_info[3 * s + 1];
+  for (int j = 0; j < qlen; ++j) {
+    const int64_t at = static_cast<int64_t>(row0 + j) * a.q_heads + blockIdx.x;
+    merge_partitions(part_out + at * a.parts * a.head_dim, part_max + at * a.parts, part_sum + at * a.parts, a.parts,
+                     a.head_dim, out + at * a.head_dim);
+  }
+}
+
+template <class T, int D>
+void launch_decode(const MatrixDecodeArgs& a, const T* q, const T* k_cache, const T* v_cache,
+                   const int32_t* block_tables, const int32_t* seq_info, const int32_t* decode_seqs, float* workspace,
+                   T* out, int warp_size, cudaStream_t stream) {
+  const int64_t per = static_cast<int64_t>(a.rows) * a.q_heads * a.parts;
+  float* part_out = a.parts > 1 ? workspace : nullptr;
+  float* part_max = a.parts > 1 ? workspace + per * a.head_dim : nullptr;
+  float* part_sum = a.parts > 1 ? part_max + per : nullptr;
+  gpu::launch("matrix_decode_attention", matrix_decode_kernel<T, D>,
+              {dim3(static_cast<unsigned>(a.seqs), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(a.parts)),
+               dim3(warp_size), shared_bytes<T, D>(), stream},
+              a, q, k_cache, v_cache, block_tables, seq_info, decode_seqs, part_out, part_max, part_sum, out);
+  if (a.parts > 1) {
+    gpu::launch("matrix_decode_attention_merge", matrix_decode_merge_kernel<T>,
+                {dim3(static_cast<unsigned>(a.q_heads), static_cast<unsigned>(a.seqs)),
+                 dim3(gpu::round_block_size(a.head_dim, warp_size)), 0, stream},
+                a, seq_info, decode_seqs, part_out, part_max, part_sum, out);
+  }
+}
+
+}  // namespace
+
+// Resident warps are about eight per multiprocessor (the ring's shared memory), so a launch runs
+// in waves of eight per multiprocessor: a split that leaves a second, thin wave doubles the time
+// for a few percent more warps. Split into as many parts as fit in one wave, or not at all.
+void choose_matrix_decode_split(MatrixDecodeArgs& a, int max_context, int multiprocessors) {
+  constexpr int kMinPartition = 64;  // lint: not-a-warp (keys)
+  constexpr int64_t kWarpsPerMultiprocessor = 8;
+  a.partition = 0;
+  a.parts = 1;
+  const int64_t blocks = static_cast<int64_t>(a.seqs) * a.kv_heads;
+  const int64_t wave = kWarpsPerMultiprocessor * std::max(1, multiprocessors);
+  if (blocks == 0 || 2 * blocks > wave || max_context <= kMinPartition) return;
+  const int64_t splits = wave / blocks;
+  int64_t partition = (max_context + splits - 1) / splits;
+  partition = std::max<int64_t>(kMinPartition, (partition + kKeys - 1) / kKeys * kKeys);
+  const int parts = static_cast<int>((max_context + partition - 1) / partition);
+  if (parts <= 1) return;
+  a.partition = static_cast<int>(partition);
+  a.parts = parts;
+}
+
+int64_t matrix_decode_workspace(const MatrixDecodeArgs& a) {
+  return a.parts > 1 ? static_cast<int64_t>(a.rows) * a.q_heads * a.parts * (a.head_dim + 2) : 0;
+}
+
+template <class T>
+void matrix_decode_attention(const MatrixDecodeArgs& a, const T* q, const T* k_cache, const T* v_cache,
+                             const int32_t* block_tables, const int32_t* seq_info, const int32_t* decode_seqs,
+                             float* workspace, T* out, int warp_size, cudaStream_t stream) {
+  if (a.seqs == 0) return;
+  LW_CHECK(a.kv_heads > 0 && a.q_heads % a.kv_heads == 0 && a.q_heads / a.kv_heads <= kMatrixDecodeRows,
+           "matrix_decode_attention: " << a.q_heads << " query heads over " << a.kv_heads
+                                       << " key/value heads (at most " << kMatrixDecodeRows << " per key/value head)");
+  LW_CHECK(a.parts == 1 || (a.partition > 0 && a.partition % kKeys == 0 && workspace != nullptr),
+           "matrix_decode_attention: a split needs partitions of a multiple of " << kKeys << " keys and a workspace");
+  switch (a.head_dim) {
+    case 64: launch_decode<T, 64>(a, q, k_cache, v_cache, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;  // lint: not-a-warp
+    case 80: launch_decode<T, 80>(a, q, k_cache, v_cache, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
+    case 96: launch_decode<T, 96>(a, q, k_cache, v_cache, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
+    case 128: launch_decode<T, 128>(a, q, k_cache, v_cache, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
+    case 256: launch_decode<T, 256>(a, q, k_cache, v_cache, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
+    default: LW_FAIL("matrix_decode_attention: head_dim " << a.head_dim << " is not one of 64, 80, 96, 128, 256");
+  }
+}
+
+template void matrix_decode_attention<half>(const MatrixDecodeArgs&, const half*, const half*, const half*,
+                                            const int32_t*, const int32_t*, const int32_t*, float*, half*, int,
+                                            cudaStream_t);
+template void matrix_decode_attention<bfloat16>(const MatrixDecodeArgs&, const bfloat16*, const bfloat16*,
+                                                const bfloat16*, const int32_t*, const int32_t*, const int32_t*,
+                                                float*, bfloat16*, int, cudaStream_t);
+
+}  // namespace lw::kernels

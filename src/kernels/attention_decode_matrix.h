@@ -1,0 +1,55 @@
+// Decode attention on matrix cores (gpu/matrix_fragment.h): the query rows of one sequence and
+// one key/value head (its new tokens x the query heads of the group, at most 16) form one
+// fragment, and one warp walks that sequence's keys in tiles of 16 through a ring of tiles in
+// shared memory that the warp fills in the background (cp.async on NVIDIA) while it computes,
+// so that several tiles per warp are in flight; long contexts are split over several warps
+// (blocks) and merged. The prefill kernel (kernels/attention_prefill.h) takes the sequences
+// with more rows; both read the same tables.
+#pragma once
+#include <cstdint>
+
+#include "gpu/compat.h"
+
+namespace lw::kernels {
+
+struct MatrixDecodeArgs {
+  int seqs;                // entries of the decode list
+  int q_heads;
+  int kv_heads;            // divides q_heads
+  int head_dim;            // one of prefill_head_dims()
+  int block_size;          // tokens per cache block
+  int max_blocks_per_seq;  // columns of block_tables
+  float scale;             // multiplies q.k
+  int window;              // > 0: a query at position p sees keys j with p - window < j <= p
+  float softcap;           // > 0: scores become softcap * tanh(score / softcap) before the mask
+  // Split of each context into partitions of `partition` keys (a multiple of 16) run by their
+  // own warps and merged: parts > 1 needs the workspace of matrix_decode_workspace. 0: none.
+  int partition = 0;
+  int parts = 1;
+  int rows = 0;            // query rows in q (the workspace is indexed by them)
+};
+
+// Rows of the kernel's fragment: a sequence with new tokens x group <= 16 fits.
+inline constexpr int kMatrixDecodeRows = 16;
+// The most new tokens a sequence may have for the decode kernel with `group` query heads per
+// key/value head (0: none).
+inline int matrix_decode_max_tokens(int group) { return group >= 1 && group <= kMatrixDecodeRows ? kMatrixDecodeRows / group : 0; }
+
+// Splits contexts of up to max_context keys so that the launch fills one wave of about eight
+// warps per multiprocessor (enough tiles in flight to cover the memory latency) without
+// starting a second, in partitions of at least 64 keys; no split when the batch alone fills
+// half a wave.
+void choose_matrix_decode_split(MatrixDecodeArgs& a, int max_context, int multiprocessors);
+// Floats of workspace a split launch needs (0 without a split).
+int64_t matrix_decode_workspace(const MatrixDecodeArgs& a);
+
+// For each sequence s = decode_seqs[i] (seq_info as kernels::PrefillTables: first row in q, new
+// tokens, context with them): its new tokens attend causally (within the window) to its keys in
+// the paged cache. q, out [rows, q_heads, head_dim]; rows of other sequences are not touched.
+// T: half or bfloat16.
+template <class T>
+void matrix_decode_attention(const MatrixDecodeArgs& a, const T* q, const T* k_cache, const T* v_cache,
+                             const int32_t* block_tables, const int32_t* seq_info, const int32_t* decode_seqs,
+                             float* workspace, T* out, int warp_size, cudaStream_t stream);
+
+}  // namespace lw::kernels
