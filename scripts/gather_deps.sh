@@ -20,6 +20,9 @@ lib=/usr/lib/$(gcc -print-multiarch)
 cp "$lib/libpcre2-8.a" "$lib/libicuuc.a" "$lib/libicudata.a" "$dest/lib/"
 cp /usr/include/httplib.h "$dest/include/"
 cp -P "$lib"/libcpp-httplib.so* "$lib"/libbrotli{common,dec,enc}.so* "$dest/lib/"
-# The reference Python package the GPU machine lacks (pure Python; its dependencies are there).
+# The reference Python packages the GPU machine lacks: gguf (pure Python; its dependencies are
+# there) and ml_dtypes (FP8 values of the 8-bit weight fixtures), built for its Python 3.12.
 python3 -m pip download -q --disable-pip-version-check --no-deps gguf -d "$dest/wheels"
+python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
+  --platform manylinux_2_27_x86_64 --platform manylinux_2_28_x86_64 ml_dtypes -d "$dest/wheels"
 echo "gather_deps: wrote $(du -sh "$dest" | cut -f1) to $dest"

@@ -40,6 +40,27 @@ void MemoryCheckpoint::add_blocks(const std::string& name, std::vector<int64_t> 
   add_record(name, std::move(shape), type, weights::file_dtype_name(type), std::move(bytes));
 }
 
+void MemoryCheckpoint::add_scaled(const std::string& name, std::vector<int64_t> shape, weights::FileDType type,
+                                  std::vector<int64_t> scale_shape, std::mt19937_64& rng) {
+  LW_CHECK(shape.size() == 2 && (type == weights::FileDType::f8_e4m3 || type == weights::FileDType::i8),
+           "add_scaled: " << name << " " << shape_str(shape) << " must be an F8_E4M3 or I8 matrix");
+  const bool fp8 = type == weights::FileDType::f8_e4m3;
+  std::vector<std::byte> bytes(static_cast<size_t>(shape[0] * shape[1]));
+  std::uniform_int_distribution<int> sign(0, 1), exponent(1, 8), mantissa(0, 7), integer(-127, 127);
+  for (std::byte& b : bytes)
+    b = static_cast<std::byte>(fp8 ? (sign(rng) << 7) | (exponent(rng) << 3) | mantissa(rng) : integer(rng) & 0xFF);
+  add_record(name, std::move(shape), type, fp8 ? "F8_E4M3" : "I8", std::move(bytes));
+  int64_t n = 1;
+  for (int64_t d : scale_shape) n *= d;
+  std::vector<std::byte> scales(static_cast<size_t>(n) * sizeof(float));
+  std::uniform_real_distribution<float> dist(fp8 ? 0.02f : 0.0005f, fp8 ? 0.04f : 0.001f);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = dist(rng);
+    std::memcpy(scales.data() + i * sizeof(float), &v, sizeof(float));
+  }
+  add_record(name + "_scale", std::move(scale_shape), weights::FileDType::f32, "F32", std::move(scales));
+}
+
 const weights::TensorRecord* MemoryCheckpoint::find(std::string_view name) const {
   for (const auto& r : records_)
     if (r.name == name) return &r;

@@ -19,6 +19,11 @@ class MemoryCheckpoint : public weights::Checkpoint {
   // Adds a [rows, cols] matrix of random GGML blocks of `type` (weights/random_blocks.h: weights
   // of size ~0.3, like add()'s matrices).
   void add_blocks(const std::string& name, std::vector<int64_t> shape, weights::FileDType type, std::mt19937_64& rng);
+  // Adds a [rows, cols] matrix of random 8-bit values of `type` (f8_e4m3: finite codes of
+  // magnitude 2^-6 to 3.75; i8: -127 to 127) and its f32 scales "<name>_scale" of `scale_shape`
+  // ([] or [1]: one; [rows, 1]: per row; else per block), sized for weights of about 0.1.
+  void add_scaled(const std::string& name, std::vector<int64_t> shape, weights::FileDType type,
+                  std::vector<int64_t> scale_shape, std::mt19937_64& rng);
   const weights::TensorRecord* find(std::string_view name) const override;
   std::vector<std::string> names() const override;
   std::string description() const override { return "an in-memory test checkpoint"; }

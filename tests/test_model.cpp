@@ -122,6 +122,55 @@ TEST(Model, UnknownGgufArchitectureIsRefusedWithTheList) {
                "architecture 'gpt2' is not supported (llama, qwen2, qwen3)");
 }
 
+// quantization_config: the 8-bit schemes the loader reads (their block size), the rest refused
+// by name.
+TEST(Model, QuantizationConfigIsReadOrRefused) {
+  TempDir d;
+  auto read = [&](const std::string& q) {
+    d.write("config.json", R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+      "num_attention_heads": 2, "intermediate_size": 40, "quantization_config": )" + q + "}");
+    return model::ModelConfig::from_hf((d.path() / "config.json").string());
+  };
+  model::WeightQuantization q = read(R"({"quant_method": "fp8", "activation_scheme": "dynamic",
+      "weight_block_size": [128, 64]})").quantization;
+  EXPECT_EQ(q.method, "fp8");
+  EXPECT_EQ(q.block_rows, 128);
+  EXPECT_EQ(q.block_cols, 64);
+  q = read(R"({"quant_method": "fp8", "activation_scheme": "static"})").quantization;
+  EXPECT_EQ(q.block_rows, 0);
+  const std::string group = R"({"quant_method": "compressed-tensors", "format": "FORMAT", "ignore": ["lm_head"],
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": WEIGHTS}}})";
+  auto ct = [&](const std::string& format, const std::string& weights) {
+    std::string s = group;
+    s.replace(s.find("FORMAT"), 6, format);
+    s.replace(s.find("WEIGHTS"), 7, weights);
+    return read(s).quantization;
+  };
+  q = ct("float-quantized", R"({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true})");
+  EXPECT_EQ(q.method, "compressed-tensors");
+  EXPECT_EQ(q.block_rows, 0);
+  q = ct("float-quantized", R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]})");
+  EXPECT_EQ(q.block_rows, 128);
+  EXPECT_EQ(ct("int-quantized", R"({"num_bits": 8, "type": "int", "strategy": "tensor"})").method, "compressed-tensors");
+  EXPECT_EQ(read("{\"quant_method\": \"fp8\"}").quantization.method, "fp8");
+  EXPECT_EQ(model::ModelConfig::named("smollm2-135m").quantization.method, "");
+
+  expect_error([&] { read(R"({"quant_method": "gptq", "bits": 4})"); },
+               "quant_method 'gptq' is not supported (fp8, compressed-tensors with 8-bit weights");
+  expect_error([&] { read(R"({"quant_method": "fp8", "weight_block_size": [128]})"); },
+               "weight_block_size [128] must be two positive integers");
+  expect_error([&] { ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "group"})"); },
+               "compressed-tensors format 'pack-quantized' is not supported");
+  expect_error([&] { ct("int-quantized", R"({"num_bits": 4, "type": "int", "strategy": "channel"})"); },
+               "4-bit int weights are not supported (8-bit float or int)");
+  expect_error([&] { ct("int-quantized", R"({"num_bits": 8, "type": "int", "strategy": "group", "group_size": 128})"); },
+               "weight strategy 'group' is not supported (tensor, channel, block)");
+  expect_error([&] { ct("int-quantized", R"({"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": false})"); },
+               "asymmetric weights (zero points) are not supported");
+  expect_error([&] { ct("float-quantized", R"({"num_bits": 8, "type": "float", "strategy": "block"})"); },
+               "the block strategy needs block_structure");
+}
+
 // The families' own config.json keys, read by their definitions.
 TEST(Model, FamilyKeysAreRead) {
   TempDir d;

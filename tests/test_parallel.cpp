@@ -85,6 +85,19 @@ void expect_same_logits(const std::vector<float>& whole, const std::vector<float
   EXPECT_LE(worst, 2e-5 * scale) << "largest logit " << scale;
 }
 
+// The int8 layers quantise their inputs per token (W8A8): logits within 2% of the largest.
+void expect_close_logits(const std::vector<float>& want, const std::vector<float>& got) {
+  ASSERT_EQ(want.size(), got.size());
+  double scale = 0, worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << "logit " << i;
+    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+    worst = std::max(worst, std::abs(static_cast<double>(want[i]) - got[i]));
+  }
+  EXPECT_GT(scale, 0.1);
+  EXPECT_LE(worst, 0.02 * scale) << "largest logit " << scale;
+}
+
 std::unique_ptr<ModelRunner> random_runner(const ModelConfig& c, int ranks, uint64_t seed = 7) {
   return engine::make_runner(ctx(), ranks, [&](Context& rc, const model::Shard& s) {
     return model::Model::random(rc, c, DType::f32, seed, s);
@@ -189,27 +202,126 @@ TEST(TensorParallel, GgufBlocksKeptMatchTheExpandedModel) {
   EXPECT_EQ(dry.bytes(), real.bytes());
 }
 
-// Random weights in blocks (`lightwave bench --shape ... --weights q4_k`): kept blocks give the
-// logits of their expansion, whole and split (each rank slices what the whole model holds).
-TEST(TensorParallel, RandomBlockWeightsMatchTheirExpansion) {
+// A Llama of hidden 256 whose projections are 8-bit with scales in every layout: q/k/v with one
+// scale ([] and [1]) and per-row scales (stacked: per-row FP8), block scales of 64 x 96 (o,
+// gate/up, down: a 2-rank split's column shares of o and down cut the blocks), and (with_int8)
+// int8 with one scale and per row, else FP8 in those places.
+std::unique_ptr<MemoryCheckpoint> scaled_checkpoint(const ModelConfig& c, uint64_t seed, bool with_int8) {
+  using weights::FileDType;
+  const FileDType i8 = with_int8 ? FileDType::i8 : FileDType::f8_e4m3;
+  std::mt19937_64 rng(seed);
+  auto ck = std::make_unique<MemoryCheckpoint>();
+  const int64_t h = c.hidden, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim, i = c.intermediate;
+  const int64_t br = c.quantization.block_rows, bc = c.quantization.block_cols;
+  auto blocks = [&](int64_t n, int64_t k) { return std::vector<int64_t>{(n + br - 1) / br, (k + bc - 1) / bc}; };
+  ck->add("model.embed_tokens.weight", {c.vocab, h}, rng, -1.0f, 1.0f);
+  ck->add("model.norm.weight", {h}, rng, 0.8f, 1.2f);
+  ck->add("lm_head.weight", {c.vocab, h}, rng, -0.1f, 0.1f);
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    ck->add(p + "input_layernorm.weight", {h}, rng, 0.8f, 1.2f);
+    ck->add(p + "post_attention_layernorm.weight", {h}, rng, 0.8f, 1.2f);
+    if (l % 2 == 0) {
+      ck->add_scaled(p + "self_attn.q_proj.weight", {qd, h}, FileDType::f8_e4m3, {}, rng);
+      ck->add_scaled(p + "self_attn.k_proj.weight", {kvd, h}, FileDType::f8_e4m3, {1}, rng);
+      ck->add_scaled(p + "self_attn.v_proj.weight", {kvd, h}, FileDType::f8_e4m3, {kvd, 1}, rng);
+      ck->add_scaled(p + "self_attn.o_proj.weight", {h, qd}, FileDType::f8_e4m3, blocks(h, qd), rng);
+      ck->add_scaled(p + "mlp.gate_proj.weight", {i, h}, FileDType::f8_e4m3, blocks(i, h), rng);
+      ck->add_scaled(p + "mlp.up_proj.weight", {i, h}, FileDType::f8_e4m3, blocks(i, h), rng);
+      ck->add_scaled(p + "mlp.down_proj.weight", {h, i}, i8, {1}, rng);
+    } else {
+      ck->add_scaled(p + "self_attn.q_proj.weight", {qd, h}, i8, {qd, 1}, rng);
+      ck->add_scaled(p + "self_attn.k_proj.weight", {kvd, h}, i8, {kvd, 1}, rng);
+      ck->add_scaled(p + "self_attn.v_proj.weight", {kvd, h}, i8, {kvd, 1}, rng);
+      ck->add_scaled(p + "self_attn.o_proj.weight", {h, qd}, i8, {h, 1}, rng);
+      ck->add_scaled(p + "mlp.gate_proj.weight", {i, h}, FileDType::f8_e4m3, {i, 1}, rng);
+      ck->add_scaled(p + "mlp.up_proj.weight", {i, h}, FileDType::f8_e4m3, {}, rng);
+      ck->add_scaled(p + "mlp.down_proj.weight", {h, i}, FileDType::f8_e4m3, blocks(h, i), rng);
+    }
+  }
+  return ck;
+}
+
+// 8-bit weights kept on the device give the logits of the same weights expanded at load, whole
+// and on 2 ranks: FP8 (W8A16) exactly; with int8 layers (W8A8, the activations quantised per
+// token) within that rounding.
+TEST(TensorParallel, ScaledWeightsKeptMatchTheExpandedModel) {
+  ModelConfig c = tiny_llama_config(97);
+  c.hidden = 256;
+  c.head_dim = 64;
+  c.rope.rotary_dim = 64;
+  c.intermediate = 512;
+  c.tie_embeddings = false;
+  c.quantization = {"fp8", 64, 96};
+  for (bool with_int8 : {false, true}) {
+    SCOPED_TRACE(with_int8 ? "fp8 and int8" : "fp8");
+    const auto ckpt = scaled_checkpoint(c, 17, with_int8);
+    const ops::WeightFormat int8 = with_int8 ? ops::WeightFormat::int8_per_channel : ops::WeightFormat::fp8_e4m3_per_channel;
+    auto logits = [&](const char* storage, int ranks) {
+      ScopedEnv env("LW_WEIGHT_STORAGE", storage);
+      return two_step_logits(*engine::make_runner(ctx(), ranks, [&](Context& rc, const model::Shard& s) {
+        auto m = model::Model::load(rc, *ckpt, c, DType::f32, s);
+        if (std::string(storage) == "quantized") {
+          const auto& l0 = m->weights().layers[0];
+          const auto& l1 = m->weights().layers[1];
+          EXPECT_EQ(l0.qkv.format(), ops::WeightFormat::fp8_e4m3_per_channel);
+          EXPECT_EQ(l0.gate_up.format(), ops::WeightFormat::fp8_e4m3_per_block);
+          EXPECT_EQ(l0.o.format(), s.size == 1 ? ops::WeightFormat::fp8_e4m3_per_block : ops::WeightFormat::dense);
+          EXPECT_EQ(l0.down.format(), with_int8 ? int8 : ops::WeightFormat::fp8_e4m3_per_tensor);
+          EXPECT_EQ(l1.qkv.format(), int8);
+          EXPECT_EQ(l1.gate_up.format(), ops::WeightFormat::fp8_e4m3_per_channel);
+          EXPECT_EQ(l1.down.format(), s.size == 1 ? ops::WeightFormat::fp8_e4m3_per_block : ops::WeightFormat::dense);
+        }
+        return m;
+      }));
+    };
+    const auto same = with_int8 ? expect_close_logits : expect_same_logits;
+    const std::vector<float> dense = logits("dense", 1);
+    same(dense, logits("quantized", 1));
+    if (have_ranks(2)) same(dense, logits("quantized", 2));
+
+    // The dry run counts the bytes the load takes (stacked per-tensor scales, shares cut into
+    // blocks expanded).
+    ScopedEnv env("LW_WEIGHT_STORAGE", "quantized");
+    const model::Architecture& arch = model::architecture(c.architecture);
+    model::WeightLoader dry(ctx(), ckpt.get(), DType::f32, true), real(ctx(), ckpt.get(), DType::f32, false);
+    dry.set_quantization(c.quantization);
+    real.set_quantization(c.quantization);
+    model::load_weights(dry, arch, c, c, model::Shard{});
+    model::load_weights(real, arch, c, c, model::Shard{});
+    EXPECT_EQ(dry.bytes(), real.bytes());
+  }
+}
+
+// Random quantised weights (`lightwave bench --shape ... --weights q4_k|fp8|int8`): kept as
+// they are generated, they give the logits of their expansion, whole and split (each rank
+// slices what the whole model holds); int8 (W8A8) within its activations' rounding.
+TEST(TensorParallel, RandomQuantisedWeightsMatchTheirExpansion) {
   ModelConfig c = tiny_llama_config(97);  // an untied LM head whose last share is padded
   c.tie_embeddings = false;
   c.hidden = 256;
   c.head_dim = 64;
   c.rope.rotary_dim = 64;
   c.intermediate = 512;
-  auto logits = [&](const char* storage, int ranks) {
-    ScopedEnv env("LW_WEIGHT_STORAGE", storage);
-    return two_step_logits(*engine::make_runner(ctx(), ranks, [&](Context& rc, const model::Shard& s) {
-      auto m = model::Model::random(rc, c, DType::f32, 5, s, weights::FileDType::q4_k);
-      EXPECT_EQ(m->weights().layers[0].gate_up.format(),
-                std::string(storage) == "dense" ? ops::WeightFormat::dense : ops::WeightFormat::gguf_q4_k);
-      return m;
-    }));
-  };
-  const std::vector<float> dense = logits("dense", 1);
-  expect_same_logits(dense, logits("quantized", 1));
-  if (have_ranks(2)) expect_same_logits(dense, logits("quantized", 2));
+  const std::pair<weights::FileDType, ops::WeightFormat> types[] = {
+      {weights::FileDType::q4_k, ops::WeightFormat::gguf_q4_k},
+      {weights::FileDType::f8_e4m3, ops::WeightFormat::fp8_e4m3_per_block},
+      {weights::FileDType::i8, ops::WeightFormat::int8_per_channel}};
+  for (const auto& [type, format] : types) {
+    SCOPED_TRACE(weights::file_dtype_name(type));
+    auto logits = [&](const char* storage, int ranks) {
+      ScopedEnv env("LW_WEIGHT_STORAGE", storage);
+      return two_step_logits(*engine::make_runner(ctx(), ranks, [&](Context& rc, const model::Shard& s) {
+        auto m = model::Model::random(rc, c, DType::f32, 5, s, type);
+        EXPECT_EQ(m->weights().layers[0].gate_up.format(), std::string(storage) == "dense" ? ops::WeightFormat::dense : format);
+        return m;
+      }));
+    };
+    const auto same = type == weights::FileDType::i8 ? expect_close_logits : expect_same_logits;
+    const std::vector<float> dense = logits("dense", 1);
+    same(dense, logits("quantized", 1));
+    if (have_ranks(2)) same(dense, logits("quantized", 2));
+  }
 }
 
 TEST(TensorParallel, ReplicatedKvHeadsAndBiasesMatchTheWholeModel) {

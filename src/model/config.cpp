@@ -57,6 +57,62 @@ void read_rope(const ConfigKeys& c, const std::string& where, ops::RopeConfig& r
 
 }  // namespace
 
+namespace {
+
+// quantization_config: the schemes whose weights the loader reads (8-bit values with scales),
+// anything else refused by name.
+WeightQuantization read_quantization(const ConfigKeys& c) {
+  WeightQuantization q;
+  if (!c.has("quantization_config")) return q;
+  const std::string where = c.where() + ": quantization_config";
+  const json& j = c.raw("quantization_config");
+  LW_CHECK(j.is_object(), where << " must be an object");
+  const ConfigKeys qc(j, where);
+  q.method = qc.get<std::string>("quant_method");
+  auto block = [&](const json& b, const char* key) {
+    LW_CHECK(b.is_array() && b.size() == 2 && b[0].is_number_integer() && b[1].is_number_integer() && b[0].get<int64_t>() > 0 &&
+                 b[1].get<int64_t>() > 0,
+             where << ": " << key << " " << b.dump() << " must be two positive integers [rows, columns]");
+    q.block_rows = b[0].get<int64_t>();
+    q.block_cols = b[1].get<int64_t>();
+  };
+  if (q.method == "fp8") {
+    if (qc.has("weight_block_size")) block(qc.raw("weight_block_size"), "weight_block_size");
+    return q;
+  }
+  LW_CHECK(q.method == "compressed-tensors",
+           where << ": quant_method '" << q.method
+                 << "' is not supported (fp8, compressed-tensors with 8-bit weights; GGUF files for 4-bit weights)");
+  const std::string format = qc.get<std::string>("format", "");
+  LW_CHECK(format == "float-quantized" || format == "int-quantized" || format == "naive-quantized",
+           where << ": compressed-tensors format '" << format
+                 << "' is not supported (float-quantized, int-quantized, naive-quantized: 8-bit weights)");
+  LW_CHECK(qc.has("config_groups") && qc.raw("config_groups").is_object() && !qc.raw("config_groups").empty(),
+           where << ": compressed-tensors needs config_groups");
+  for (const auto& [name, group] : qc.raw("config_groups").items()) {
+    const std::string at = where + ".config_groups." + name;
+    LW_CHECK(group.is_object() && group.contains("weights") && group["weights"].is_object(), at << " has no weights scheme");
+    const ConfigKeys w(group["weights"], at + ".weights");
+    const int bits = w.get<int>("num_bits");
+    const std::string type = w.get<std::string>("type"), strategy = w.get<std::string>("strategy");
+    LW_CHECK(bits == 8 && (type == "float" || type == "int"),
+             at << ": " << bits << "-bit " << type << " weights are not supported (8-bit float or int)");
+    LW_CHECK(w.get<bool>("symmetric", true), at << ": asymmetric weights (zero points) are not supported");
+    LW_CHECK(strategy == "tensor" || strategy == "channel" || strategy == "block",
+             at << ": weight strategy '" << strategy << "' is not supported (tensor, channel, block)");
+    if (strategy == "block") {
+      const int64_t rows = q.block_rows, cols = q.block_cols;
+      LW_CHECK(w.has("block_structure"), at << ": the block strategy needs block_structure");
+      block(w.raw("block_structure"), "block_structure");
+      LW_CHECK(rows == 0 || (rows == q.block_rows && cols == q.block_cols),
+               where << ": config groups with different block structures are not supported");
+    }
+  }
+  return q;
+}
+
+}  // namespace
+
 ModelConfig ModelConfig::from_hf(const std::string& path) {
   std::ifstream in(path);
   LW_CHECK(in, "cannot open model config '" << path << "'");
@@ -90,6 +146,7 @@ ModelConfig ModelConfig::from_hf(const std::string& path) {
   if (c.has("eos_token_id")) m.eos_ids = id_list(c.raw("eos_token_id"));
   const std::string dtype = c.get<std::string>("torch_dtype", c.get<std::string>("dtype", "bfloat16"));
   m.checkpoint_dtype = parse_dtype(dtype);
+  m.quantization = read_quantization(c);
   LW_CHECK(m.vocab > 0 && m.hidden > 0 && m.layers > 0 && m.heads > 0 && m.kv_heads > 0 && m.head_dim > 0,
            "model config '" << path << "': sizes must be positive (vocab " << m.vocab << ", hidden " << m.hidden << ", layers "
                             << m.layers << ", heads " << m.heads << "/" << m.kv_heads << ", head_dim " << m.head_dim << ")");

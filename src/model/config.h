@@ -15,6 +15,17 @@ class GgufFile;
 
 namespace lw::model {
 
+// A Hugging Face checkpoint's quantization_config, for projections stored as 8-bit values with
+// scales: quant_method "fp8" (F8_E4M3 weights; weight_scale_inv per 128 x 128 block in
+// DeepSeek-V3 / Qwen3-FP8 checkpoints, or one weight_scale) and "compressed-tensors" with 8-bit
+// weights (float-quantized: F8_E4M3; int-quantized / naive-quantized: I8; weight_scale per
+// tensor, per output channel or per block). The loader reads each projection by its stored
+// type; this says how block scales are laid out and that the scheme is one it knows.
+struct WeightQuantization {
+  std::string method;                   // "" when the checkpoint has no quantization_config
+  int64_t block_rows = 0, block_cols = 0;  // block-wise weight scales; 0: none
+};
+
 struct ModelConfig {
   // The architecture's name in the registry (model/arch/registry.h): "llama", "qwen3_moe", ...
   // It picks the tensor names; the fields below describe the block.
@@ -44,6 +55,7 @@ struct ModelConfig {
   std::vector<int32_t> eos_ids;
   DType checkpoint_dtype = DType::bf16;  // torch_dtype / dtype of the checkpoint
   bool gguf = false;                     // weights named and laid out as llama.cpp writes them
+  WeightQuantization quantization;
 
   // config.json of a Hugging Face model directory. Unsupported model types or features are
   // lw::Errors naming the file and the key.

@@ -74,6 +74,7 @@ std::unique_ptr<Model> Model::build(Context& ctx, const weights::Checkpoint* ckp
   const Architecture& arch = architecture(config.architecture);
   const ModelConfig local = model::shard_config(config, shard.size);
   WeightLoader dry(ctx, ckpt, dtype, true, 0, seed, projections);
+  dry.set_quantization(config.quantization);
   load_weights(dry, arch, config, local, shard);
   size_t free_bytes = 0, total_bytes = 0;
   LW_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -85,6 +86,7 @@ std::unique_ptr<Model> Model::build(Context& ctx, const weights::Checkpoint* ckp
 
   std::unique_ptr<Model> m(new Model(ctx, config, dtype, shard));
   WeightLoader ld(ctx, ckpt, dtype, false, shard.rank == 0 ? dry.bytes() : 0, seed, projections);
+  ld.set_quantization(config.quantization);
   m->weights_ = load_weights(ld, arch, config, local, shard);
   m->weight_bytes_ = ld.bytes();
   ctx.synchronize();

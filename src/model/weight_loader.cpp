@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "core/logging.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
+#include "kernels/quant/fp8.h"
 #include "weights/load.h"
 #include "weights/random_blocks.h"
 
@@ -27,6 +29,42 @@ int64_t elements(const std::vector<int64_t>& shape) {
 
 ops::Weight projection(const Tensor& t) { return t.defined() ? ops::Weight::dense(t) : ops::Weight(); }
 
+// The format of parts (format, rows) stacked by rows (WeightLoader::fuse_weights): dense where
+// they do not stack in their own format.
+ops::WeightFormat stacked_format(const std::vector<std::pair<ops::WeightFormat, int64_t>>& parts, int64_t block_rows) {
+  const ops::WeightFormat first = parts.front().first;
+  bool same = true, fp8_rows = true, whole_blocks = true;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto [f, rows] = parts[i];
+    same = same && f == first;
+    fp8_rows = fp8_rows && (f == ops::WeightFormat::fp8_e4m3_per_tensor || f == ops::WeightFormat::fp8_e4m3_per_channel);
+    whole_blocks = whole_blocks && (i + 1 == parts.size() || (block_rows > 0 && rows % block_rows == 0));
+  }
+  if (parts.size() == 1) return first;
+  if (fp8_rows) return ops::WeightFormat::fp8_e4m3_per_channel;
+  if (same && (first != ops::WeightFormat::fp8_e4m3_per_block || whole_blocks)) return first;
+  return ops::WeightFormat::dense;
+}
+
+// The bytes of `parts` one after another, as an i8 [rows, width] (rows x width: their total).
+Tensor stack_bytes(Context& ctx, const std::vector<Tensor>& parts, int64_t rows, int64_t width) {
+  Tensor out = ctx.empty({rows, width}, DType::i8);
+  size_t at = 0;
+  for (const Tensor& p : parts) {
+    LW_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(out.data_ptr()) + at, p.data_ptr(), p.nbytes(),
+                                  cudaMemcpyDeviceToDevice, ctx.stream().get()));
+    at += p.nbytes();
+  }
+  return out;
+}
+
+// f32 [n] holding `value` n times, on the device.
+Tensor filled(Context& ctx, int64_t n, float value) {
+  Tensor h = Tensor::empty_host({n}, DType::f32);
+  std::fill_n(h.data<float>(), n, value);
+  return ctx.to_device(h);
+}
+
 }  // namespace
 
 WeightStorage weight_storage_from_env() {
@@ -41,8 +79,9 @@ WeightLoader::WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType 
                            weights::FileDType random_blocks)
     : ctx_(ctx), ckpt_(ckpt), dtype_(dtype), dry_(dry), total_(total), bar_(total > 0 && isatty(STDERR_FILENO)), seed_(seed),
       random_blocks_(random_blocks) {
-  LW_CHECK(random_blocks == weights::FileDType::f32 || weights::has_random_blocks(random_blocks),
-           "random weights in " << weights::file_dtype_name(random_blocks) << " blocks: not a quantised GGML type");
+  LW_CHECK(random_blocks == weights::FileDType::f32 || weights::has_random_blocks(random_blocks) ||
+               weights::has_random_scaled(random_blocks),
+           "random weights of " << weights::file_dtype_name(random_blocks) << ": not a quantised GGML type, f8_e4m3 or i8");
   const WeightStorage storage = weight_storage_from_env();
   keep_quantized_ = storage == WeightStorage::quantized || (storage == WeightStorage::automatic && !ctx.caps().emulator());
 }
@@ -80,6 +119,10 @@ Tensor WeightLoader::get(const std::string& name, const std::vector<int64_t>& sh
   const weights::TensorRecord& rec = ckpt_->get(name);
   LW_CHECK(rec.shape == shape, "tensor '" << name << "' in " << ckpt_->description() << " has shape " << shape_str(rec.shape)
                                           << "; the model config needs " << shape_str(shape));
+  LW_CHECK(rec.dtype != weights::FileDType::f8_e4m3 && rec.dtype != weights::FileDType::i8,
+           "tensor '" << name << "' in " << ckpt_->description() << " is " << rec.type_name
+                      << ": 8-bit weights with scales load for the attention and dense MLP projections and the LM "
+                         "head; in this place (experts, embeddings, norms, routers) they are not supported yet");
   LW_CHECK(weights::block_format(rec.dtype).has_value(),
            "tensor '" << name << "' in " << ckpt_->description() << " has type " << rec.type_name
                       << "; weights must be F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K");
@@ -108,7 +151,8 @@ ops::Weight WeightLoader::get_weight(const std::string& name, const std::vector<
     int64_t elements = 1;
     for (size_t d = 0; d < shape.size(); ++d)
       elements *= static_cast<int>(d) == part.dim ? part.end - part.start : shape[d];
-    dry_weights_.push_back({kept_format_, elements, bytes_ - before});
+    const int64_t rows = part.dim == 0 ? part.end - part.start : shape[0];
+    dry_weights_.push_back({kept_format_, elements, rows, bytes_ - before});
   }
   return w;
 }
@@ -117,6 +161,32 @@ ops::Weight WeightLoader::get_weight_as_stored(const std::string& name, const st
   if (shape.size() != 2) return projection(get(name, shape, part));
   if (!ckpt_) {
     if (random_blocks_ == weights::FileDType::f32) return projection(get(name, shape, part));
+    if (weights::has_random_scaled(random_blocks_)) {
+      // 8-bit values and their scales from a seed of the name, generated only when the real run
+      // needs them (the dry run reads shapes and types only).
+      constexpr int64_t kBlock = 128;
+      weights::RandomScaled r;
+      if (!dry_) r = weights::random_scaled(random_blocks_, shape[0], shape[1], seed_ ^ std::hash<std::string>{}(name), kBlock);
+      else
+        r.scale_shape = random_blocks_ == weights::FileDType::f8_e4m3
+                            ? std::vector<int64_t>{(shape[0] + kBlock - 1) / kBlock, (shape[1] + kBlock - 1) / kBlock}
+                            : std::vector<int64_t>{shape[0], 1};
+      weights::TensorRecord rec, scale;
+      rec.name = name;
+      rec.dtype = random_blocks_;
+      rec.shape = shape;
+      rec.data = r.values.data();
+      rec.bytes = static_cast<size_t>(shape[0] * shape[1]);
+      rec.file = scale.file = "random";
+      rec.type_name = weights::file_dtype_name(random_blocks_);
+      scale.name = name + "_scale";
+      scale.dtype = weights::FileDType::f32;
+      scale.shape = r.scale_shape;
+      scale.data = reinterpret_cast<const std::byte*>(r.scales.data());
+      scale.bytes = r.scales.size() * sizeof(float);
+      scale.type_name = "F32";
+      return scaled_weight(rec, &scale, {kBlock, kBlock}, part);
+    }
     const int64_t elems = weights::file_dtype_block_elems(random_blocks_);
     LW_CHECK(shape[1] % elems == 0, "random " << weights::file_dtype_name(random_blocks_) << " weights: tensor '" << name
                                               << "' " << shape_str(shape) << " has " << shape[1]
@@ -144,6 +214,11 @@ ops::Weight WeightLoader::get_weight_as_stored(const std::string& name, const st
     });
   }
   const weights::TensorRecord& rec = ckpt_->get(name);
+  if (rec.shape == shape && (rec.dtype == weights::FileDType::f8_e4m3 || rec.dtype == weights::FileDType::i8)) {
+    const weights::TensorRecord* scale = ckpt_->find(name + "_scale_inv");
+    return scaled_weight(rec, scale ? scale : ckpt_->find(name + "_scale"),
+                         {quantization_.block_rows, quantization_.block_cols}, part);
+  }
   if (rec.shape != shape || !keeps_blocks(rec)) return projection(get(name, shape, part));  // get() names a wrong shape
   return block_weight(rec, part, [&] { return projection(get(name, shape, part)); });
 }
@@ -176,12 +251,139 @@ ops::Weight WeightLoader::block_weight(const weights::TensorRecord& rec, Part pa
   return ops::Weight::gguf(format, r1 - r0, c1 - c0, raw);
 }
 
+ops::Weight WeightLoader::scaled_weight(const weights::TensorRecord& rec, const weights::TensorRecord* scale,
+                                        ops::WeightBlock block, Part part) {
+  const bool fp8 = rec.dtype == weights::FileDType::f8_e4m3;
+  const int64_t n = rec.shape[0], k = rec.shape[1];
+  const std::string where = "tensor '" + rec.name + "' in " + (ckpt_ ? ckpt_->description() : "the random weights");
+  LW_CHECK(scale, where << " is " << rec.type_name << " but the checkpoint has no scale for it ('" << rec.name
+                        << "_scale_inv' or '" << rec.name << "_scale')");
+  // The layout, from the scale's shape: one value, one per row ([N] or [N, 1]), or one per block.
+  const int64_t count = scale->numel();
+  const bool per_row = count == n && (scale->shape.size() == 1 || (scale->shape.size() == 2 && scale->shape[1] == 1));
+  ops::WeightFormat format = !fp8 ? ops::WeightFormat::int8_per_channel
+                             : count == 1 ? ops::WeightFormat::fp8_e4m3_per_tensor
+                             : per_row    ? ops::WeightFormat::fp8_e4m3_per_channel
+                                          : ops::WeightFormat::fp8_e4m3_per_block;
+  if (format == ops::WeightFormat::fp8_e4m3_per_block) {
+    LW_CHECK(block.rows > 0, where << ": its scales '" << scale->name << "' " << shape_str(scale->shape)
+                                   << " are neither one value nor one per row, and the config's quantization_config "
+                                      "has no weight block size (weight_block_size or block_structure)");
+    const std::vector<int64_t> want = {(n + block.rows - 1) / block.rows, (k + block.cols - 1) / block.cols};
+    LW_CHECK(scale->shape == want, where << ": its scales '" << scale->name << "' " << shape_str(scale->shape)
+                                         << " do not match blocks of " << block.rows << " x " << block.cols << " over "
+                                         << shape_str(rec.shape) << " (" << shape_str(want) << ")");
+  }
+  LW_CHECK(fp8 || count == 1 || per_row, where << ": int8 weights take one scale or one per row; '" << scale->name
+                                               << "' is " << shape_str(scale->shape));
+
+  int64_t r0 = 0, r1 = n, c0 = 0, c1 = k;
+  if (part.dim == 0) r0 = part.start, r1 = part.end;
+  if (part.dim == 1) c0 = part.start, c1 = part.end;
+  auto on_edge = [](int64_t at, int64_t side, int64_t size) { return at % side == 0 || at == size; };
+  const bool whole_blocks = format != ops::WeightFormat::fp8_e4m3_per_block ||
+                            (on_edge(r0, block.rows, n) && on_edge(r1, block.rows, n) && on_edge(c0, block.cols, k) &&
+                             on_edge(c1, block.cols, k));
+  // int8 with one scale runs as int8 with per-row scales (the linear's format).
+  const int64_t scale_bytes = format == ops::WeightFormat::fp8_e4m3_per_tensor ? 4
+                              : format == ops::WeightFormat::fp8_e4m3_per_block
+                                  ? 4 * ((r1 - r0 + block.rows - 1) / block.rows) * ((c1 - c0 + block.cols - 1) / block.cols)
+                                  : 4 * (r1 - r0);
+  // Kept 8-bit where the storage keeps quantised weights and the part holds whole scale blocks;
+  // else expanded to the model dtype at load.
+  const bool keep = whole_blocks && keep_quantized_;
+  if (!whole_blocks && keep_quantized_)
+    log().info("{}: a shard's rows [{}, {}) and columns [{}, {}) cut its {} x {} scale blocks: expanded to {}", where, r0,
+               r1, c0, c1, block.rows, block.cols, dtype_name(dtype_));
+  if (keep) {
+    bytes_ += static_cast<size_t>((r1 - r0) * (c1 - c0) + scale_bytes);
+    kept_format_ = format;
+  } else {
+    bytes_ += static_cast<size_t>((r1 - r0) * (c1 - c0)) * dtype_size(dtype_);
+  }
+  if (dry_) return ops::Weight();
+
+  // Values and scales that would turn into NaN or infinity are refused here, not found in the logits.
+  if (fp8) {
+    for (size_t i = 0; i < rec.bytes; ++i) {
+      const auto b = static_cast<uint8_t>(rec.data[i]);
+      LW_CHECK(!kernels::fp8_e4m3_is_nan(b), where << ": element " << i << " (row " << static_cast<int64_t>(i) / k
+                                                   << ", column " << static_cast<int64_t>(i) % k << ") is an FP8 NaN");
+    }
+  }
+  Tensor s = weights::load_tensor(ctx_, *scale, DType::f32);
+  const Tensor host = ctx_.to_host(s);
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = host.data<float>()[i];
+    LW_CHECK(std::isfinite(v), where << ": scale " << i << " of '" << scale->name << "' is " << v);
+  }
+  s = s.view(format == ops::WeightFormat::fp8_e4m3_per_block ? scale->shape : std::vector<int64_t>{count == 1 ? 1 : n});
+  if (format == ops::WeightFormat::int8_per_channel && count == 1) s = filled(ctx_, n, host.data<float>()[0]);
+  auto make = [&](const Tensor& q, const Tensor& scales) {
+    switch (format) {
+      case ops::WeightFormat::fp8_e4m3_per_tensor: return ops::Weight::fp8_per_tensor(q, scales);
+      case ops::WeightFormat::fp8_e4m3_per_channel: return ops::Weight::fp8_per_channel(q, scales);
+      case ops::WeightFormat::fp8_e4m3_per_block: return ops::Weight::fp8_per_block(q, scales, block);
+      default: return ops::Weight::int8_per_channel(q, scales);
+    }
+  };
+  if (!keep) {  // the whole matrix expanded, then the part
+    const ops::Weight whole = make(weights::load_raw(ctx_, rec, 0, n, 0, k), s);
+    draw();
+    return projection(ops::contiguous(ctx_, ops::expand(ctx_, whole, dtype_).slice(0, r0, r1).slice(1, c0, c1)));
+  }
+  // The part's scales: rows of per-row scales, rows and columns of block scales.
+  if (format == ops::WeightFormat::fp8_e4m3_per_channel || format == ops::WeightFormat::int8_per_channel) {
+    s = ops::contiguous(ctx_, s.slice(0, r0, r1));
+  } else if (format == ops::WeightFormat::fp8_e4m3_per_block) {
+    s = ops::contiguous(ctx_, s.slice(0, r0 / block.rows, (r1 + block.rows - 1) / block.rows)
+                                  .slice(1, c0 / block.cols, (c1 + block.cols - 1) / block.cols));
+  }
+  const ops::Weight w = make(weights::load_raw(ctx_, rec, r0, r1, c0, c1), s);
+  draw();
+  return w;
+}
+
+ops::Weight WeightLoader::fuse_scaled(const std::vector<ops::Weight>& parts) {
+  std::vector<std::pair<ops::WeightFormat, int64_t>> formats;
+  for (const ops::Weight& p : parts) formats.emplace_back(p.format(), p.out_features());
+  const int64_t block_rows = parts[0].block().rows;
+  for (const ops::Weight& p : parts)
+    if (p.block().rows != block_rows || p.block().cols != parts[0].block().cols) return ops::Weight();
+  const ops::WeightFormat format = stacked_format(formats, block_rows);
+  if (!ops::is_scaled_8bit_format(format)) return ops::Weight();
+  std::vector<Tensor> data, scales;
+  for (const ops::Weight& p : parts) {
+    data.push_back(p.data());
+    // Per-row FP8 from one scale: that scale on each of the part's rows.
+    if (p.format() == ops::WeightFormat::fp8_e4m3_per_tensor)
+      scales.push_back(filled(ctx_, p.out_features(), ctx_.to_host(p.scales()).data<float>()[0]));
+    else
+      scales.push_back(p.scales());
+  }
+  int64_t n = 0;
+  for (const ops::Weight& p : parts) n += p.out_features();
+  const Tensor q = stack_bytes(ctx_, data, n, parts[0].in_features()), s = ops::concat(ctx_, scales, 0);
+  for (const ops::Weight& p : parts)
+    if (p.format() == ops::WeightFormat::fp8_e4m3_per_tensor) bytes_ += 4 * static_cast<size_t>(p.out_features() - 1);
+  switch (format) {
+    case ops::WeightFormat::fp8_e4m3_per_channel: return ops::Weight::fp8_per_channel(q, s);
+    case ops::WeightFormat::fp8_e4m3_per_block: return ops::Weight::fp8_per_block(q, s, parts[0].block());
+    default: return ops::Weight::int8_per_channel(q, s);
+  }
+}
+
 ops::Weight WeightLoader::get_padded_weight(const std::string& name, const std::vector<int64_t>& shape, int64_t start,
                                             int64_t end, int64_t padded) {
   const size_t before = bytes_;
   ops::Weight part = get_weight(name, shape, {0, start, end});
   if (end - start == padded) return part;
   const ops::WeightFormat format = kept_format_;
+  if (ops::is_scaled_8bit_format(format) && !dry_) {  // padded as the dense matrix it expands to
+    log().info("tensor '{}': the padded share of an {} matrix is expanded to {}", name, ops::weight_format_name(format),
+               dtype_name(dtype_));
+    part = ops::Weight::dense(ops::expand(ctx_, part, dtype_));
+  }
   const bool blocks = ops::is_gguf_block_format(format);
   const int64_t row_bytes = blocks ? shape[1] / ops::gguf_block_elems(format) * ops::gguf_block_bytes(format)
                                    : shape[1] * static_cast<int64_t>(dtype_size(dtype_));
@@ -203,11 +405,19 @@ ops::Weight WeightLoader::fuse_weights(const std::vector<ops::Weight>& parts) {
     LW_CHECK(dry_weights_.size() >= parts.size(),
              "fuse_weights: " << parts.size() << " parts but " << dry_weights_.size() << " weights read");
     const auto first = dry_weights_.end() - static_cast<std::ptrdiff_t>(parts.size());
-    DryWeight fused{first->format, 0, 0};
+    DryWeight fused{first->format, 0, 0, 0};
+    std::vector<std::pair<ops::WeightFormat, int64_t>> formats;
     for (auto it = first; it != dry_weights_.end(); ++it) {
-      if (it->format != fused.format) fused.format = ops::WeightFormat::dense;
+      formats.emplace_back(it->format, it->rows);
       fused.elements += it->elements;
+      fused.rows += it->rows;
       fused.bytes += it->bytes;
+    }
+    fused.format = stacked_format(formats, quantization_.block_rows);
+    if (fused.format == ops::WeightFormat::fp8_e4m3_per_channel) {  // one byte per value and a scale per row
+      const size_t bytes = static_cast<size_t>(fused.elements + 4 * fused.rows);
+      bytes_ += bytes - fused.bytes;
+      fused.bytes = bytes;
     }
     if (fused.format == ops::WeightFormat::dense) {
       const size_t dense = static_cast<size_t>(fused.elements) * dtype_size(dtype_);
@@ -231,16 +441,12 @@ ops::Weight WeightLoader::fuse_weights(const std::vector<ops::Weight>& parts) {
     data.push_back(p.data());
   }
   if (same && format == ops::WeightFormat::dense) return ops::Weight::dense(ops::concat(ctx_, data, 0));
-  if (same && ops::is_gguf_block_format(format)) {  // whole rows of blocks: the bytes one after another
-    Tensor blocks = ctx_.empty({n, data[0].numel() / parts[0].out_features()}, DType::i8);
-    size_t at = 0;
-    for (const Tensor& d : data) {
-      LW_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(blocks.data_ptr()) + at, d.data_ptr(), d.nbytes(),
-                                    cudaMemcpyDeviceToDevice, ctx_.stream().get()));
-      at += d.nbytes();
-    }
-    return ops::Weight::gguf(format, n, k, blocks);
+  if (ops::is_scaled_8bit_format(format)) {
+    ops::Weight w = fuse_scaled(parts);
+    if (w.defined()) return w;
   }
+  if (same && ops::is_gguf_block_format(format))  // whole rows of blocks: the bytes one after another
+    return ops::Weight::gguf(format, n, k, stack_bytes(ctx_, data, n, data[0].numel() / parts[0].out_features()));
   // One matrix needs one format: expand them all.
   std::string formats;
   std::vector<Tensor> dense;

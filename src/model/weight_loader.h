@@ -10,13 +10,15 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
+#include "model/config.h"
 #include "ops/weight.h"
 #include "weights/checkpoint.h"
 
 namespace lw::model {
 
-// How projection matrices stored in GGML blocks reach the device: kept in their blocks (the
-// linear kernels decode them; ops/weight.h), or expanded to the model dtype at load.
+// How quantised projection matrices (GGML blocks, FP8 and INT8 with scales) reach the device:
+// kept as stored (the linear kernels decode them; ops/weight.h), or expanded to the model dtype
+// at load.
 // LW_WEIGHT_STORAGE=auto|quantized|dense; auto keeps them quantised on GPUs and expands them on
 // the host target, whose fast GEMM is OpenBLAS over dense matrices (the emulated GEMV is the
 // oracle there, not a fast path). Embeddings and norms are always expanded.
@@ -27,13 +29,17 @@ class WeightLoader {
  public:
   // ckpt null: random weights from `seed` (benchmarks of named shapes). total: the bytes the
   // dry run counted; with it (and a terminal on stderr) the real run draws a progress bar.
-  // random_blocks: for random weights, the GGML type of the projection matrices
-  // (weights/random_blocks.h); f32 makes them dense in `dtype` like every other tensor.
+  // random_blocks: for random weights, the GGML type of the projection matrices, or f8_e4m3
+  // (128 x 128 block scales) or i8 (per-row scales) (weights/random_blocks.h); f32 makes them
+  // dense in `dtype` like every other tensor.
   WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType dtype, bool dry, size_t total = 0, uint64_t seed = 0,
                weights::FileDType random_blocks = weights::FileDType::f32);
   ~WeightLoader();
   WeightLoader(const WeightLoader&) = delete;
   WeightLoader& operator=(const WeightLoader&) = delete;
+
+  // The checkpoint's quantization_config: how block-wise scales of 8-bit projections are laid out.
+  void set_quantization(const WeightQuantization& q) { quantization_ = q; }
 
   // Random weights have every tensor the model asks for, under the names it asks.
   bool random() const { return ckpt_ == nullptr; }
@@ -56,11 +62,16 @@ class WeightLoader {
   Tensor fuse(const std::vector<Tensor>& parts, const std::vector<int64_t>& shape, int dim = 0);
 
   // A projection matrix [N, K] (`shape`) as a Weight: GGML blocks stay blocks when the storage
-  // keeps them (a shard's columns only on block boundaries), everything else is dense.
+  // keeps them (a shard's columns only on block boundaries); F8_E4M3 and I8 matrices with their
+  // scale tensor ("<name>_scale_inv" or "<name>_scale": one, one per row, or one per block)
+  // stay 8-bit where the storage keeps them (a shard only on scale-block boundaries, else
+  // expanded); everything else is dense.
   ops::Weight get_weight(const std::string& name, const std::vector<int64_t>& shape, Part part);
   ops::Weight get_weight(const std::string& name, const std::vector<int64_t>& shape) { return get_weight(name, shape, Part()); }
-  // Weights stacked by rows into one [sum N, K]: blocks of one format stay blocks; parts of
-  // mixed formats are expanded to dense (one log line each time).
+  // Weights stacked by rows into one [sum N, K]: blocks of one format stay blocks; FP8 parts
+  // with per-tensor or per-row scales become one per-row FP8 weight, int8 parts one int8
+  // weight, FP8 parts of one scale block (all but the last whole blocks of rows) one block
+  // weight; parts of mixed formats are expanded to dense (one log line each time).
   ops::Weight fuse_weights(const std::vector<ops::Weight>& parts);
   // Rows [start, end) of a [rows, cols] projection as a Weight, zero-padded to `padded` rows (a
   // rank's share of the vocabulary; zero blocks decode to zero in every GGML format).
@@ -78,6 +89,12 @@ class WeightLoader {
   // shard's columns split blocks: `dense` loads it so).
   ops::Weight block_weight(const weights::TensorRecord& rec, Part part, const std::function<ops::Weight()>& dense);
   ops::Weight get_weight_as_stored(const std::string& name, const std::vector<int64_t>& shape, Part part);
+  // Rows/columns `part` of the 8-bit matrix `rec` (F8_E4M3 or I8) with its scales (null: none,
+  // an error) as a Weight; `block`: the size of block scales.
+  ops::Weight scaled_weight(const weights::TensorRecord& rec, const weights::TensorRecord* scale, ops::WeightBlock block,
+                            Part part);
+  // Scaled 8-bit parts stacked by rows, or an undefined Weight where their formats do not stack.
+  ops::Weight fuse_scaled(const std::vector<ops::Weight>& parts);
 
   Context& ctx_;
   const weights::Checkpoint* ckpt_;
@@ -94,11 +111,12 @@ class WeightLoader {
   // expanding parts of mixed formats will take (its parts are undefined in a dry run).
   struct DryWeight {
     ops::WeightFormat format;
-    int64_t elements;
+    int64_t elements, rows;
     size_t bytes;
   };
   std::vector<DryWeight> dry_weights_;
   ops::WeightFormat kept_format_ = ops::WeightFormat::dense;  // of the last get_weight
+  WeightQuantization quantization_;
 };
 
 }  // namespace lw::model

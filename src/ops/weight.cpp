@@ -102,6 +102,11 @@ int64_t gguf_block_bytes(WeightFormat format) {
   return b ? block_format_bytes(*b) : 0;
 }
 
+bool is_scaled_8bit_format(WeightFormat format) {
+  return format == WeightFormat::int8_per_channel || format == WeightFormat::fp8_e4m3_per_tensor ||
+         format == WeightFormat::fp8_e4m3_per_channel || format == WeightFormat::fp8_e4m3_per_block;
+}
+
 std::optional<WeightFormat> gguf_weight_format(BlockFormat format) {
   for (WeightFormat f : {WeightFormat::gguf_q4_0, WeightFormat::gguf_q4_1, WeightFormat::gguf_q5_0, WeightFormat::gguf_q5_1,
                          WeightFormat::gguf_q8_0, WeightFormat::gguf_q2_k, WeightFormat::gguf_q3_k, WeightFormat::gguf_q4_k,
@@ -235,6 +240,22 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype) {
     else cast(ctx, w.data(), out);
     return out;
   }
+  if (is_scaled_8bit_format(w.format())) {
+    kernels::ScaledMatrix m{w.data().data_ptr(),
+                            w.format() != WeightFormat::int8_per_channel,
+                            w.scales().data<float>(),
+                            w.format() == WeightFormat::fp8_e4m3_per_tensor  ? kernels::ScaleLayout::tensor
+                            : w.format() == WeightFormat::fp8_e4m3_per_block ? kernels::ScaleLayout::block
+                                                                             : kernels::ScaleLayout::row,
+                            w.out_features(),
+                            w.in_features(),
+                            w.block().rows,
+                            w.block().cols};
+    dispatch_float(dtype, op, [&]<class T>() {
+      kernels::dequantize_scaled<T>(out.data<T>(), m, ctx.warp_size(), ctx.stream().get());
+    });
+    return out;
+  }
   const std::optional<BlockFormat> block = gguf_block(w.format());
   LW_CHECK(block.has_value(), op << ": weight " << w.describe() << ": this build cannot expand format " << w.name());
   dequantize(ctx, w.data().view({w.data().numel()}), *block, out);
@@ -283,9 +304,10 @@ void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, 
     linear(ctx, x, w.data(), bias, out, path);
     return;
   }
-  LW_CHECK(w.format() == WeightFormat::int8_per_channel || is_gguf_block_format(w.format()),
+  LW_CHECK(is_scaled_8bit_format(w.format()) || is_gguf_block_format(w.format()),
            op << ": weight " << w.describe() << " has format " << w.name()
-              << ": this build has no linear kernel for it yet (formats that run: dense, int8_per_channel, gguf_*)");
+              << ": this build has no linear kernel for it yet (formats that run: dense, int8_per_channel, fp8_e4m3_*, "
+                 "gguf_*)");
   check_float_input(op, "x", x);
   check_float_input(op, "out", out);
   check_same_dtype(op, "x", x, "out", out);
@@ -300,6 +322,12 @@ void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, 
     return;
   }
 
+  if (w.format() != WeightFormat::int8_per_channel) {
+    // FP8 weights (W8A16): expanded to x's dtype, then the dense linear; no path of it
+    // quantises the activations.
+    linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, path);
+    return;
+  }
   // int8 per channel (W8A8): x quantised per token, the int8 GEMM with both scales.
   int64_t rows = 1;
   for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);

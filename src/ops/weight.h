@@ -20,9 +20,9 @@ namespace lw::ops {
 
 enum class WeightFormat : uint8_t {
   dense,                 // f32/f16/bf16 [N, K]
-  fp8_e4m3_per_tensor,   // declared: e4m3 bytes (i8) [N, K], one f32 scale
-  fp8_e4m3_per_channel,  // declared: e4m3 bytes (i8) [N, K], f32 scales [N]
-  fp8_e4m3_per_block,    // declared: e4m3 bytes (i8) [N, K], f32 scales [ceil(N/bn), ceil(K/bk)]
+  fp8_e4m3_per_tensor,   // e4m3 bytes (i8) [N, K], one f32 scale: w = fp8(q) * scale
+  fp8_e4m3_per_channel,  // e4m3 bytes (i8) [N, K], f32 scales [N]
+  fp8_e4m3_per_block,    // e4m3 bytes (i8) [N, K], f32 scales [ceil(N/bn), ceil(K/bk)]
   int8_per_channel,      // symmetric int8 [N, K], f32 scales [N]: w = q * scale[n]
   int4_gptq,             // declared: GPTQ (AutoGPTQ/exllama layout), optional g_idx
   int4_awq,              // declared: AWQ (AutoAWQ GEMM layout)
@@ -40,6 +40,8 @@ enum class WeightFormat : uint8_t {
 
 const char* weight_format_name(WeightFormat format);
 bool is_gguf_block_format(WeightFormat format);
+// int8_per_channel and the fp8_e4m3 formats: one byte per element and f32 scales.
+bool is_scaled_8bit_format(WeightFormat format);
 // The Weight format of GGML blocks the kernels decode (none for the plain float types).
 std::optional<WeightFormat> gguf_weight_format(kernels::BlockFormat format);
 // A GGUF block format's elements and bytes per block (0 for the other formats).
@@ -113,7 +115,8 @@ class Weight {
 // the expansion and the vendor GEMM are faster (H200, docs/PERFORMANCE.md "GGUF block weights").
 inline constexpr int64_t kGgufGemvMaxRows = 4;
 
-// The weight as a dense [N, K] tensor of `dtype` (dense and GGUF formats; others refused).
+// The weight as a dense [N, K] tensor of `dtype` (dense, GGUF, fp8 and int8 formats; the int4
+// formats refused): each value decoded in fp32, times its scale, rounded once.
 Tensor expand(Context& ctx, const Weight& w, DType dtype);
 
 // out[..., N] = x[..., K] @ W^T + bias[N] for W in any format this build has a kernel for:
@@ -125,7 +128,9 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //                     (rounded to x's dtype) on every path;
 //   int8_per_channel  x quantised per token (quantize_per_token), then `linear_int8` with x's
 //                     per-row scales and the weight's per-channel scales (exact int32
-//                     accumulation; the output rounded once); the gemv path is refused.
+//                     accumulation; the output rounded once); the gemv path is refused;
+//   fp8_e4m3_*        the weights expanded to x's dtype (a temporary [N, K]) and the dense
+//                     linear: FP8 weights with activations in x's dtype (W8A16) on every path.
 // x, out contiguous with the same leading dimensions and x's dtype (f32/f16/bf16); bias
 // optional, [N] in that dtype. Any other format is an error naming it.
 void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out,

@@ -26,6 +26,7 @@ const char* file_dtype_name(FileDType t) {
     case FileDType::i8: return "i8";
     case FileDType::i32: return "i32";
     case FileDType::i64: return "i64";
+    case FileDType::f8_e4m3: return "f8_e4m3";
     case FileDType::unsupported: return "unsupported";
   }
   return "?";
@@ -66,6 +67,7 @@ int64_t file_dtype_block_bytes(FileDType t) {
     case FileDType::i8: return 1;
     case FileDType::i32: return 4;
     case FileDType::i64: return 8;
+    case FileDType::f8_e4m3: return 1;
     case FileDType::unsupported: return 0;
   }
   return 0;

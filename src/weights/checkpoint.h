@@ -15,7 +15,9 @@ namespace lw::weights {
 // says which.
 // The q types are GGML's block formats (GGUF files).
 enum class FileDType : uint8_t {
-  f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, i8, i32, i64, unsupported
+  f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, i8, i32, i64,
+  f8_e4m3,  // FP8 E4M3 (e4m3fn) bytes: scaled weights (kernels/quant/fp8.h)
+  unsupported
 };
 
 const char* file_dtype_name(FileDType t);

@@ -52,6 +52,7 @@ std::optional<ops::BlockFormat> block_format(FileDType t) {
     case FileDType::i8:
     case FileDType::i32:
     case FileDType::i64:
+    case FileDType::f8_e4m3:
     case FileDType::unsupported: return std::nullopt;
   }
   return std::nullopt;
@@ -90,6 +91,10 @@ Tensor load_tensor(Context& ctx, const TensorRecord& rec, DType compute) {
   LW_CHECK(rec.dtype != FileDType::unsupported,
            "tensor '" << rec.name << "' in '" << rec.file << "' has type " << rec.type_name
                       << ", which cannot be loaded; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, I8, I32, I64");
+  LW_CHECK(rec.dtype != FileDType::f8_e4m3,
+           "tensor '" << rec.name << "' in '" << rec.file << "' is F8_E4M3: FP8 values mean nothing without their scales, "
+                                                             "and only projection matrices with a weight_scale or "
+                                                             "weight_scale_inv tensor load as FP8");
   LW_CHECK(compute == DType::f32 || compute == DType::f16 || compute == DType::bf16,
            "load_tensor: compute dtype " << dtype_name(compute) << " for tensor '" << rec.name
                                          << "' must be f32, f16 or bf16");

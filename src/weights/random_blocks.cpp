@@ -1,5 +1,6 @@
 #include "weights/random_blocks.h"
 
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -47,6 +48,29 @@ uint64_t next(uint64_t& state) {
 }  // namespace
 
 bool has_random_blocks(FileDType type) { return scales_of(type) != nullptr; }
+
+bool has_random_scaled(FileDType type) { return type == FileDType::f8_e4m3 || type == FileDType::i8; }
+
+RandomScaled random_scaled(FileDType type, int64_t rows, int64_t cols, uint64_t seed, int64_t block) {
+  LW_CHECK(has_random_scaled(type), "random_scaled: " << file_dtype_name(type) << " is not f8_e4m3 or i8");
+  LW_CHECK(rows >= 0 && cols > 0 && block > 0, "random_scaled: [" << rows << ", " << cols << "], blocks of " << block);
+  const bool fp8 = type == FileDType::f8_e4m3;
+  RandomScaled r;
+  r.values.resize(static_cast<size_t>(rows * cols));
+  uint64_t state = seed;
+  for (std::byte& b : r.values) {
+    const uint64_t x = next(state);
+    // fp8: sign, exponent 1..8, mantissa; int8: -127..127.
+    b = static_cast<std::byte>(fp8 ? ((x & 1) << 7) | ((1 + (x >> 1) % 8) << 3) | ((x >> 8) & 7)
+                                   : static_cast<uint8_t>(static_cast<int>((x >> 1) % 255) - 127));
+  }
+  r.scale_shape = fp8 ? std::vector<int64_t>{(rows + block - 1) / block, (cols + block - 1) / block}
+                      : std::vector<int64_t>{rows, 1};
+  const float nominal = 0.3f / std::sqrt(static_cast<float>(cols)) / (fp8 ? 1.0f : 127.0f);
+  r.scales.resize(static_cast<size_t>(r.scale_shape[0] * r.scale_shape[1]));
+  for (float& s : r.scales) s = nominal * (0.5f + 0.5f * static_cast<float>(next(state) >> 40) / static_cast<float>(1 << 24));
+  return r;
+}
 
 std::vector<std::byte> random_blocks(FileDType type, int64_t rows, int64_t cols, uint64_t seed, float scale) {
   const BlockScales* f = scales_of(type);

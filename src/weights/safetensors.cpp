@@ -27,7 +27,7 @@ constexpr StDType kStDTypes[] = {
     {"I8", 1, FileDType::i8},           {"I32", 4, FileDType::i32},         {"I64", 8, FileDType::i64},
     {"F64", 8, FileDType::unsupported}, {"U8", 1, FileDType::unsupported},  {"BOOL", 1, FileDType::unsupported},
     {"I16", 2, FileDType::unsupported}, {"U16", 2, FileDType::unsupported}, {"U32", 4, FileDType::unsupported},
-    {"U64", 8, FileDType::unsupported}, {"F8_E4M3", 1, FileDType::unsupported},
+    {"U64", 8, FileDType::unsupported}, {"F8_E4M3", 1, FileDType::f8_e4m3},
     {"F8_E5M2", 1, FileDType::unsupported},
 };
 

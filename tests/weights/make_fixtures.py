@@ -231,6 +231,103 @@ os.makedirs(os.path.join(out, "st_missing_shard"))
 shutil.copy(os.path.join(out, "st_sharded/model-00001-of-00002.safetensors"), os.path.join(out, "st_missing_shard"))
 shutil.copy(os.path.join(out, "st_sharded/model.safetensors.index.json"), os.path.join(out, "st_missing_shard"))
 
+# --- 8-bit weights with scales (FP8 E4M3, INT8) ---------------------------------------------
+# Quantised as the formats' publishers describe it (DeepSeek-V3 / Hugging Face fp8: a block's
+# scale is its absolute maximum / 448, values rounded to e4m3fn by ml_dtypes; compressed-tensors
+# int8: per-row absolute maximum / 127, rounded to nearest). The reference values are ml_dtypes'
+# decoding times the scale in float32. Blocks of 32 x 32 here (the loader takes the size from
+# the config; 128 x 128 in the published checkpoints), with partial blocks on both edges.
+import ml_dtypes  # noqa: E402
+
+E4M3 = ml_dtypes.float8_e4m3fn
+FP8_BLOCK = 32
+
+
+def fp8_quantise(w, rows, cols):
+    """w [N, K] float32 -> (e4m3 bytes, scales [ceil(N/rows), ceil(K/cols)] float32)."""
+    n, k = w.shape
+    sn, sk = -(-n // rows), -(-k // cols)
+    scales = np.zeros((sn, sk), np.float32)
+    q = np.zeros((n, k), E4M3)
+    for i in range(sn):
+        for j in range(sk):
+            blk = w[i * rows:(i + 1) * rows, j * cols:(j + 1) * cols]
+            s = np.float32(np.abs(blk).max() / 448.0)
+            scales[i, j] = s
+            q[i * rows:(i + 1) * rows, j * cols:(j + 1) * cols] = (blk / s).astype(E4M3)
+    return q, scales
+
+
+def fp8_values(q, scales, rows, cols):
+    n, k = q.shape
+    s = np.repeat(np.repeat(scales, rows, axis=0), cols, axis=1)[:n, :k]
+    return (q.astype(np.float32) * s).astype(np.float32)
+
+
+scaled = {}  # name -> (safetensors dtype, array, shape)
+
+
+def add_scaled(name, data_dtype, data, scale_name, scale_dtype, scale, values):
+    # (np.ascontiguousarray makes a 0-d array 1-d: the shape is kept apart)
+    scaled[name] = (data_dtype, np.ascontiguousarray(data), data.shape)
+    if scale is not None:
+        scaled[scale_name] = (scale_dtype, np.ascontiguousarray(scale), scale.shape)
+    if values is not None:
+        expect("st_scaled", name, data.shape, "F8_E4M3" if data_dtype == "float8_e4m3fn" else "I8", values)
+
+
+def bits_of(a):
+    """The bytes of an ml_dtypes / numpy array as uint8 (serialize_file reads raw memory)."""
+    return a.view(np.uint8)
+
+
+# Block-wise (weight_scale_inv), partial blocks on both edges.
+w = randf((72, 80))
+q, s = fp8_quantise(w, FP8_BLOCK, FP8_BLOCK)
+add_scaled("block.weight", "float8_e4m3fn", bits_of(q), "block.weight_scale_inv", "float32", s,
+           fp8_values(q, s, FP8_BLOCK, FP8_BLOCK))
+# One scale (compressed-tensors "tensor"), stored as a 0-d float32 tensor; and as bf16 [1]
+# (its scale rounded to bf16 first, with headroom below 448).
+w = randf((24, 48))
+q, s = fp8_quantise(w, 24, 48)
+add_scaled("tensor.weight", "float8_e4m3fn", bits_of(q), "tensor.weight_scale", "float32", s.reshape(()),
+           fp8_values(q, s, 24, 48))
+w = randf((24, 48))
+sb = to_bf16_bits(np.array([np.abs(w).max() / 400.0], np.float32))
+s = bf16_bits_to_f32(sb).reshape(1, 1)
+q = (w / s[0, 0]).astype(E4M3)
+add_scaled("tensor1.weight", "float8_e4m3fn", bits_of(q), "tensor1.weight_scale", "bfloat16", sb,
+           fp8_values(q, s, 24, 48))
+# One scale per output row (compressed-tensors "channel": weight_scale [N, 1]).
+w = randf((40, 48))
+q, s = fp8_quantise(w, 1, 48)
+add_scaled("channel.weight", "float8_e4m3fn", bits_of(q), "channel.weight_scale", "float32", s,
+           fp8_values(q, s, 1, 48))
+# int8 per row, and int8 with one scale.
+for name, rows in (("int8", 1), ("int8t", 24)):
+    w = randf((24, 48))
+    amax = np.abs(w).reshape(24 // rows, -1).max(axis=1).astype(np.float32)
+    s = (amax / np.float32(127)).astype(np.float32)
+    srow = np.repeat(s, rows)
+    qi = np.clip(np.rint(w / srow[:, None]), -127, 127).astype(np.int8)
+    add_scaled(f"{name}.weight", "int8", qi, f"{name}.weight_scale", "float32",
+               s.reshape(24, 1) if rows == 1 else s.reshape(1), (qi.astype(np.float32) * srow[:, None]).astype(np.float32))
+# Refused: no scale; a NaN code; scales of the wrong block shape; a NaN scale.
+q, s = fp8_quantise(randf((8, 16)), 8, 16)
+add_scaled("noscale.weight", "float8_e4m3fn", bits_of(q), None, None, None, None)
+qn = bits_of(q).copy()
+qn[3, 5] = 0x7F
+add_scaled("nan.weight", "float8_e4m3fn", qn, "nan.weight_scale", "float32", s.reshape(()), None)
+add_scaled("badblock.weight", "float8_e4m3fn", bits_of(q), "badblock.weight_scale_inv", "float32",
+           np.ones((5, 5), np.float32), None)
+add_scaled("nanscale.weight", "float8_e4m3fn", bits_of(q), "nanscale.weight_scale", "float32",
+           np.array([np.nan], np.float32), None)
+
+os.makedirs(os.path.join(out, "st_scaled"))
+specs = {k: TensorSpec(dtype=dt, shape=list(shape), data_ptr=a.ctypes.data, data_len=a.nbytes)
+         for k, (dt, a, shape) in scaled.items()}
+serialize_file(specs, os.path.join(out, "st_scaled/model.safetensors"), metadata={"format": "pt"})
+
 with open(os.path.join(out, "manifest.json"), "w") as f:
     json.dump(manifest, f, indent=1)
 print(f"wrote fixtures to {out}")

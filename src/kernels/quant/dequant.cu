@@ -5,6 +5,7 @@
 #include "gpu/launch.h"
 #include "gpu/numeric.h"
 #include "gpu/vector.h"
+#include "kernels/quant/fp8.h"
 #include "kernels/quant/gguf_blocks.h"
 
 namespace lw::kernels {
@@ -33,6 +34,45 @@ __global__ void dequant_kernel(T* out, const uint8_t* in, int64_t runs) {
       gpu::Vec<T, V> w;
 #pragma unroll
       for (int e = 0; e < V; ++e) w.v[e] = gpu::from_float<T>(v[c + e]);
+      gpu::store_vec<V>(o + c, w);
+    }
+  }
+}
+
+// A thread per run of R bytes of one row (R divides cols; R = 16 with vector stores, else 1).
+template <class T, int R>
+__global__ void dequant_scaled_kernel(T* out, ScaledMatrix m) {
+  const int64_t runs_per_row = m.cols / R, runs = m.rows * runs_per_row;
+  const int64_t block_cols = m.layout == ScaleLayout::block ? (m.cols + m.block_cols - 1) / m.block_cols : 0;
+  const auto* q = static_cast<const uint8_t*>(m.q);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < runs; r += stride) {
+    const int64_t row = r / runs_per_row, col0 = (r - row * runs_per_row) * R;
+    uint8_t bytes[R];
+    if constexpr (R == 16) {
+      const gpu::Vec<uint8_t, 16> v = gpu::load_vec<16>(q + row * m.cols + col0);
+#pragma unroll
+      for (int e = 0; e < R; ++e) bytes[e] = v.v[e];
+    } else {
+      bytes[0] = q[row * m.cols + col0];
+    }
+    T* o = out + row * m.cols + col0;
+#pragma unroll
+    for (int c = 0; c < R; c += (R == 16 ? gpu::kVecWidth<T> : 1)) {
+      constexpr int V = R == 16 ? gpu::kVecWidth<T> : 1;
+      gpu::Vec<T, V> w;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const int64_t col = col0 + c + e;
+        // Block scales change every block_cols columns (a multiple of R or not: looked up per element).
+        const float scale = m.layout == ScaleLayout::tensor ? m.scales[0]
+                            : m.layout == ScaleLayout::row
+                                ? m.scales[row]
+                                : m.scales[(row / m.block_rows) * block_cols + col / m.block_cols];
+        const uint8_t b = bytes[c + e];
+        const float value = m.fp8 ? fp8_e4m3_to_float(b) : static_cast<float>(static_cast<int8_t>(b));
+        w.v[e] = gpu::from_float<T>(value * scale);
+      }
       gpu::store_vec<V>(o + c, w);
     }
   }
@@ -113,8 +153,27 @@ void dequantize_blocks(T* out, const void* src, BlockFormat format, int64_t n, i
   LW_FAIL("dequantize: unknown block format " << static_cast<int>(format));
 }
 
+template <class T>
+void dequantize_scaled(T* out, const ScaledMatrix& m, int warp_size, cudaStream_t stream) {
+  LW_CHECK(m.rows >= 0 && m.cols >= 0, "dequantize_scaled: a matrix of " << m.rows << " x " << m.cols);
+  LW_CHECK(m.layout != ScaleLayout::block || (m.block_rows > 0 && m.block_cols > 0),
+           "dequantize_scaled: scale blocks of " << m.block_rows << " x " << m.block_cols);
+  if (m.rows == 0 || m.cols == 0) return;
+  const int threads = gpu::round_block_size(256, warp_size);
+  // Runs of 16 bytes where every row starts 16-byte aligned in both the bytes and out.
+  const bool vec = m.cols % 16 == 0 && gpu::aligned_to(gpu::kVectorBytes, out) && gpu::aligned_to(16, m.q);
+  const int64_t runs = m.rows * (vec ? m.cols / 16 : m.cols);
+  const int64_t blocks = std::min<int64_t>((runs + threads - 1) / threads, 8192);
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream};
+  if (vec) gpu::launch("weights_dequant_scaled", dequant_scaled_kernel<T, 16>, cfg, out, m);
+  else gpu::launch("weights_dequant_scaled", dequant_scaled_kernel<T, 1>, cfg, out, m);
+}
+
 template void dequantize_blocks<float>(float*, const void*, BlockFormat, int64_t, int, cudaStream_t);
 template void dequantize_blocks<half>(half*, const void*, BlockFormat, int64_t, int, cudaStream_t);
 template void dequantize_blocks<bfloat16>(bfloat16*, const void*, BlockFormat, int64_t, int, cudaStream_t);
+template void dequantize_scaled<float>(float*, const ScaledMatrix&, int, cudaStream_t);
+template void dequantize_scaled<half>(half*, const ScaledMatrix&, int, cudaStream_t);
+template void dequantize_scaled<bfloat16>(bfloat16*, const ScaledMatrix&, int, cudaStream_t);
 
 }  // namespace lw::kernels

@@ -1,5 +1,6 @@
 // Expansion of stored weight formats into a float tensor on the device: plain float types
-// converted, GGML's quantised blocks (llama.cpp's layout) expanded in fp32 and rounded once.
+// converted, GGML's quantised blocks (llama.cpp's layout) and 8-bit values with scales (FP8,
+// INT8) expanded in fp32 and rounded once.
 #pragma once
 #include <cstdint>
 
@@ -25,5 +26,23 @@ int64_t block_format_bytes(BlockFormat format);
 // rounded to T. `src` is device memory; n must be whole blocks.
 template <class T>
 void dequantize_blocks(T* out, const void* src, BlockFormat format, int64_t n, int warp_size, cudaStream_t stream);
+
+// A matrix of 8-bit values with float scales (ops/weight.h's fp8 and int8 formats): value
+// [n, k] = decode(q[n, k]) * scale, decode being FP8 E4M3 (kernels/quant/fp8.h) or a signed
+// byte, and the scale one for the whole matrix, one per row, or one per block of block_rows x
+// block_cols (row-major over ceil(rows / block_rows) x ceil(cols / block_cols) blocks).
+enum class ScaleLayout : uint8_t { tensor, row, block };
+struct ScaledMatrix {
+  const void* q;  // rows x cols bytes, row-major, contiguous
+  bool fp8;       // FP8 E4M3 bytes, else int8
+  const float* scales;
+  ScaleLayout layout;
+  int64_t rows, cols;
+  int64_t block_rows = 0, block_cols = 0;  // ScaleLayout::block only
+};
+
+// out[n * cols + k] = the value in fp32, rounded once to T. Device memory.
+template <class T>
+void dequantize_scaled(T* out, const ScaledMatrix& m, int warp_size, cudaStream_t stream);
 
 }  // namespace lw::kernels
