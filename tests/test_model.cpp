@@ -137,7 +137,8 @@ TEST(Model, QuantizationConfigIsReadOrRefused) {
   EXPECT_EQ(q.block_rows, 128);
   EXPECT_EQ(q.block_cols, 64);
   q = read(R"({"quant_method": "fp8", "activation_scheme": "static"})").quantization;
-  EXPECT_EQ(q.block_rows, 0);
+  EXPECT_EQ(q.block_rows, 128);  // transformers' default block
+  EXPECT_EQ(q.block_cols, 128);
   const std::string group = R"({"quant_method": "compressed-tensors", "format": "FORMAT", "ignore": ["lm_head"],
       "config_groups": {"group_0": {"targets": ["Linear"], "weights": WEIGHTS}}})";
   auto ct = [&](const std::string& format, const std::string& weights) {
@@ -151,7 +152,15 @@ TEST(Model, QuantizationConfigIsReadOrRefused) {
   EXPECT_EQ(q.block_rows, 0);
   q = ct("float-quantized", R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]})");
   EXPECT_EQ(q.block_rows, 128);
-  EXPECT_EQ(ct("int-quantized", R"({"num_bits": 8, "type": "int", "strategy": "tensor"})").method, "compressed-tensors");
+  // int8 with int8 activations (W8A8), and weight-only int8 (W8A16: expanded at load).
+  std::string w8a8 = group;
+  w8a8.replace(w8a8.find("FORMAT"), 6, "int-quantized");
+  w8a8.replace(w8a8.find("WEIGHTS"), 7, R"({"num_bits": 8, "type": "int", "strategy": "channel"},
+      "input_activations": {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": true})");
+  EXPECT_TRUE(read(w8a8).quantization.int8_activations);
+  q = ct("int-quantized", R"({"num_bits": 8, "type": "int", "strategy": "tensor"})");
+  EXPECT_EQ(q.method, "compressed-tensors");
+  EXPECT_FALSE(q.int8_activations);
   EXPECT_EQ(read("{\"quant_method\": \"fp8\"}").quantization.method, "fp8");
   EXPECT_EQ(model::ModelConfig::named("smollm2-135m").quantization.method, "");
 

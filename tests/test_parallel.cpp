@@ -185,6 +185,10 @@ TEST(TensorParallel, GgufBlocksKeptMatchTheExpandedModel) {
         EXPECT_EQ(m->weights().layers[1].qkv.format(), ops::WeightFormat::gguf_q2_k);
         EXPECT_EQ(m->weights().layers[1].down.format(), ops::WeightFormat::gguf_q5_k);
         EXPECT_EQ(m->weights().layers[1].o.format(), s.size == 1 ? ops::WeightFormat::gguf_q3_k : ops::WeightFormat::dense);
+        // The KV cache leaves room for the largest expansion: this rank's gate/up in f32.
+        EXPECT_EQ(m->expansion_bytes(), static_cast<size_t>(2 * c.intermediate / s.size * c.hidden) * sizeof(float));
+      } else {
+        EXPECT_EQ(m->expansion_bytes(), 0u);
       }
       return m;
     }));
@@ -321,6 +325,13 @@ TEST(TensorParallel, RandomQuantisedWeightsMatchTheirExpansion) {
     const std::vector<float> dense = logits("dense", 1);
     same(dense, logits("quantized", 1));
     if (have_ranks(2)) same(dense, logits("quantized", 2));
+    // The dry run counts the bytes the load takes.
+    ScopedEnv env("LW_WEIGHT_STORAGE", "quantized");
+    const model::Architecture& arch = model::architecture(c.architecture);
+    model::WeightLoader dry(ctx(), nullptr, DType::f32, true, 0, 5, type), real(ctx(), nullptr, DType::f32, false, 0, 5, type);
+    model::load_weights(dry, arch, c, c, model::Shard{});
+    model::load_weights(real, arch, c, c, model::Shard{});
+    EXPECT_EQ(dry.bytes(), real.bytes());
   }
 }
 

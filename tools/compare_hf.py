@@ -4,7 +4,13 @@ every supported architecture: logits of a batch of prompts in fp32 and bf16, and
 continuations in fp32. Needs torch and transformers (the GPU machine has both).
 
     python3 tools/compare_hf.py --lightwave build/device/src/app/lightwave [--arch llama,qwen3] [--keep DIR]
-                                [--tp N [--nnodes M]]
+                                [--tp N [--nnodes M]] [--quant fp8]
+
+--quant fp8 saves the attention and dense-MLP projections as a Hugging Face fp8 checkpoint
+(F8_E4M3 weights, weight_scale_inv per 32 x 32 block, quantization_config quant_method fp8),
+quantised by torch (a block's scale is its absolute maximum / 448, values cast to
+float8_e4m3fn), and gives transformers the dequantised weights (fp8 value x scale, in fp32):
+both engines then run the same weights, and the fp32 and bf16 bounds below hold unchanged.
 
 --tp N runs lightwave with tensor parallelism over N GPUs; --nnodes M splits those ranks over M
 processes on this host (each sees its own GPUs through CUDA_VISIBLE_DEVICES and node 0 meets
@@ -103,7 +109,50 @@ def save_tokenizer(path):
     tok.save(os.path.join(path, "tokenizer.json"))
 
 
-def compare(arch, cfg, lightwave, root, rng, tp=1, nnodes=1):
+FP8_BLOCK = 32
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def fp8_quantise(w, block):
+    """w [N, K] float32 -> (float8_e4m3fn [N, K], scales [ceil(N/block), ceil(K/block)] float32,
+    the dequantised values)."""
+    n, k = w.shape
+    sn, sk = -(-n // block), -(-k // block)
+    padded = torch.zeros(sn * block, sk * block, dtype=torch.float32)
+    padded[:n, :k] = w
+    blocks = padded.view(sn, block, sk, block)
+    amax = blocks.abs().amax(dim=(1, 3))
+    scales = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    full = scales.repeat_interleave(block, 0).repeat_interleave(block, 1)[:n, :k]
+    q = (w / full).to(torch.float8_e4m3fn)
+    return q, scales, q.to(torch.float32) * full
+
+
+def save_fp8(model, d):
+    """Rewrites d's safetensors with the projections (not experts) in fp8 and puts their
+    dequantised values into `model`; adds the quantization_config."""
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(d, "model.safetensors")
+    tensors = load_file(path)
+    params = dict(model.named_parameters())
+    for name in list(tensors):
+        base = name.rsplit(".", 2)
+        if not name.endswith(".weight") or base[-2] not in PROJECTIONS or ".experts." in name or "shared_expert" in name:
+            continue
+        q, scales, deq = fp8_quantise(tensors[name].float(), FP8_BLOCK)
+        tensors[name] = q
+        tensors[name + "_scale_inv"] = scales.contiguous()
+        with torch.no_grad():
+            params[name].copy_(deq)
+    save_file(tensors, path, metadata={"format": "pt"})
+    cfg_path = os.path.join(d, "config.json")
+    cfg = json.load(open(cfg_path))
+    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
+                                  "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
+    json.dump(cfg, open(cfg_path, "w"), indent=2)
+
+
+def compare(arch, cfg, lightwave, root, rng, tp=1, nnodes=1, quant=""):
     d = os.path.join(root, arch)
     os.makedirs(d, exist_ok=True)
     torch.manual_seed(0)
@@ -122,6 +171,8 @@ def compare(arch, cfg, lightwave, root, rng, tp=1, nnodes=1):
                 p.normal_(0.0, 0.05)
     model.generation_config.eos_token_id = None
     model.save_pretrained(d)
+    if quant == "fp8":
+        save_fp8(model, d)
     save_tokenizer(d)
     prompts = [rng.integers(3, VOCAB, size=n).tolist() for n in PROMPT_LENS]
     with open(os.path.join(d, "prompts.json"), "w") as f:
@@ -174,6 +225,7 @@ def main():
     ap.add_argument("--keep", default="")
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--nnodes", type=int, default=1)
+    ap.add_argument("--quant", default="", choices=["", "fp8"])
     a = ap.parse_args()
     cfgs = configs()
     archs = a.arch.split(",") if a.arch else list(cfgs)
@@ -181,11 +233,13 @@ def main():
     rng = np.random.default_rng(1)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}; bounds: fp32 max |diff| / max |logit| "
           f"<= 1e-4; bf16 ||logits - fp32 logits|| / ||fp32 logits|| <= 1.5 x transformers' own; "
-          f"greedy {GREEDY} tokens identical in fp32; lightwave on {a.tp} rank(s) over {a.nnodes} process(es)")
+          f"greedy {GREEDY} tokens identical in fp32; lightwave on {a.tp} rank(s) over {a.nnodes} process(es)"
+          + (f"; projections in {a.quant} ({FP8_BLOCK} x {FP8_BLOCK} blocks), transformers on their dequantised values"
+             if a.quant else ""))
     failed = 0
     for arch in archs:
         try:
-            line = compare(arch, cfgs[arch], a.lightwave, root, rng, a.tp, a.nnodes)
+            line = compare(arch, cfgs[arch], a.lightwave, root, rng, a.tp, a.nnodes, a.quant)
         except Exception as e:  # report and go on to the next architecture
             line = f"FAILED  {type(e).__name__}: {e}"
         failed += not line.startswith("ok")

@@ -12,6 +12,7 @@
 #include "gpu/vector.h"
 #include "gpu/warp.h"
 #include "kernels/attention_merge.h"
+#include "kernels/attention_tile.h"
 
 namespace lw::kernels {
 
@@ -21,6 +22,14 @@ namespace mma = gpu::mma;
 
 constexpr int kKeys = 16;  // keys per tile: the columns of one score fragment
 constexpr int kPad = 8;    // elements added to each shared row: spreads the banks
+
+// The split's partial results, per decode-list entry: its new tokens x query heads (at most
+// kMatrixDecodeRows x kv_heads rows, whatever the rest of the batch holds), each `parts` times.
+LW_HOST_DEVICE inline int64_t part_rows(const MatrixDecodeArgs& a) {
+  return static_cast<int64_t>(kMatrixDecodeRows) * a.kv_heads;
+}
+// The first partial row of entry i.
+LW_HOST_DEVICE inline int64_t part_row(const MatrixDecodeArgs& a, int64_t i) { return i * part_rows(a); }
 
 // Tiles in the warp's ring: one being computed, the others loading. The widest heads keep two
 // (their tiles are twice the size).
@@ -150,20 +159,20 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
     const auto v_tile = k_tile + kKeys * KS;
     const int kv0 = first + t * kKeys;
 
-    mma::FragC sc;
-    mma::fill(sc, 0.0f);
+    mma::FragC sc[1];
+    mma::fill(sc[0], 0.0f);
 #pragma unroll
     for (int kd = 0; kd < D / 16; ++kd) {
       mma::FragB<T> kb;
       mma::load_b_transposed_shared(kb, k_tile + kd * 16, KS);
-      mma::mma(sc, qa[kd], kb, sc);
+      mma::mma(sc[0], qa[kd], kb, sc[0]);
     }
     if (a.softcap > 0.0f) {
 #pragma unroll
-      for (int i = 0; i < mma::kC; ++i) sc.x[i] = cap_log2 * tanhf(sc.x[i] * a.scale * inv_cap);
+      for (int i = 0; i < mma::kC; ++i) sc[0].x[i] = cap_log2 * tanhf(sc[0].x[i] * a.scale * inv_cap);
     } else {
 #pragma unroll
-      for (int i = 0; i < mma::kC; ++i) sc.x[i] *= score_scale;
+      for (int i = 0; i < mma::kC; ++i) sc[0].x[i] *= score_scale;
     }
     // Every row sees every key of the tile unless it crosses the range's ends, a window or the
     // causal edge of the new tokens.
@@ -175,101 +184,18 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
         const int pos = prefix + mma::c_row(lane, i) / group;
         const bool visible =
             key >= key_begin && key < key_end && key <= pos && (a.window <= 0 || pos - key < a.window);
-        if (!visible) sc.x[i] = -INFINITY;
+        if (!visible) sc[0].x[i] = -INFINITY;
       }
     }
-    float tile_max[mma::kRowSlots];
-#pragma unroll
-    for (int r = 0; r < mma::kRowSlots; ++r) tile_max[r] = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < mma::kC; ++i) tile_max[mma::c_slot(i)] = fmaxf(tile_max[mma::c_slot(i)], sc.x[i]);
-    float ref[mma::kRowSlots], corr[mma::kRowSlots];
-#pragma unroll
-    for (int r = 0; r < mma::kRowSlots; ++r) {
-      const float m_new = fmaxf(m[r], mma::reduce_row(tile_max[r], gpu::MaxOp{}));
-      // A row that has seen no key yet keeps m = -inf: exponentials against 0 give zeros.
-      ref[r] = m_new == -INFINITY ? 0.0f : m_new;
-      corr[r] = exp2f(m[r] - ref[r]);
-      m[r] = m_new;
-      l[r] *= corr[r];
-    }
-#pragma unroll
-    for (int dt = 0; dt < D / 16; ++dt) {
-#pragma unroll
-      for (int i = 0; i < mma::kC; ++i) o[dt].x[i] *= corr[mma::c_slot(i)];
-    }
-#pragma unroll
-    for (int i = 0; i < mma::kC; ++i) {
-      const float p = exp2f(sc.x[i] - ref[mma::c_slot(i)]);
-      sc.x[i] = p;
-      l[mma::c_slot(i)] += p;  // this lane's part of the row; summed over the row at the end
-    }
-
-    // P as an A fragment: in registers where C is one, else through the staging tile.
-    auto as_a = [&](const mma::FragC& c) {
-      mma::FragA<T> f;
-      if constexpr (mma::kCMatchesA) {
-        f = mma::c_as_a<T>(c);
-      } else {
-        const auto staging = smem + R * kTile;
-#pragma unroll
-        for (int i = 0; i < mma::kC; ++i) {
-          staging[mma::c_row(lane, i) * PS + mma::c_col(lane, i)] = gpu::from_float<T>(c.x[i]);
-        }
-        gpu::sync_warp();
-        mma::load_a_shared(f, staging, PS);
-        gpu::sync_warp();  // read before the next use overwrites it
-      }
-      return f;
-    };
-    const mma::FragA<T> pa = as_a(sc);
-    // bf16 keeps 8 bits of a probability: the rest goes in a second term (P = hi + lo), as in
-    // the prefill kernel, so that P.V is as exact as with fp32 probabilities.
-    constexpr bool kSplitP = std::is_same_v<T, bfloat16>;
-    mma::FragA<T> pa_lo;
-    if constexpr (kSplitP) {
-      mma::FragC lo;
-#pragma unroll
-      for (int i = 0; i < mma::kC; ++i) lo.x[i] = sc.x[i] - gpu::to_float(gpu::from_float<T>(sc.x[i]));
-      pa_lo = as_a(lo);
-    }
-#pragma unroll
-    for (int dt = 0; dt < D / 16; ++dt) {
-      mma::FragB<T> vb;
-      mma::load_b_shared(vb, v_tile + dt * 16, KS);
-      mma::mma(o[dt], pa, vb, o[dt]);
-      if constexpr (kSplitP) mma::mma(o[dt], pa_lo, vb, o[dt]);
-    }
+    attention_tile::online_softmax(sc, m, l, o);
+    attention_tile::accumulate_pv<T>(o, sc[0], v_tile, KS, smem + R * kTile, PS);
     gpu::sync_warp();  // every lane is done with the entry before a later load refills it
   }
 
-  float sum[mma::kRowSlots], inv[mma::kRowSlots];
-#pragma unroll
-  for (int r = 0; r < mma::kRowSlots; ++r) {
-    sum[r] = mma::reduce_row(l[r], gpu::SumOp{});
-    inv[r] = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
-  }
-#pragma unroll
-  for (int dt = 0; dt < D / 16; ++dt) {
-#pragma unroll
-    for (int i = 0; i < mma::kC; ++i) {
-      const int r = mma::c_row(lane, i);
-      if (r >= rows) continue;
-      const int64_t qh = q_row(r) * a.q_heads + q_head(r);
-      const int d = dt * 16 + mma::c_col(lane, i);
-      const float value = o[dt].x[i] * inv[mma::c_slot(i)];
-      if (a.parts == 1) {
-        out[qh * D + d] = gpu::from_float<T>(value);
-      } else {
-        const int64_t at = qh * a.parts + part;
-        part_out[at * D + d] = value;
-        if (d == 0) {
-          part_max[at] = m[mma::c_slot(i)];
-          part_sum[at] = sum[mma::c_slot(i)];
-        }
-      }
-    }
-  }
+  attention_tile::write_rows<T>(
+      o, m, l, a.parts, [&](int r) { return r < rows; }, [&](int r) { return q_row(r) * a.q_heads + q_head(r); },
+      [&](int r) { return (part_row(a, blockIdx.x) + (r / group) * a.q_heads + q_head(r)) * a.parts + part; }, out,
+      part_out, part_max, part_sum);
 #else
   __trap();  // no matrix cores in this device compilation: the op never selects this path here
 #endif
@@ -283,9 +209,10 @@ __global__ void matrix_decode_merge_kernel(MatrixDecodeArgs a, const int32_t* se
   const int s = decode_seqs[blockIdx.y];
   const int row0 = seq_info[3 * s], qlen = seq_info[3 * s + 1];
   for (int j = 0; j < qlen; ++j) {
-    const int64_t at = static_cast<int64_t>(row0 + j) * a.q_heads + blockIdx.x;
+    const int64_t at = part_row(a, blockIdx.y) + static_cast<int64_t>(j) * a.q_heads + blockIdx.x;
+    const int64_t o = (static_cast<int64_t>(row0 + j) * a.q_heads + blockIdx.x) * a.head_dim;
     merge_partitions(part_out + at * a.parts * a.head_dim, part_max + at * a.parts, part_sum + at * a.parts, a.parts,
-                     a.head_dim, out + at * a.head_dim);
+                     a.head_dim, out + o);
   }
 }
 
@@ -293,7 +220,7 @@ template <class T, int D>
 void launch_decode(const MatrixDecodeArgs& a, const T* q, const T* k_cache, const T* v_cache,
                    const int32_t* block_tables, const int32_t* seq_info, const int32_t* decode_seqs, float* workspace,
                    T* out, int warp_size, cudaStream_t stream) {
-  const int64_t per = static_cast<int64_t>(a.rows) * a.q_heads * a.parts;
+  const int64_t per = static_cast<int64_t>(a.seqs) * part_rows(a) * a.parts;
   float* part_out = a.parts > 1 ? workspace : nullptr;
   float* part_max = a.parts > 1 ? workspace + per * a.head_dim : nullptr;
   float* part_sum = a.parts > 1 ? part_max + per : nullptr;
@@ -311,16 +238,31 @@ void launch_decode(const MatrixDecodeArgs& a, const T* q, const T* k_cache, cons
 
 }  // namespace
 
-// Resident warps are about eight per multiprocessor (the ring's shared memory), so a launch runs
-// in waves of eight per multiprocessor: a split that leaves a second, thin wave doubles the time
-// for a few percent more warps. Split into as many parts as fit in one wave, or not at all.
+// Resident warps per multiprocessor: as many rings as fit in an H100/H200's 227 KiB of shared
+// memory (1 KiB of each block's is the runtime's), at most eight (the launch bounds): 8 for
+// head dims up to 128, 6 for 256.
+int resident_warps(int head_dim) {
+  constexpr size_t kSharedPerMultiprocessor = 227 * 1024, kReserved = 1024;
+  size_t ring = 0;
+  switch (head_dim) {
+    case 64: ring = shared_bytes<half, 64>(); break;  // lint: not-a-warp
+    case 80: ring = shared_bytes<half, 80>(); break;
+    case 96: ring = shared_bytes<half, 96>(); break;
+    case 128: ring = shared_bytes<half, 128>(); break;
+    default: ring = shared_bytes<half, 256>(); break;
+  }
+  return static_cast<int>(std::clamp<size_t>(kSharedPerMultiprocessor / (ring + kReserved), 1, 8));
+}
+
+// A launch runs in waves of the resident warps: a split that leaves a second, thin wave doubles
+// the time for a few percent more warps. Split into as many parts as fit in one wave, or not at
+// all.
 void choose_matrix_decode_split(MatrixDecodeArgs& a, int max_context, int multiprocessors) {
   constexpr int kMinPartition = 64;  // lint: not-a-warp (keys)
-  constexpr int64_t kWarpsPerMultiprocessor = 8;
   a.partition = 0;
   a.parts = 1;
   const int64_t blocks = static_cast<int64_t>(a.seqs) * a.kv_heads;
-  const int64_t wave = kWarpsPerMultiprocessor * std::max(1, multiprocessors);
+  const int64_t wave = static_cast<int64_t>(resident_warps(a.head_dim)) * std::max(1, multiprocessors);
   if (blocks == 0 || 2 * blocks > wave || max_context <= kMinPartition) return;
   const int64_t splits = wave / blocks;
   int64_t partition = (max_context + splits - 1) / splits;
@@ -332,7 +274,7 @@ void choose_matrix_decode_split(MatrixDecodeArgs& a, int max_context, int multip
 }
 
 int64_t matrix_decode_workspace(const MatrixDecodeArgs& a) {
-  return a.parts > 1 ? static_cast<int64_t>(a.rows) * a.q_heads * a.parts * (a.head_dim + 2) : 0;
+  return a.parts > 1 ? static_cast<int64_t>(a.seqs) * part_rows(a) * a.parts * (a.head_dim + 2) : 0;
 }
 
 template <class T>

@@ -26,7 +26,6 @@ struct MatrixDecodeArgs {
   // own warps and merged: parts > 1 needs the workspace of matrix_decode_workspace. 0: none.
   int partition = 0;
   int parts = 1;
-  int rows = 0;            // query rows in q (the workspace is indexed by them)
 };
 
 // Rows of the kernel's fragment: a sequence with new tokens x group <= 16 fits.
@@ -35,12 +34,13 @@ inline constexpr int kMatrixDecodeRows = 16;
 // key/value head (0: none).
 inline int matrix_decode_max_tokens(int group) { return group >= 1 && group <= kMatrixDecodeRows ? kMatrixDecodeRows / group : 0; }
 
-// Splits contexts of up to max_context keys so that the launch fills one wave of about eight
-// warps per multiprocessor (enough tiles in flight to cover the memory latency) without
-// starting a second, in partitions of at least 64 keys; no split when the batch alone fills
-// half a wave.
+// Splits contexts of up to max_context keys so that the launch fills one wave of resident warps
+// (8 per multiprocessor, 6 for head_dim 256: enough tiles in flight to cover the memory
+// latency) without starting a second, in partitions of at least 64 keys; no split when the
+// batch alone fills half a wave.
 void choose_matrix_decode_split(MatrixDecodeArgs& a, int max_context, int multiprocessors);
-// Floats of workspace a split launch needs (0 without a split).
+// Floats of workspace a split launch needs (0 without a split): the partial results of the
+// decode-list entries only, whatever else the batch holds.
 int64_t matrix_decode_workspace(const MatrixDecodeArgs& a);
 
 // For each sequence s = decode_seqs[i] (seq_info as kernels::PrefillTables: first row in q, new

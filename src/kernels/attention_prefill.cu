@@ -12,6 +12,7 @@
 #include "gpu/vector.h"
 #include "gpu/warp.h"
 #include "kernels/attention_merge.h"
+#include "kernels/attention_tile.h"
 
 namespace lw::kernels {
 
@@ -210,38 +211,7 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
           }
         }
       }
-      float tile_max[mma::kRowSlots];
-#pragma unroll
-      for (int r = 0; r < mma::kRowSlots; ++r) tile_max[r] = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < KN / 16; ++nt) {
-#pragma unroll
-        for (int i = 0; i < mma::kC; ++i) tile_max[mma::c_slot(i)] = fmaxf(tile_max[mma::c_slot(i)], sc[nt].x[i]);
-      }
-      float ref[mma::kRowSlots], corr[mma::kRowSlots];
-#pragma unroll
-      for (int r = 0; r < mma::kRowSlots; ++r) {
-        const float m_new = fmaxf(m[r], mma::reduce_row(tile_max[r], gpu::MaxOp{}));
-        // A row that has seen no key yet keeps m = -inf: exponentials against 0 give zeros.
-        ref[r] = m_new == -INFINITY ? 0.0f : m_new;
-        corr[r] = exp2f(m[r] - ref[r]);
-        m[r] = m_new;
-        l[r] *= corr[r];
-      }
-#pragma unroll
-      for (int dt = 0; dt < D / 16; ++dt) {
-#pragma unroll
-        for (int i = 0; i < mma::kC; ++i) o[dt].x[i] *= corr[mma::c_slot(i)];
-      }
-#pragma unroll
-      for (int nt = 0; nt < KN / 16; ++nt) {
-#pragma unroll
-        for (int i = 0; i < mma::kC; ++i) {
-          const float p = exp2f(sc[nt].x[i] - ref[mma::c_slot(i)]);
-          sc[nt].x[i] = p;
-          l[mma::c_slot(i)] += p;  // this lane's part of the row; summed over the row at the end
-        }
-      }
+      attention_tile::online_softmax(sc, m, l, o);
     }
 
     __syncthreads();  // every warp is done with K
@@ -252,75 +222,18 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
     __syncthreads();
 
     if (work) {
+      const auto staging = smem + 2 * KN * KS + warp * 16 * PS;  // (layouts whose C is no A fragment)
 #pragma unroll
-      for (int kc = 0; kc < KN / 16; ++kc) {
-        // P as an A fragment: in registers where C is one, else through the warp's staging tile.
-        auto as_a = [&](const mma::FragC& c) {
-          mma::FragA<T> f;
-          if constexpr (mma::kCMatchesA) {
-            f = mma::c_as_a<T>(c);
-          } else {
-            const auto staging = smem + 2 * KN * KS + warp * 16 * PS;
-#pragma unroll
-            for (int i = 0; i < mma::kC; ++i) {
-              staging[mma::c_row(lane, i) * PS + mma::c_col(lane, i)] = gpu::from_float<T>(c.x[i]);
-            }
-            gpu::sync_warp();
-            mma::load_a_shared(f, staging, PS);
-            gpu::sync_warp();  // read before the next chunk overwrites it
-          }
-          return f;
-        };
-        const mma::FragA<T> pa = as_a(sc[kc]);
-        // bf16 keeps 8 bits of a probability: the rest goes in a second term (P = hi + lo, each
-        // rounded to bf16), so that P.V is as exact as with fp32 probabilities (about 16 bits).
-        // f16's 11 bits are kept as they are.
-        constexpr bool kSplitP = std::is_same_v<T, bfloat16>;
-        mma::FragA<T> pa_lo;
-        if constexpr (kSplitP) {
-          mma::FragC lo;
-#pragma unroll
-          for (int i = 0; i < mma::kC; ++i) lo.x[i] = sc[kc].x[i] - gpu::to_float(gpu::from_float<T>(sc[kc].x[i]));
-          pa_lo = as_a(lo);
-        }
-#pragma unroll
-        for (int dt = 0; dt < D / 16; ++dt) {
-          mma::FragB<T> vb;
-          mma::load_b_shared(vb, v_tile + kc * 16 * KS + dt * 16, KS);
-          mma::mma(o[dt], pa, vb, o[dt]);
-          if constexpr (kSplitP) mma::mma(o[dt], pa_lo, vb, o[dt]);
-        }
-      }
+      for (int kc = 0; kc < KN / 16; ++kc) attention_tile::accumulate_pv<T>(o, sc[kc], v_tile + kc * 16 * KS, KS, staging, PS);
     }
   }
 
-  float sum[mma::kRowSlots], inv[mma::kRowSlots];
-#pragma unroll
-  for (int r = 0; r < mma::kRowSlots; ++r) {
-    sum[r] = mma::reduce_row(l[r], gpu::SumOp{});
-    inv[r] = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
-  }
-#pragma unroll
-  for (int dt = 0; dt < D / 16; ++dt) {
-#pragma unroll
-    for (int i = 0; i < mma::kC; ++i) {
-      const int r = wr0 + mma::c_row(lane, i);
-      if (r >= rows) continue;
-      const int64_t qh = q_row(r) * a.q_heads + q_head(r);
-      const int d = dt * 16 + mma::c_col(lane, i);
-      const float value = o[dt].x[i] * inv[mma::c_slot(i)];
-      if (a.parts == 1) {
-        out[qh * D + d] = gpu::from_float<T>(value);
-      } else {
-        const int64_t at = qh * a.parts + part;
-        part_out[at * D + d] = value;
-        if (d == 0) {
-          part_max[at] = m[mma::c_slot(i)];  // log2 units
-          part_sum[at] = sum[mma::c_slot(i)];
-        }
-      }
-    }
-  }
+  // Fragment row r is block row wr0 + r.
+  attention_tile::write_rows<T>(
+      o, m, l, a.parts, [&](int r) { return wr0 + r < rows; },
+      [&](int r) { return q_row(wr0 + r) * a.q_heads + q_head(wr0 + r); },
+      [&](int r) { return (q_row(wr0 + r) * a.q_heads + q_head(wr0 + r)) * a.parts + part; }, out, part_out, part_max,
+      part_sum);
 #else
   __trap();  // no matrix cores in this device compilation: the op never selects this path here
 #endif

@@ -77,6 +77,9 @@ WeightQuantization read_quantization(const ConfigKeys& c) {
     q.block_cols = b[1].get<int64_t>();
   };
   if (q.method == "fp8") {
+    // transformers' FineGrainedFP8Config: blocks of 128 x 128 unless weight_block_size says
+    // otherwise (scales of one value or one per row are told apart by their shapes).
+    q.block_rows = q.block_cols = 128;
     if (qc.has("weight_block_size")) block(qc.raw("weight_block_size"), "weight_block_size");
     return q;
   }
@@ -100,6 +103,8 @@ WeightQuantization read_quantization(const ConfigKeys& c) {
     LW_CHECK(w.get<bool>("symmetric", true), at << ": asymmetric weights (zero points) are not supported");
     LW_CHECK(strategy == "tensor" || strategy == "channel" || strategy == "block",
              at << ": weight strategy '" << strategy << "' is not supported (tensor, channel, block)");
+    const bool activations = group.contains("input_activations") && !group["input_activations"].is_null();
+    if (type == "int") q.int8_activations = activations;
     if (strategy == "block") {
       const int64_t rows = q.block_rows, cols = q.block_cols;
       LW_CHECK(w.has("block_structure"), at << ": the block strategy needs block_structure");

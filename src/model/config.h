@@ -24,6 +24,9 @@ namespace lw::model {
 struct WeightQuantization {
   std::string method;                   // "" when the checkpoint has no quantization_config
   int64_t block_rows = 0, block_cols = 0;  // block-wise weight scales; 0: none
+  // Whether int8 weights go with int8 activations (W8A8: compressed-tensors input_activations);
+  // false for weight-only int8 (W8A16), whose weights the loader expands.
+  bool int8_activations = true;
 };
 
 struct ModelConfig {

@@ -42,7 +42,7 @@ Tensor DecodeGraphs::run(Context& ctx, const KvCache& cache, const HostLayout& h
   const int64_t bucket = std::min(pow2_at_least(longest, 256), std::max(longest, max_position));
   const int bs = cache.block_size();
   const int64_t width = KvCache::blocks_for(bucket, bs);
-  std::unique_ptr<Entry>& e = entries_[{rows, bucket}];
+  std::unique_ptr<Entry>& e = entries_[{rows, bucket, ctx.deterministic()}];
   const bool fresh = !e;
   if (fresh) e = make_entry(ctx, rows, bucket, width);
 
@@ -105,6 +105,7 @@ std::unique_ptr<DecodeGraphs::Entry> DecodeGraphs::make_entry(Context& ctx, int6
   if (ops::matrix_decode_max_tokens(ctx, group_) >= 1) {
     b.attention.decode_seqs = ctx.to_device(host_vector(identity));
     b.attention.decode_count = static_cast<int>(rows);
+    b.attention.decode_max_context = static_cast<int>(bucket);
   } else {
     std::vector<int32_t> tiles(static_cast<size_t>(2 * rows), 0);
     for (int64_t i = 0; i < rows; ++i) tiles[static_cast<size_t>(2 * i)] = static_cast<int32_t>(i);

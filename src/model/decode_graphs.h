@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -45,7 +46,8 @@ class DecodeGraphs {
   };
   std::unique_ptr<Entry> make_entry(Context& ctx, int64_t rows, int64_t bucket, int64_t width) const;
 
-  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Entry>> entries_;
+  // By (rows, context bucket, deterministic mode: the attention tables differ).
+  std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<Entry>> entries_;
   int group_ = 1;
   const void* cache_ = nullptr;
   int64_t cache_blocks_ = 0;

@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -21,16 +22,19 @@ namespace lw::model {
 
 namespace {
 
+// Calls f on every projection matrix of the model that is there.
+template <class F>
+void for_each_projection(const ModelWeights& w, F&& f) {
+  if (w.lm_head.defined()) f(w.lm_head);
+  for (const LayerWeights& l : w.layers)
+    for (const ops::Weight* p : {&l.qkv, &l.o, &l.gate_up, &l.down, &l.router, &l.shared_gate_up, &l.shared_down, &l.shared_gate})
+      if (p->defined()) f(*p);
+}
+
 // "210 gguf_q4_1, 1 dense": the formats of the projection matrices.
 std::string projection_formats(const ModelWeights& w) {
   std::map<std::string, int> count;
-  auto add = [&](const ops::Weight& p) {
-    if (p.defined()) ++count[p.name()];
-  };
-  add(w.lm_head);
-  for (const LayerWeights& l : w.layers)
-    for (const ops::Weight* p : {&l.qkv, &l.o, &l.gate_up, &l.down, &l.router, &l.shared_gate_up, &l.shared_down, &l.shared_gate})
-      add(*p);
+  for_each_projection(w, [&](const ops::Weight& p) { ++count[p.name()]; });
   std::string s;
   for (const auto& [name, n] : count) s += (s.empty() ? "" : ", ") + std::to_string(n) + " " + name;
   return s;
@@ -89,6 +93,12 @@ std::unique_ptr<Model> Model::build(Context& ctx, const weights::Checkpoint* ckp
   ld.set_quantization(config.quantization);
   m->weights_ = load_weights(ld, arch, config, local, shard);
   m->weight_bytes_ = ld.bytes();
+  for_each_projection(m->weights_, [&](const ops::Weight& p) {
+    const ops::WeightFormat f = p.format();
+    if (f == ops::WeightFormat::dense || f == ops::WeightFormat::int8_per_channel) return;  // no expansion
+    m->expansion_bytes_ = std::max(m->expansion_bytes_,
+                                   static_cast<size_t>(p.out_features() * p.in_features()) * dtype_size(dtype));
+  });
   ctx.synchronize();
   log().info("{}: {:.1f} MiB of weights on device {} ({}; projections: {})", what,
              static_cast<double>(m->weight_bytes_) / (1 << 20), ctx.device(), dtype_name(dtype),

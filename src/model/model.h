@@ -49,6 +49,10 @@ class Model {
   // Bytes the weights take on the device, and the weights themselves (their formats).
   size_t weight_bytes() const { return weight_bytes_; }
   const ModelWeights& weights() const { return weights_; }
+  // The largest temporary a forward pass takes for its weights: a linear over a GGUF or FP8
+  // projection may expand it to the compute dtype ([N, K], ops/weight.h); the KV cache leaves
+  // this much free (engine::kv_blocks_that_fit). 0 for dense and int8 weights.
+  size_t expansion_bytes() const { return expansion_bytes_; }
 
   // Decode steps (one new token per sequence) replayed from CUDA / HIP graphs, where the
   // target has them: off unless LW_CUDA_GRAPHS=1 (see model/decode_graphs.h).
@@ -72,7 +76,7 @@ class Model {
   ModelConfig config_, local_;
   Shard shard_;
   DType dtype_;
-  size_t weight_bytes_ = 0;
+  size_t weight_bytes_ = 0, expansion_bytes_ = 0;
   ModelWeights weights_;
   std::vector<BlockVariant> blocks_;  // per layer
   std::optional<ops::Rope> rope_;

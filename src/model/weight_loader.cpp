@@ -82,6 +82,7 @@ WeightLoader::WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType 
   LW_CHECK(random_blocks == weights::FileDType::f32 || weights::has_random_blocks(random_blocks) ||
                weights::has_random_scaled(random_blocks),
            "random weights of " << weights::file_dtype_name(random_blocks) << ": not a quantised GGML type, f8_e4m3 or i8");
+  if (!ckpt && random_blocks == weights::FileDType::f8_e4m3) quantization_ = {"fp8", 128, 128};
   const WeightStorage storage = weight_storage_from_env();
   keep_quantized_ = storage == WeightStorage::quantized || (storage == WeightStorage::automatic && !ctx.caps().emulator());
 }
@@ -164,12 +165,12 @@ ops::Weight WeightLoader::get_weight_as_stored(const std::string& name, const st
     if (weights::has_random_scaled(random_blocks_)) {
       // 8-bit values and their scales from a seed of the name, generated only when the real run
       // needs them (the dry run reads shapes and types only).
-      constexpr int64_t kBlock = 128;
+      const int64_t block = quantization_.block_rows > 0 ? quantization_.block_rows : 128;
       weights::RandomScaled r;
-      if (!dry_) r = weights::random_scaled(random_blocks_, shape[0], shape[1], seed_ ^ std::hash<std::string>{}(name), kBlock);
+      if (!dry_) r = weights::random_scaled(random_blocks_, shape[0], shape[1], seed_ ^ std::hash<std::string>{}(name), block);
       else
         r.scale_shape = random_blocks_ == weights::FileDType::f8_e4m3
-                            ? std::vector<int64_t>{(shape[0] + kBlock - 1) / kBlock, (shape[1] + kBlock - 1) / kBlock}
+                            ? std::vector<int64_t>{(shape[0] + block - 1) / block, (shape[1] + block - 1) / block}
                             : std::vector<int64_t>{shape[0], 1};
       weights::TensorRecord rec, scale;
       rec.name = name;
@@ -185,7 +186,7 @@ ops::Weight WeightLoader::get_weight_as_stored(const std::string& name, const st
       scale.data = reinterpret_cast<const std::byte*>(r.scales.data());
       scale.bytes = r.scales.size() * sizeof(float);
       scale.type_name = "F32";
-      return scaled_weight(rec, &scale, {kBlock, kBlock}, part);
+      return scaled_weight(rec, &scale, {block, block}, part);
     }
     const int64_t elems = weights::file_dtype_block_elems(random_blocks_);
     LW_CHECK(shape[1] % elems == 0, "random " << weights::file_dtype_name(random_blocks_) << " weights: tensor '" << name
@@ -291,8 +292,16 @@ ops::Weight WeightLoader::scaled_weight(const weights::TensorRecord& rec, const 
                                   : 4 * (r1 - r0);
   // Kept 8-bit where the storage keeps quantised weights and the part holds whole scale blocks;
   // else expanded to the model dtype at load.
-  const bool keep = whole_blocks && keep_quantized_;
-  if (!whole_blocks && keep_quantized_)
+  // Weight-only int8 (no int8 activations in the config) is expanded: linear over int8 weights
+  // quantises the activations (W8A8).
+  const bool w8a16 = !fp8 && !quantization_.int8_activations;
+  const bool keep = whole_blocks && keep_quantized_ && !w8a16;
+  if (w8a16 && !dry_ && !logged_w8a16_) {
+    log().info("{}: int8 weights without int8 activations (weight-only): expanded to {} at load", where,
+               dtype_name(dtype_));
+    logged_w8a16_ = true;
+  }
+  if (!whole_blocks && keep_quantized_ && !dry_)
     log().info("{}: a shard's rows [{}, {}) and columns [{}, {}) cut its {} x {} scale blocks: expanded to {}", where, r0,
                r1, c0, c1, block.rows, block.cols, dtype_name(dtype_));
   if (keep) {

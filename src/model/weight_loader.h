@@ -38,8 +38,11 @@ class WeightLoader {
   WeightLoader(const WeightLoader&) = delete;
   WeightLoader& operator=(const WeightLoader&) = delete;
 
-  // The checkpoint's quantization_config: how block-wise scales of 8-bit projections are laid out.
-  void set_quantization(const WeightQuantization& q) { quantization_ = q; }
+  // The checkpoint's quantization_config: how block-wise scales of 8-bit projections are laid
+  // out. Random FP8 weights keep their own (128 x 128 blocks).
+  void set_quantization(const WeightQuantization& q) {
+    if (ckpt_) quantization_ = q;
+  }
 
   // Random weights have every tensor the model asks for, under the names it asks.
   bool random() const { return ckpt_ == nullptr; }
@@ -117,6 +120,7 @@ class WeightLoader {
   std::vector<DryWeight> dry_weights_;
   ops::WeightFormat kept_format_ = ops::WeightFormat::dense;  // of the last get_weight
   WeightQuantization quantization_;
+  bool logged_w8a16_ = false;
 };
 
 }  // namespace lw::model

@@ -119,8 +119,7 @@ void matrix_prefill(Context& ctx, const Tensor& q, const Tensor& k_cache, const 
     a.scale = scale;
     a.window = options.window;
     a.softcap = options.softcap;
-    a.rows = static_cast<int>(plan.tokens);
-    kernels::choose_matrix_decode_split(a, plan.max_context, ctx.caps().multiprocessors);
+    kernels::choose_matrix_decode_split(a, plan.decode_max_context, ctx.caps().multiprocessors);
     const int64_t ws = kernels::matrix_decode_workspace(a);
     Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
     dispatch_half(q.dtype(), [&]<class T>() {
@@ -226,7 +225,10 @@ Availability AttentionPaths::available(const gpu::DeviceCaps& caps, AttentionPat
 }
 
 Availability matrix_attention_supports(const AttentionShape& shape) {
-  if (!shape.prefill) return Availability::no("it has no decode kernel yet (decode runs on the portable path)");
+  if (!shape.prefill) {
+    return Availability::no("decode_attention takes no plan (the model's decode steps reach the matrix decode kernel "
+                            "through prefill_attention's plan)");
+  }
   if (shape.dtype != DType::f16 && shape.dtype != DType::bf16) {
     return Availability::no("matrix cores take f16 or bf16 operands");
   }
@@ -290,6 +292,7 @@ PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, c
   plan.tiles = tables.tiles;
   if (!tables.decode_seqs.empty()) plan.decode_seqs = upload(tables.decode_seqs);
   plan.decode_count = static_cast<int>(tables.decode_seqs.size());
+  for (int32_t s : tables.decode_seqs) plan.decode_max_context = std::max(plan.decode_max_context, context_lens[s]);
   plan.group = group;
   plan.tile_tokens = tables.tile_tokens;
   return plan;

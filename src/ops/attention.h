@@ -99,6 +99,7 @@ struct PrefillPlan {
   int64_t sequences = 0, tokens = 0;
   int tiles = 0;
   int decode_count = 0;
+  int decode_max_context = 0;  // the longest context on the decode list (sizes its split)
   int group = 1;        // query heads per key/value head the tiles are made for
   int tile_tokens = 0;  // new tokens per tile (kernels::prefill_tile_tokens(group))
   int max_context = 0;

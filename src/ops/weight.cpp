@@ -6,6 +6,7 @@
 #include "ops/check.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
+#include "gpu/vector.h"
 #include "kernels/quant/gguf_gemv.h"
 #include "ops/quant.h"
 #include "ops/select.h"
@@ -230,6 +231,24 @@ std::string Weight::describe() const {
   return s.str();
 }
 
+namespace {
+
+// An 8-bit Weight as the kernels read it.
+kernels::ScaledMatrix scaled_matrix(const Weight& w) {
+  return {w.data().data_ptr(),
+          w.format() != WeightFormat::int8_per_channel,
+          w.scales().data<float>(),
+          w.format() == WeightFormat::fp8_e4m3_per_tensor  ? kernels::ScaleLayout::tensor
+          : w.format() == WeightFormat::fp8_e4m3_per_block ? kernels::ScaleLayout::block
+                                                           : kernels::ScaleLayout::row,
+          w.out_features(),
+          w.in_features(),
+          w.block().rows,
+          w.block().cols};
+}
+
+}  // namespace
+
 Tensor expand(Context& ctx, const Weight& w, DType dtype) {
   const char* op = "expand";
   LW_CHECK(w.defined(), op << ": the weight is undefined");
@@ -241,16 +260,7 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype) {
     return out;
   }
   if (is_scaled_8bit_format(w.format())) {
-    kernels::ScaledMatrix m{w.data().data_ptr(),
-                            w.format() != WeightFormat::int8_per_channel,
-                            w.scales().data<float>(),
-                            w.format() == WeightFormat::fp8_e4m3_per_tensor  ? kernels::ScaleLayout::tensor
-                            : w.format() == WeightFormat::fp8_e4m3_per_block ? kernels::ScaleLayout::block
-                                                                             : kernels::ScaleLayout::row,
-                            w.out_features(),
-                            w.in_features(),
-                            w.block().rows,
-                            w.block().cols};
+    const kernels::ScaledMatrix m = scaled_matrix(w);
     dispatch_float(dtype, op, [&]<class T>() {
       kernels::dequantize_scaled<T>(out.data<T>(), m, ctx.warp_size(), ctx.stream().get());
     });
@@ -264,17 +274,20 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype) {
 
 namespace {
 
-// GGUF blocks: the fused GEMV for decode-sized batches, else the weights expanded to x's dtype
-// and the dense linear. Deterministic mode takes the expansion for every M (one summation
-// order, the dense path's batch-invariant one).
-void linear_gguf(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, GemmPath path) {
+// GGUF blocks and FP8: the fused GEMV for decode-sized batches, else the weights expanded to x's
+// dtype and the dense linear. Deterministic mode takes the expansion for every M (one summation
+// order, the dense path's batch-invariant one). FP8 rows of a length not a multiple of 16 (no
+// 16-byte runs) always take the expansion.
+void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, GemmPath path) {
   const char* op = "linear";
   const int64_t n = w.out_features(), k = w.in_features();
   int64_t rows = 1;
   for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
   const GemmShape shape{GemmOp::linear, rows, n, k, 1, ctx.deterministic()};
   const Selection<GemmPath> sel = select<GemmPaths>(ctx.caps(), shape, path);
-  const bool fused = sel.forced() ? sel.path == GemmPath::gemv : !ctx.deterministic() && rows <= kGgufGemvMaxRows;
+  const bool gguf = is_gguf_block_format(w.format());
+  const bool runs = gguf || (k % 16 == 0 && gpu::aligned_to(gpu::kVectorBytes, w.data().data_ptr()));
+  const bool fused = runs && (sel.forced() ? sel.path == GemmPath::gemv : !ctx.deterministic() && rows <= kGgufGemvMaxRows);
   if (!fused) {
     linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, sel.forced() ? sel.path : GemmPath::automatic);
     return;
@@ -290,8 +303,13 @@ void linear_gguf(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
              op << ": bias " << bias.describe() << " must be contiguous [" << n << "]");
   }
   dispatch_float(x.dtype(), op, [&]<class T>() {
-    kernels::gguf_gemv<T>(out.data<T>(), x.data<T>(), w.data().data_ptr(), *gguf_block(w.format()), bias.defined() ? bias.data<T>() : nullptr,
-                          rows, n, k, k, n, ctx.warp_size(), ctx.stream().get());
+    const T* b = bias.defined() ? bias.data<T>() : nullptr;
+    if (gguf)
+      kernels::gguf_gemv<T>(out.data<T>(), x.data<T>(), w.data().data_ptr(), *gguf_block(w.format()), b, rows, n, k, k, n,
+                            ctx.warp_size(), ctx.stream().get());
+    else
+      kernels::scaled_gemv<T>(out.data<T>(), x.data<T>(), scaled_matrix(w), b, rows, k, n, ctx.warp_size(),
+                              ctx.stream().get());
   });
 }
 
@@ -317,17 +335,11 @@ void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, 
   std::vector<int64_t> want = x.shape();
   want.back() = n;
   LW_CHECK(out.shape() == want, op << ": out " << out.describe() << " must be " << shape_str(want));
-  if (is_gguf_block_format(w.format())) {
-    linear_gguf(ctx, x, w, bias, out, path);
+  if (w.format() != WeightFormat::int8_per_channel) {
+    linear_decoded(ctx, x, w, bias, out, path);
     return;
   }
 
-  if (w.format() != WeightFormat::int8_per_channel) {
-    // FP8 weights (W8A16): expanded to x's dtype, then the dense linear; no path of it
-    // quantises the activations.
-    linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, path);
-    return;
-  }
   // int8 per channel (W8A8): x quantised per token, the int8 GEMM with both scales.
   int64_t rows = 1;
   for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);

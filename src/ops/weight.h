@@ -111,8 +111,9 @@ class Weight {
   WeightBlock block_;
 };
 
-// An automatic linear over GGUF blocks of at most this many rows runs the fused GEMV; above it
-// the expansion and the vendor GEMM are faster (H200, docs/PERFORMANCE.md "GGUF block weights").
+// An automatic linear over GGUF blocks (or FP8) of at most this many rows runs the fused GEMV;
+// above it the expansion and the vendor GEMM are faster (H200, docs/PERFORMANCE.md "GGUF block
+// weights"; FP8 takes the crossover of Q8_0, its nearest GGUF kin, until measured itself).
 inline constexpr int64_t kGgufGemvMaxRows = 4;
 
 // The weight as a dense [N, K] tensor of `dtype` (dense, GGUF, fp8 and int8 formats; the int4
@@ -129,8 +130,10 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //   int8_per_channel  x quantised per token (quantize_per_token), then `linear_int8` with x's
 //                     per-row scales and the weight's per-channel scales (exact int32
 //                     accumulation; the output rounded once); the gemv path is refused;
-//   fp8_e4m3_*        the weights expanded to x's dtype (a temporary [N, K]) and the dense
-//                     linear: FP8 weights with activations in x's dtype (W8A16) on every path.
+//   fp8_e4m3_*        as gguf_*: the fused GEMV (kernels::scaled_gemv; K a multiple of 16) up to
+//                     kGgufGemvMaxRows rows and on the forced gemv path, else the weights
+//                     expanded to x's dtype and the dense linear. FP8 weights with activations in
+//                     x's dtype (W8A16) on every path.
 // x, out contiguous with the same leading dimensions and x's dtype (f32/f16/bf16); bias
 // optional, [N] in that dtype. Any other format is an error naming it.
 void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out,

@@ -160,6 +160,13 @@ TEST(ScaledWeights, ShardsKeepTheirScales) {
   // Per-row scales split with their rows.
   auto ld = loader(*fx.ckpt);
   const ops::Weight rows = ld->get_weight("channel.weight", {40, 48}, Part{0, 8, 24});
+  // Weight-only int8 (no int8 activations in the config) is expanded: its linear must not
+  // quantise the activations.
+  auto w8a16 = loader(*fx.ckpt);
+  w8a16->set_quantization({"compressed-tensors", 0, 0, false});
+  const ops::Weight int8 = w8a16->get_weight("int8.weight", {24, 48});
+  EXPECT_EQ(int8.format(), ops::WeightFormat::dense);
+  expect_values(int8, fx.values("int8.weight"), 48, 0, 24, 0, 48);
   EXPECT_EQ(rows.format(), ops::WeightFormat::fp8_e4m3_per_channel);
   expect_values(rows, fx.values("channel.weight"), 48, 8, 24, 0, 48);
 }
@@ -192,8 +199,9 @@ TEST(ScaledWeights, StackedPartsKeepEightBits) {
   run({"tensor.weight", "int8.weight"}, ops::WeightFormat::dense);
 }
 
-// linear over each kind against float64 over the reference values: FP8 as W8A16 (the weights
-// expanded to x's dtype), int8 as W8A8 (x quantised per token: bounded by its rounding).
+// linear over each kind against float64 over the reference values: FP8 as W8A16 (the fused GEMV
+// at 1 row and forced at 9 = two passes, the expansion at 7), int8 as W8A8 (x quantised per
+// token: bounded by its rounding).
 TEST(ScaledWeights, LinearMatchesTheFloat64Reference) {
   Fixture fx;
   auto ld = loader(*fx.ckpt);
@@ -204,12 +212,14 @@ TEST(ScaledWeights, LinearMatchesTheFloat64Reference) {
     const std::vector<float> ref = fx.values(name);
     const bool int8 = w.format() == ops::WeightFormat::int8_per_channel;
     for (DType dt : {DType::f32, DType::bf16})
-      for (int64_t m : {1, 7}) {
-        SCOPED_TRACE(::testing::Message() << name << " " << dtype_name(dt) << " M=" << m);
+      for (const auto& [m, path] : {std::pair{int64_t{1}, ops::GemmPath::automatic}, std::pair{int64_t{7}, ops::GemmPath::automatic},
+                                    std::pair{int64_t{9}, ops::GemmPath::gemv}}) {
+        if (int8 && path == ops::GemmPath::gemv) continue;  // W8A8 has no gemv path
+        SCOPED_TRACE(::testing::Message() << name << " " << dtype_name(dt) << " M=" << m << " " << ops::gemm_path_name(path));
         const Tensor xh = random_host({m, k}, dt), bh = random_host({n}, dt);
         Tensor out = ctx().empty({m, n}, dt);
         poison(out);
-        ops::linear(ctx(), ctx().to_device(xh), w, ctx().to_device(bh), out);
+        ops::linear(ctx(), ctx().to_device(xh), w, ctx().to_device(bh), out, path);
         const Tensor got = ctx().to_host(out);
         for (int64_t i = 0; i < m; ++i) {
           double xmax = 0;

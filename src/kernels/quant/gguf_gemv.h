@@ -1,4 +1,4 @@
-// Linear over GGML-quantised weights kept in their blocks: y[M, N] = x[M, K] @ W^T (+ bias[N]),
+// Linear over quantised weights kept as stored: y[M, N] = x[M, K] @ W^T (+ bias[N]),
 // W [N, K] stored row by row as `format` blocks (llama.cpp's layout, K whole blocks). Each weight
 // is decoded in registers (kernels/quant/gguf_blocks.h), rounded to T as the expansion at load
 // rounds it, and multiplied in fp32: the result is the dense GEMM over the expanded weights up to
@@ -19,5 +19,12 @@ inline constexpr int kGgufGemvRowsPerPass = 8;
 template <class T>
 void gguf_gemv(T* y, const T* x, const void* w, BlockFormat format, const T* bias, int64_t m, int64_t n, int64_t k,
                int64_t ldx, int64_t ldy, int warp_size, cudaStream_t stream);
+
+// The same kernel over 8-bit values with scales (FP8 E4M3 or int8, kernels/quant/dequant.h's
+// ScaledMatrix, `w.rows` = N, `w.cols` = K, K a multiple of 16): each weight decoded, times its
+// scale in fp32 and rounded to T as dequantize_scaled rounds it.
+template <class T>
+void scaled_gemv(T* y, const T* x, const ScaledMatrix& w, const T* bias, int64_t m, int64_t ldx, int64_t ldy,
+                 int warp_size, cudaStream_t stream);
 
 }  // namespace lw::kernels

@@ -1,0 +1,136 @@
+// The steps of a tile of attention that the matrix kernels (prefill, decode) share, on the
+// matrix-fragment layer: the online softmax update of a tile of scores, and O += P.V.
+#pragma once
+#include <cmath>
+#include <type_traits>
+
+#include "gpu/compat.h"
+#include "gpu/matrix_fragment.h"
+#include "gpu/numeric.h"
+#include "gpu/warp.h"
+
+namespace lw::kernels::attention_tile {
+
+namespace mma = gpu::mma;
+
+// NT fragments of scores (log2 units, -inf where masked) of a warp's 16 rows: the rows' running
+// maxima m and sums l (this lane's part of each row) updated, the output o rescaled to the new
+// maxima, and the scores turned into probabilities in place.
+template <int NT, int DT>
+LW_DEVICE_INLINE void online_softmax(mma::FragC (&sc)[NT], float (&m)[mma::kRowSlots], float (&l)[mma::kRowSlots],
+                                     mma::FragC (&o)[DT]) {
+  float tile_max[mma::kRowSlots];
+#pragma unroll
+  for (int r = 0; r < mma::kRowSlots; ++r) tile_max[r] = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) tile_max[mma::c_slot(i)] = fmaxf(tile_max[mma::c_slot(i)], sc[nt].x[i]);
+  }
+  float ref[mma::kRowSlots], corr[mma::kRowSlots];
+#pragma unroll
+  for (int r = 0; r < mma::kRowSlots; ++r) {
+    const float m_new = fmaxf(m[r], mma::reduce_row(tile_max[r], gpu::MaxOp{}));
+    // A row that has seen no key yet keeps m = -inf: exponentials against 0 give zeros.
+    ref[r] = m_new == -INFINITY ? 0.0f : m_new;
+    corr[r] = exp2f(m[r] - ref[r]);
+    m[r] = m_new;
+    l[r] *= corr[r];
+  }
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) {
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) o[dt].x[i] *= corr[mma::c_slot(i)];
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) {
+      const float p = exp2f(sc[nt].x[i] - ref[mma::c_slot(i)]);
+      sc[nt].x[i] = p;
+      l[mma::c_slot(i)] += p;  // this lane's part of the row; summed over the row at the end
+    }
+  }
+}
+
+// A C fragment as an A fragment of T: in registers where the layout's C is one, else through
+// the warp's 16 x 16 staging tile (row stride ps) in shared memory.
+template <class T, class S>
+LW_DEVICE_INLINE mma::FragA<T> as_a(const mma::FragC& c, const S& staging, int ps) {
+  mma::FragA<T> f;
+  if constexpr (mma::kCMatchesA) {
+    f = mma::c_as_a<T>(c);
+  } else {
+    const int lane = gpu::lane_id();
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) staging[mma::c_row(lane, i) * ps + mma::c_col(lane, i)] = gpu::from_float<T>(c.x[i]);
+    gpu::sync_warp();
+    mma::load_a_shared(f, staging, ps);
+    gpu::sync_warp();  // read before the next use overwrites it
+  }
+  return f;
+}
+
+// o += P.V for 16 keys: p their probabilities (a C fragment), v the 16 rows of V in shared
+// memory (row stride ks). bf16 keeps 8 bits of a probability: the rest goes in a second term
+// (P = hi + lo, each rounded to bf16), so that P.V is as exact as with fp32 probabilities
+// (about 16 bits); f16's 11 bits are kept as they are.
+template <class T, int DT, class V, class S>
+LW_DEVICE_INLINE void accumulate_pv(mma::FragC (&o)[DT], const mma::FragC& p, const V& v, int ks, const S& staging,
+                                    int ps) {
+  const mma::FragA<T> pa = as_a<T>(p, staging, ps);
+  constexpr bool kSplitP = std::is_same_v<T, bfloat16>;
+  mma::FragA<T> pa_lo;
+  if constexpr (kSplitP) {
+    mma::FragC lo;
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) lo.x[i] = p.x[i] - gpu::to_float(gpu::from_float<T>(p.x[i]));
+    pa_lo = as_a<T>(lo, staging, ps);
+  }
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) {
+    mma::FragB<T> vb;
+    mma::load_b_shared(vb, v + dt * 16, ks);
+    mma::mma(o[dt], pa, vb, o[dt]);
+    if constexpr (kSplitP) mma::mma(o[dt], pa_lo, vb, o[dt]);
+  }
+}
+
+// The warp's rows, normalised by their sums, written out: fragment row r (valid(r)) goes to
+// out[out_row(r) * D + d] without a split (parts == 1), else to the partial slot part_at(r):
+// its values, and its maximum (log2 units) and sum for the merge (attention_merge.h).
+template <class T, int DT, class Valid, class OutRow, class PartAt>
+LW_DEVICE_INLINE void write_rows(const mma::FragC (&o)[DT], const float (&m)[mma::kRowSlots],
+                                 const float (&l)[mma::kRowSlots], int parts, Valid valid, OutRow out_row, PartAt part_at,
+                                 T* out, float* part_out, float* part_max, float* part_sum) {
+  constexpr int D = DT * 16;
+  const int lane = gpu::lane_id();
+  float sum[mma::kRowSlots], inv[mma::kRowSlots];
+#pragma unroll
+  for (int r = 0; r < mma::kRowSlots; ++r) {
+    sum[r] = mma::reduce_row(l[r], gpu::SumOp{});
+    inv[r] = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
+  }
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) {
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) {
+      const int r = mma::c_row(lane, i);
+      if (!valid(r)) continue;
+      const int d = dt * 16 + mma::c_col(lane, i);
+      const float value = o[dt].x[i] * inv[mma::c_slot(i)];
+      if (parts == 1) {
+        out[out_row(r) * D + d] = gpu::from_float<T>(value);
+      } else {
+        const int64_t at = part_at(r);
+        part_out[at * D + d] = value;
+        if (d == 0) {
+          part_max[at] = m[mma::c_slot(i)];
+          part_sum[at] = sum[mma::c_slot(i)];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace lw::kernels::attention_tile
