@@ -163,6 +163,12 @@ TEST(Model, QuantizationConfigIsReadOrRefused) {
   EXPECT_FALSE(q.int8_activations);
   EXPECT_EQ(read("{\"quant_method\": \"fp8\"}").quantization.method, "fp8");
   EXPECT_EQ(model::ModelConfig::named("smollm2-135m").quantization.method, "");
+  // The key's earlier name.
+  d.write("config.json", R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+      "num_attention_heads": 2, "intermediate_size": 40, "compression_config": {"quant_method": "compressed-tensors",
+      "format": "float-quantized", "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float",
+      "strategy": "channel"}}}}})");
+  EXPECT_EQ(model::ModelConfig::from_hf((d.path() / "config.json").string()).quantization.method, "compressed-tensors");
 
   expect_error([&] { read(R"({"quant_method": "gptq", "bits": 4})"); },
                "quant_method 'gptq' is not supported (fp8, compressed-tensors with 8-bit weights");

@@ -63,9 +63,13 @@ namespace {
 // anything else refused by name.
 WeightQuantization read_quantization(const ConfigKeys& c) {
   WeightQuantization q;
-  if (!c.has("quantization_config")) return q;
-  const std::string where = c.where() + ": quantization_config";
-  const json& j = c.raw("quantization_config");
+  // Early compressed-tensors checkpoints name it compression_config.
+  const char* key = c.has("quantization_config") ? "quantization_config"
+                    : c.has("compression_config") ? "compression_config"
+                                                  : nullptr;
+  if (!key) return q;
+  const std::string where = c.where() + ": " + key;
+  const json& j = c.raw(key);
   LW_CHECK(j.is_object(), where << " must be an object");
   const ConfigKeys qc(j, where);
   q.method = qc.get<std::string>("quant_method");
