@@ -8,7 +8,10 @@
 // --weights gguf_q4_k (any GGUF block format of ops/weight.h) times the same shapes over weights
 // kept in GGML blocks (random bits: the values do not change the time), where "gemv" is the
 // fused dequantising GEMV at any M and "vendor" the expansion followed by the vendor GEMM; the
-// bandwidth is counted on the packed bytes.
+// bandwidth is counted on the packed bytes. --weights fp8_e4m3_per_block (_per_channel,
+// _per_tensor) or int8_per_channel: 8-bit weights with random codes and scales, where "vendor" is
+// the scaled FP8 GEMM over x quantised to e4m3 (W8A8; on a device without one, the expansion and
+// the dense GEMM) or the int8 GEMM over x quantised per token, and "gemv" the fused FP8 GEMV.
 //     bench_gemm [--dtype bf16] [--weights dense] [--repeats N] [--ms 1,2,4] [--json FILE]
 #include <CLI/CLI.hpp>
 
@@ -62,7 +65,9 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "timed runs per case")->check(CLI::PositiveNumber);
   app.add_option("--ms", ms, "rows of x (tokens)")->delimiter(',');
   app.add_option("--json", json_path, "also write the results as JSON");
-  app.add_option("--weights", weights_name, "dense or a GGUF block format (gguf_q4_0 ... gguf_q6_k)");
+  app.add_option("--weights", weights_name,
+                 "dense, fp8_e4m3_per_block, fp8_e4m3_per_channel, fp8_e4m3_per_tensor, int8_per_channel or a GGUF "
+                 "block format (gguf_q4_0 ... gguf_q6_k)");
   CLI11_PARSE(app, argc, argv);
   const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
 
@@ -93,12 +98,35 @@ int main(int argc, char** argv) {
     std::optional<lw::ops::WeightFormat> format;
     for (int f = 0; f <= static_cast<int>(lw::ops::WeightFormat::gguf_q6_k); ++f) {
       const auto wf = static_cast<lw::ops::WeightFormat>(f);
-      if (weights_name == lw::ops::weight_format_name(wf) && (wf == lw::ops::WeightFormat::dense || lw::ops::is_gguf_block_format(wf)))
+      if (weights_name == lw::ops::weight_format_name(wf) &&
+          (wf == lw::ops::WeightFormat::dense || lw::ops::is_gguf_block_format(wf) || lw::ops::is_scaled_8bit_format(wf)))
         format = wf;
     }
-    if (!format) throw std::runtime_error("--weights " + weights_name + " is neither dense nor a GGUF block format");
+    if (!format) throw std::runtime_error("--weights " + weights_name + " is not dense, an 8-bit format or a GGUF block format");
+    const bool int8 = *format == lw::ops::WeightFormat::int8_per_channel;
     auto random_weight = [&](int64_t n, int64_t k) {
       if (*format == lw::ops::WeightFormat::dense) return lw::ops::Weight::dense(random({n, k}));
+      if (lw::ops::is_scaled_8bit_format(*format)) {
+        // Random codes (no FP8 NaN: 0x7F and 0xFF become 0x7E and 0xFE) and scales near 1/448.
+        Tensor q = Tensor::empty_host({n, k}, DType::i8);
+        for (int64_t i = 0; i < n * k; ++i) {
+          uint8_t b = static_cast<uint8_t>(rng() & 0xff);
+          if (!int8 && (b & 0x7f) == 0x7f) b ^= 1;
+          q.data<int8_t>()[i] = static_cast<int8_t>(b);
+        }
+        const bool block = *format == lw::ops::WeightFormat::fp8_e4m3_per_block;
+        const bool tensor = *format == lw::ops::WeightFormat::fp8_e4m3_per_tensor;
+        const std::vector<int64_t> sshape = block ? std::vector<int64_t>{(n + 127) / 128, (k + 127) / 128}
+                                            : tensor ? std::vector<int64_t>{1}
+                                                     : std::vector<int64_t>{n};
+        Tensor sc = Tensor::empty_host(sshape, DType::f32);
+        for (int64_t i = 0; i < sc.numel(); ++i) sc.data<float>()[i] = (1.0f + 0.5f * dist(rng)) / 448.0f;
+        Tensor qd = ctx.to_device(q), sd = ctx.to_device(sc);
+        if (block) return lw::ops::Weight::fp8_per_block(qd, sd, {128, 128});
+        if (tensor) return lw::ops::Weight::fp8_per_tensor(qd, sd);
+        if (int8) return lw::ops::Weight::int8_per_channel(qd, sd);
+        return lw::ops::Weight::fp8_per_channel(qd, sd);
+      }
       const int64_t bytes = n * k / lw::ops::gguf_block_elems(*format) * lw::ops::gguf_block_bytes(*format);
       Tensor h = Tensor::empty_host({bytes}, DType::i8);
       for (int64_t i = 0; i < bytes; ++i) h.data<int8_t>()[i] = static_cast<int8_t>(rng() & 0xff);
@@ -121,8 +149,10 @@ int main(int argc, char** argv) {
       for (int64_t m : ms) {
         Tensor x = random({m, k}), y = ctx.empty({m, n}, dt);
         std::vector<GemmPath> paths = {GemmPath::vendor};
-        if (m <= lw::kernels::kGemvMaxRows || (*format != lw::ops::WeightFormat::dense && m <= 64))
+        if (!int8 && (m <= lw::kernels::kGemvMaxRows || (*format != lw::ops::WeightFormat::dense && m <= 64)))
           paths.insert(paths.end(), {GemmPath::gemv, GemmPath::automatic});
+        else if (int8)
+          paths.push_back(GemmPath::automatic);
         paths.push_back(GemmPath::automatic);  // once more, last, in deterministic mode
         for (size_t pi = 0; pi < paths.size(); ++pi) {
           const GemmPath p = paths[pi];

@@ -1,10 +1,12 @@
-// int8 quantisation per token and per group, the expansion of GGML blocks (ops::dequantize),
+// int8 quantisation per token and per group, FP8 E4M3 activation quantisation (the encoder
+// against the nearest code by search), the expansion of GGML blocks (ops::dequantize),
 // and the row / whole-tensor reductions, against references: exact agreement with the float
 // formula, and |x - q*s| <= s/2 in float64.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "kernels/quant/fp8.h"
 #include "ops/quant.h"
 #include "ops/reduce.h"
 #include "test_util.h"
@@ -109,6 +111,93 @@ TEST(Quant, RejectsMisuse) {
   EXPECT_THROW(ops::quantize_per_group(ctx(), x, 48, q, s_grp), Error);   // unsupported group
   EXPECT_THROW(ops::quantize_per_group(ctx(), x, 64, q, s_grp), Error);   // 64 does not divide 96
   EXPECT_NO_THROW(ops::quantize_per_group(ctx(), x, 32, q, s_grp));
+}
+
+// The e4m3fn code nearest to v by search over every finite code, ties to the even code;
+// saturating at 448.
+uint8_t nearest_e4m3(float v) {
+  const double a = std::min(std::abs(static_cast<double>(v)), 448.0);
+  int best = 0;
+  for (int c = 1; c <= 0x7E; ++c) {
+    const double d = std::abs(kernels::fp8_e4m3_to_float(static_cast<uint8_t>(c)) - a);
+    const double bd = std::abs(kernels::fp8_e4m3_to_float(static_cast<uint8_t>(best)) - a);
+    if (d < bd || (d == bd && c % 2 == 0)) best = c;
+  }
+  return static_cast<uint8_t>(best | (std::signbit(v) ? 0x80 : 0));
+}
+
+TEST(Quant, Fp8EncodeIsTheNearestCode) {
+  std::vector<float> values = {0.0f, -0.0f, 448.0f, -448.0f, 460.0f, 1e30f, -1e30f, 0.015625f, 0.0137f, 0x1p-10f, 0x1p-9f,
+                               0x3p-10f, 1.0625f, 1.1875f, 240.0f, 232.0f};
+  for (int c = 0; c <= 0x7E; ++c) {  // every code, and the midpoints on either side of it
+    const float v = kernels::fp8_e4m3_to_float(static_cast<uint8_t>(c));
+    values.push_back(v);
+    values.push_back(-v);
+    if (c < 0x7E) {
+      const float next = kernels::fp8_e4m3_to_float(static_cast<uint8_t>(c + 1));
+      values.push_back(0.5f * (v + next));
+      values.push_back(std::nextafter(0.5f * (v + next), 0.0f));
+      values.push_back(std::nextafter(0.5f * (v + next), 1e9f));
+    }
+  }
+  std::uniform_real_distribution<float> mag(-12.0f, 9.0f);
+  for (int i = 0; i < 20000; ++i) values.push_back((i % 2 ? -1.0f : 1.0f) * std::exp2(mag(rng())));
+  for (float v : values) {
+    const uint8_t want = nearest_e4m3(v);
+    ASSERT_EQ(kernels::fp8_e4m3_from_float(v), want) << "v = " << v;
+  }
+  EXPECT_EQ(kernels::fp8_e4m3_from_float(NAN) & 0x7F, 0x7F);
+}
+
+// The integer decode of the GEMV: every finite code at every byte position of a word, times
+// 2^120, is the code's value (subnormals included).
+TEST(Quant, Fp8WordDecodeIsExact) {
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue;
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t word = (0x5A3C7E01u & ~(0xFFu << (8 * i))) | (static_cast<uint32_t>(c) << (8 * i));
+      ASSERT_EQ(kernels::fp8_e4m3_times_2_pow_minus_120(word, i) * 0x1p120f, kernels::fp8_e4m3_to_float(static_cast<uint8_t>(c)))
+          << "code " << c << " at byte " << i;
+    }
+  }
+}
+
+TEST(Quant, Fp8QuantiseMatchesTheFormula) {
+  for (DType dt : kFloatTypes) {
+    for (auto [rows, cols, group] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 100, 100}, {5, 384, 128},
+                                     {4, 4096, 4096}, {7, 1024, 128}, {2, 96, 32}}) {
+      for (bool misalign : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", " << rows << "x" << cols << " group " << group
+                                          << (misalign ? ", misaligned" : ""));
+        Tensor xh = random_rows(rows, cols, dt);
+        Tensor q = ctx().empty({rows, cols}, DType::i8), s = ctx().empty({cols / group, rows}, DType::f32);
+        poison(q);
+        poison(s);
+        ops::quantize_fp8(ctx(), make_input(xh, misalign), group, q, s);
+        const Tensor qh = ctx().to_host(q), sh = ctx().to_host(s);
+        const std::vector<double> x = to_doubles(xh);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t g = 0; g < cols / group; ++g) {
+            float amax = 0;
+            for (int64_t i = r * cols + g * group; i < r * cols + (g + 1) * group; ++i)
+              amax = std::max(amax, static_cast<float>(std::abs(x[i])));
+            const float scale = sh.data<float>()[g * rows + r];
+            ASSERT_EQ(scale, amax / 448.0f) << "scale of row " << r << " group " << g;
+            const float inv = amax > 0 ? 448.0f / amax : 0.0f;
+            for (int64_t i = r * cols + g * group; i < r * cols + (g + 1) * group; ++i) {
+              const uint8_t code = static_cast<uint8_t>(qh.data<int8_t>()[i]);
+              ASSERT_EQ(code, nearest_e4m3(static_cast<float>(x[i]) * inv)) << "element " << i;
+              // e4m3 keeps 3 mantissa bits: half a step is 2^-4 of the value, 2^-10 x 448 below 2^-6.
+              const double back = kernels::fp8_e4m3_to_float(code) * static_cast<double>(scale);
+              ASSERT_LE(std::abs(back - x[i]), std::abs(x[i]) / 16.0 + scale * 0x1p-10 * 1.01) << "element " << i;
+            }
+          }
+      }
+    }
+  }
+  Tensor x = ctx().empty({2, 96}, DType::bf16), q = ctx().empty({2, 96}, DType::i8);
+  EXPECT_THROW(ops::quantize_fp8(ctx(), x, 64, q, ctx().empty({1, 2}, DType::f32)), Error);  // 64 does not divide 96
+  EXPECT_THROW(ops::quantize_fp8(ctx(), x, 32, q, ctx().empty({2, 3}, DType::f32)), Error);  // scales are group-major
 }
 
 // GGML blocks built on the host with random fields, expanded by ops::dequantize: each element

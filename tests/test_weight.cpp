@@ -7,7 +7,10 @@
 #include <cmath>
 #include <string>
 
+#include "gpu/numeric.h"
+#include "kernels/quant/fp8.h"
 #include "ops/gemm.h"
+#include "ops/quant.h"
 #include "ops/weight.h"
 #include "test_util.h"
 
@@ -15,6 +18,13 @@ namespace lw::test {
 namespace {
 
 const DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+
+// v rounded once to dtype (what the expansion of a weight into x's dtype holds).
+double rounded(float v, DType dtype) {
+  if (dtype == DType::f16) return gpu::to_float(gpu::from_float<half>(v));
+  if (dtype == DType::bf16) return gpu::to_float(gpu::from_float<bfloat16>(v));
+  return v;
+}
 
 Tensor random_int8(std::vector<int64_t> shape) {
   Tensor t = Tensor::empty_host(std::move(shape), DType::i8);
@@ -199,6 +209,172 @@ TEST(Weight, FactoriesRefuseMalformedTensors) {
                "K whole blocks of 256");
   EXPECT_ERROR(ops::Weight::gguf(ops::WeightFormat::int8_per_channel, 4, 64, dev({256}, DType::i8)),
                "int8_per_channel is not a GGUF block format");
+}
+
+Tensor random_e4m3(std::vector<int64_t> shape) {
+  Tensor t = Tensor::empty_host(std::move(shape), DType::i8);
+  std::uniform_int_distribution<int> d(0, 255);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    int b = d(rng());
+    if ((b & 0x7F) == 0x7F) b ^= 1;  // no NaN codes
+    t.data<int8_t>()[i] = static_cast<int8_t>(b);
+  }
+  return t;
+}
+
+// A random FP8 weight of one scale layout (block: block_rows x block_cols scales), with its
+// values as the reference reads them.
+struct Fp8Weight {
+  ops::WeightFormat format;
+  int64_t n, k, block_rows = 128, block_cols = 128;
+  Tensor wq, ws;
+  ops::Weight w;
+
+  Fp8Weight(ops::WeightFormat f, int64_t n_, int64_t k_, int64_t br = 128, int64_t bc = 128)
+      : format(f), n(n_), k(k_), block_rows(br), block_cols(bc), wq(random_e4m3({n_, k_})) {
+    const bool block = f == ops::WeightFormat::fp8_e4m3_per_block;
+    ws = random_host(block ? std::vector<int64_t>{(n + br - 1) / br, (k + bc - 1) / bc}
+                     : f == ops::WeightFormat::fp8_e4m3_per_channel ? std::vector<int64_t>{n}
+                                                                     : std::vector<int64_t>{1},
+                     DType::f32, 0.001, 0.01);
+    const Tensor q = ctx().to_device(wq), sc = ctx().to_device(ws);
+    w = block ? ops::Weight::fp8_per_block(q, sc, {br, bc})
+        : f == ops::WeightFormat::fp8_e4m3_per_channel ? ops::Weight::fp8_per_channel(q, sc)
+                                                        : ops::Weight::fp8_per_tensor(q, sc);
+  }
+  // Element [j, l] in fp32 (the expansion's value before its rounding to x's dtype).
+  float value(int64_t j, int64_t l) const {
+    const float* s = ws.data<float>();
+    const float scale = format == ops::WeightFormat::fp8_e4m3_per_block ? s[(j / block_rows) * ws.size(1) + l / block_cols]
+                        : format == ops::WeightFormat::fp8_e4m3_per_channel ? s[j]
+                                                                             : s[0];
+    return kernels::fp8_e4m3_to_float(static_cast<uint8_t>(wq.data<int8_t>()[j * k + l])) * scale;
+  }
+};
+
+// x [m, k] (as the reference reads it) times the weight's values (`round`: rounded to dt
+// first), in float64: the products and the sums of their magnitudes.
+void fp8_reference(const std::vector<double>& xv, const Fp8Weight& fw, int64_t m, DType dt, bool round,
+                   std::vector<double>& product, std::vector<double>& mag) {
+  const int64_t n = fw.n, k = fw.k;
+  product.assign(static_cast<size_t>(m * n), 0.0);
+  mag.assign(product.size(), 0.0);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t l = 0; l < k; ++l) {
+      const float v = fw.value(j, l);
+      const double wv = round ? rounded(v, dt) : v;
+      for (int64_t i = 0; i < m; ++i) {
+        product[i * n + j] += xv[i * k + l] * wv;
+        mag[i * n + j] += std::abs(xv[i * k + l] * wv);
+      }
+    }
+}
+
+// x with rows and 128-column groups of very different sizes (2^-4 .. 2^4), so that a scale
+// applied to the wrong row or group shows.
+Tensor uneven_input(int64_t m, int64_t k, DType dt) {
+  Tensor f = random_host({m, k}, DType::f32, -1.0, 1.0);
+  std::uniform_real_distribution<float> e(-4.0f, 4.0f);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t g = 0; g * 128 < k; ++g) {
+      const float s = std::exp2(e(rng()));
+      for (int64_t l = g * 128; l < std::min(k, (g + 1) * 128); ++l) f.data<float>()[i * k + l] *= s;
+    }
+  Tensor h = Tensor::empty_host({m, k}, dt);
+  for (int64_t i = 0; i < m * k; ++i) {
+    const float v = f.data<float>()[i];
+    if (dt == DType::bf16) h.data<bfloat16>()[i] = gpu::from_float<bfloat16>(v);
+    else if (dt == DType::f16) h.data<half>()[i] = gpu::from_float<half>(v);
+    else h.data<float>()[i] = v;
+  }
+  return h;
+}
+
+// The fused FP8 GEMV (W8A16) on rows long enough for its loads in flight and their tail (K =
+// 4160: 260 runs of 16), every scale layout, blocks narrower than a run of 16 included, at 1
+// and 3 rows (automatic) and 9 (forced: two passes of rows).
+TEST(Weight, Fp8GemvMatchesTheFloat64Reference) {
+  const std::vector<Fp8Weight> weights = {{ops::WeightFormat::fp8_e4m3_per_block, 72, 4160},
+                                          {ops::WeightFormat::fp8_e4m3_per_block, 24, 4160, 8, 40},
+                                          {ops::WeightFormat::fp8_e4m3_per_channel, 40, 4160},
+                                          {ops::WeightFormat::fp8_e4m3_per_tensor, 16, 4160}};
+  for (const Fp8Weight& fw : weights)
+    for (DType dt : kFloatTypes)
+      for (const auto& [m, path] : {std::pair{int64_t{1}, ops::GemmPath::automatic}, std::pair{int64_t{3}, ops::GemmPath::automatic},
+                                    std::pair{int64_t{9}, ops::GemmPath::gemv}}) {
+        SCOPED_TRACE(::testing::Message() << fw.w.describe() << " block " << fw.block_cols << " " << dtype_name(dt)
+                                          << " M=" << m << " " << ops::gemm_path_name(path));
+        const int64_t n = fw.n, k = fw.k;
+        const Tensor xh = uneven_input(m, k, dt), bh = random_host({n}, dt);
+        Tensor out = ctx().empty({m, n}, dt);
+        poison(out);
+        ops::linear(ctx(), ctx().to_device(xh), fw.w, ctx().to_device(bh), out, path);
+        const Tensor got = ctx().to_host(out);
+        std::vector<double> product, mag;
+        fp8_reference(to_doubles(xh), fw, m, dt, true, product, mag);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const double want = product[i * n + j] + element(bh, j), size = mag[i * n + j] + std::abs(element(bh, j));
+            const double bound = epsilon(dt) * std::abs(want) + (k * 0x1p-24 + epsilon(dt)) * size + 1e-6;
+            ASSERT_LE(std::abs(element(got, i * n + j) - want), bound) << "element [" << i << ", " << j << "]";
+          }
+      }
+}
+
+// FP8 weights over more rows than the GEMV takes: where the device has FP8 tensor cores the
+// vendor's scaled FP8 GEMM over x quantised by quantize_fp8 (W8A8: the reference uses those
+// codes and scales), elsewhere the expansion and the dense GEMM (W8A16: the reference uses x
+// and the weights rounded to x's dtype). Every scale layout; block weights with partial blocks
+// of rows; rows of x and their 128-column groups of very different sizes (each scale used
+// where it belongs); a block size the vendor GEMM cannot take (W8A16 everywhere).
+TEST(Weight, Fp8LinearIsW8A8WhereTheDeviceHasFp8GemmElseW8A16) {
+  const bool fp8_gemm = ops::has_fp8_gemm(ctx().caps());
+  const std::vector<Fp8Weight> weights = {{ops::WeightFormat::fp8_e4m3_per_block, 200, 512},
+                                          {ops::WeightFormat::fp8_e4m3_per_block, 136, 1024},
+                                          {ops::WeightFormat::fp8_e4m3_per_block, 64, 256, 64, 64},
+                                          {ops::WeightFormat::fp8_e4m3_per_channel, 48, 80},
+                                          {ops::WeightFormat::fp8_e4m3_per_tensor, 40, 96}};
+  for (const Fp8Weight& fw : weights)
+    for (DType dt : {DType::bf16, DType::f16})
+      for (int64_t m : {5, 130}) {
+        const int64_t n = fw.n, k = fw.k;
+        const bool block = fw.format == ops::WeightFormat::fp8_e4m3_per_block;
+        const bool w8a8 = fp8_gemm && (!block || (fw.block_cols == 128 && fw.block_rows == 128));
+        SCOPED_TRACE(::testing::Message() << fw.w.describe() << " block " << fw.block_rows << "x" << fw.block_cols << " "
+                                          << dtype_name(dt) << " M=" << m << (w8a8 ? " W8A8" : " W8A16"));
+        const Tensor xh = uneven_input(m, k, dt), bh = random_host({n}, dt);
+        const Tensor x = ctx().to_device(xh);
+        // The activations the reference multiplies: quantize_fp8's codes and scales (W8A8) or x.
+        const int64_t group = block ? 128 : k;
+        std::vector<double> xv = to_doubles(xh);
+        if (w8a8) {
+          Tensor xq = ctx().empty({m, k}, DType::i8), xs = ctx().empty({k / group, m}, DType::f32);
+          ops::quantize_fp8(ctx(), x, group, xq, xs);
+          const Tensor xqh = ctx().to_host(xq), xsh = ctx().to_host(xs);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t l = 0; l < k; ++l)
+              xv[i * k + l] = kernels::fp8_e4m3_to_float(static_cast<uint8_t>(xqh.data<int8_t>()[i * k + l])) *
+                              static_cast<double>(xsh.data<float>()[(l / group) * m + i]);
+        }
+        std::vector<double> product, mag;
+        fp8_reference(xv, fw, m, dt, !w8a8, product, mag);
+        for (const auto& [path, with_bias] : {std::pair{ops::GemmPath::automatic, false}, std::pair{ops::GemmPath::vendor, true}}) {
+          SCOPED_TRACE(::testing::Message() << ops::gemm_path_name(path) << (with_bias ? " bias" : ""));
+          Tensor out = ctx().empty({m, n}, dt);
+          poison(out);
+          ops::linear(ctx(), x, fw.w, with_bias ? ctx().to_device(bh) : Tensor(), out, path);
+          const Tensor got = ctx().to_host(out);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              const double b = with_bias ? element(bh, j) : 0.0, want = product[i * n + j] + b;
+              const double size = mag[i * n + j] + std::abs(b);
+              // The output's rounding; fp32 sums (W8A16), or the FP8 tensor cores' partial sums,
+              // promoted to fp32 every 128 terms (W8A8: 2^-12 of the magnitude covers both).
+              const double bound = epsilon(dt) * std::abs(want) + (w8a8 ? 0x1p-12 : k * 0x1p-24 + epsilon(dt)) * size + 1e-6;
+              ASSERT_LE(std::abs(element(got, i * n + j) - want), bound) << "element [" << i << ", " << j << "]";
+            }
+        }
+      }
 }
 
 // Formats a later build will run are described and checked now, but linear refuses them.

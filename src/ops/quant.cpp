@@ -64,6 +64,26 @@ void dequantize_per_group(Context& ctx, const Tensor& q, const Tensor& scales, i
   });
 }
 
+void quantize_fp8(Context& ctx, const Tensor& x, int64_t group, const Tensor& q, const Tensor& scales) {
+  const char* op = "quantize_fp8";
+  check_float_input(op, "x", x);
+  check_on_device(op, "q", q);
+  check_on_device(op, "scales", scales);
+  LW_CHECK(x.dim() == 2 && x.is_contiguous(), op << ": x " << x.describe() << " must be contiguous 2-D [rows, cols]");
+  const int64_t rows = x.size(0), cols = x.size(1);
+  LW_CHECK(group > 0 && cols % group == 0, op << ": group " << group << " must be positive and divide the " << cols
+                                              << " columns of x " << x.describe());
+  LW_CHECK(q.dtype() == DType::i8 && q.shape() == x.shape() && q.is_contiguous(),
+           op << ": q " << q.describe() << " must be a contiguous i8" << shape_str(x.shape()));
+  LW_CHECK(scales.dtype() == DType::f32 && scales.dim() == 2 && scales.size(0) == cols / group &&
+               scales.size(1) >= rows && scales.is_contiguous(),
+           op << ": scales " << scales.describe() << " must be a contiguous f32 [" << cols / group << ", >= " << rows << "]");
+  dispatch_float(x.dtype(), op, [&]<class T>() {
+    kernels::quantize_fp8<T>(x.data<T>(), static_cast<uint8_t*>(q.data_ptr()), scales.data<float>(), scales.size(1), rows,
+                             cols, group, ctx.warp_size(), ctx.stream().get());
+  });
+}
+
 void dequantize(Context& ctx, const Tensor& raw, BlockFormat format, const Tensor& out) {
   const char* op = "dequantize";
   check_float_input(op, "out", out);

@@ -17,6 +17,13 @@ void dequantize_per_token(Context& ctx, const Tensor& q, const Tensor& scales, c
 void quantize_per_group(Context& ctx, const Tensor& x, int group, const Tensor& q, const Tensor& scales);
 void dequantize_per_group(Context& ctx, const Tensor& q, const Tensor& scales, int group, const Tensor& out);
 
+// FP8 E4M3 activations (the W8A8 FP8 path): x [rows, cols] f32/f16/bf16 -> q i8 [rows, cols]
+// holding e4m3fn codes, scales f32 [cols / group, L] with L >= rows (group-major: the layout the
+// vendor FP8 GEMMs read; columns past `rows` are left as they are), s = absmax / 448 per `group`
+// consecutive elements of a row (group = cols: per token); group must divide cols. All on the
+// device, contiguous.
+void quantize_fp8(Context& ctx, const Tensor& x, int64_t group, const Tensor& q, const Tensor& scales);
+
 // The stored formats `dequantize` expands: f32, f16, bf16 and GGML's q4_0, q4_1, q5_0, q5_1,
 // q8_0, q2_k, q3_k, q4_k, q5_k, q6_k.
 using kernels::BlockFormat;

@@ -68,7 +68,7 @@ void run(const VendorGemm& g) {
 }  // namespace
 
 bool vendor_gemm(Context& ctx, const VendorGemm& g) {
-  if (g.in == DType::i8) return false;  // OpenBLAS has no integer GEMM
+  if (g.in == DType::i8) return false;  // OpenBLAS has no integer or FP8 GEMM
   if (g.m == 0 || g.n == 0 || g.batch == 0) return true;
   ctx.synchronize();  // kernels queued before must have written the operands
   dispatch_float(g.in, "gemm", [&]<class T>() { run<T>(g); });

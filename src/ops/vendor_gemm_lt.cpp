@@ -55,9 +55,28 @@ void destroy_desc(cublasLtMatmulDesc_t d) { cublasLtMatmulDescDestroy(d); }
 void destroy_layout(cublasLtMatrixLayout_t l) { cublasLtMatrixLayoutDestroy(l); }
 void destroy_pref(cublasLtMatmulPreference_t p) { cublasLtMatmulPreferenceDestroy(p); }
 
-// (dtype, m, n, k, lda, ldb, ldc, strides, b_kn, bias, batch, alignment, alpha, batch-invariant)
+// (dtype, m, n, k, lda, ldb, ldc, strides, b_kn, bias, batch, alignment, alpha, batch-invariant,
+// fp8 form: fp8_form())
 using ProblemKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                              bool, bool, int, uint32_t, float, bool>;
+                              bool, bool, int, uint32_t, float, bool, int>;
+
+// 0 for a GEMM that is not FP8; else the output dtype and both scale layouts, packed.
+int fp8_form(const VendorGemm& g) {
+  if (!g.fp8) return 0;
+  return 1 + static_cast<int>(g.out) * 64 + static_cast<int>(g.a_scale_layout) * 8 + static_cast<int>(g.b_scale_layout);
+}
+
+#if !defined(LW_TARGET_HIP)
+cublasLtMatmulMatrixScale_t scale_mode(OperandScale s) {
+  switch (s) {
+    case OperandScale::tensor: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    case OperandScale::outer: return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    case OperandScale::vec128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case OperandScale::blk128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  }
+  return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+}
+#endif
 
 // Everything a problem shape needs, made once: the descriptors and the heuristic's algorithm
 // (creating descriptors on every call costs more host time than a small GEMM takes on the GPU).
@@ -103,7 +122,14 @@ class BlasLt {
   }
 
   bool run(Context& ctx, const VendorGemm& g) {
-    const bool int8 = g.in == DType::i8;
+    if (g.fp8) {
+#if defined(LW_TARGET_HIP)
+      return false;  // hipBLASLt's FP8 on gfx942 is e4m3fnuz (other codes): not wired
+#else
+      if (g.batch != 1 || g.batch_invariant || ctx.caps().arch_number < 89) return false;
+#endif
+    }
+    const bool int8 = g.in == DType::i8 && !g.fp8;
     uint32_t align = std::min({alignment_of(g.a), alignment_of(g.b), alignment_of(g.c),
                                g.bias ? alignment_of(g.bias) : 256u});
     const bool invariant = g.batch_invariant && g.batch == 1;
@@ -117,13 +143,21 @@ class BlasLt {
       align = 16;
     }
     const ProblemKey key{static_cast<int>(g.in), g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.stride_a, g.stride_b, g.stride_c,
-                         g.b_kn, g.bias != nullptr, g.batch, align, g.alpha, invariant};
+                         g.b_kn, g.bias != nullptr, g.batch, align, g.alpha, invariant, fp8_form(g)};
     auto it = plans_.find(key);
     if (it == plans_.end()) it = plans_.emplace(key, invariant ? pinned_plan(g, align) : make_plan(g, align)).first;
     Plan& p = *it->second;
     if (!p.found) return false;
     if (g.bias)
       LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+#if !defined(LW_TARGET_HIP)
+    if (g.fp8) {  // library A is b, library B is a
+      LW_BLASLT_CHECK(
+          cublasLtMatmulDescSetAttribute(p.desc.h, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.b_scale, sizeof(g.b_scale)));
+      LW_BLASLT_CHECK(
+          cublasLtMatmulDescSetAttribute(p.desc.h, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.a_scale, sizeof(g.a_scale)));
+    }
+#endif
     const float alpha_f = g.alpha, beta_f = 0.0f;
     const int32_t alpha_i = 1, beta_i = 0;
     const void* alpha = int8 ? static_cast<const void*>(&alpha_i) : &alpha_f;
@@ -137,15 +171,26 @@ class BlasLt {
   // The descriptors of g's problem with M = m, and the preference of its heuristic query.
   std::unique_ptr<Plan> describe(const VendorGemm& g, int64_t m) {
     auto p = std::make_unique<Plan>();
-    const bool int8 = g.in == DType::i8;
-    const DType out = int8 ? DType::i32 : g.in;
+    const bool int8 = g.in == DType::i8 && !g.fp8;
+    const DType out = int8 ? DType::i32 : g.fp8 ? g.out : g.in;
+#if defined(LW_TARGET_HIP)
     const cudaDataType io = data_type(g.in), ct = data_type(out);
+#else
+    const cudaDataType io = g.fp8 ? CUDA_R_8F_E4M3 : data_type(g.in), ct = data_type(out);
+#endif
     const cublasComputeType_t compute = int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F;
     const cudaDataType scale = int8 ? CUDA_R_32I : CUDA_R_32F;
     LW_BLASLT_CHECK(cublasLtMatmulDescCreate(&p->desc.h, compute, scale));
     const cublasOperation_t op_b = g.b_kn ? CUBLAS_OP_N : CUBLAS_OP_T, op_a = CUBLAS_OP_N;
     LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)));
     LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)));
+#if !defined(LW_TARGET_HIP)
+    if (g.fp8) {
+      const int32_t lib_a = scale_mode(g.b_scale_layout), lib_b = scale_mode(g.a_scale_layout);
+      LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &lib_a, sizeof(lib_a)));
+      LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &lib_b, sizeof(lib_b)));
+    }
+#endif
     if (g.bias) {
       const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
       LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
@@ -231,7 +276,7 @@ class BlasLt {
   // HIP no class is pinned and the tiled GEMM runs instead.
   std::unique_ptr<Plan> pinned_plan(const VendorGemm& g, uint32_t align) {
     const ProblemKey class_key{static_cast<int>(g.in), 0, g.n, g.k, g.lda, g.ldb, g.ldc, 0, 0, 0, g.b_kn, g.bias != nullptr,
-                               g.batch, align, g.alpha, true};
+                               g.batch, align, g.alpha, true, fp8_form(g)};
     auto it = pins_.find(class_key);
     if (it == pins_.end()) {
       Pin pin;

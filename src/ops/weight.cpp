@@ -1,15 +1,20 @@
 #include "ops/weight.h"
 
+#include <atomic>
 #include <optional>
 #include <sstream>
 
+#include "core/logging.h"
+#include "gpu/runtime.h"
+#include "gpu/vector.h"
+#include "kernels/quant/gguf_gemv.h"
+#include "kernels/quant/quantize.h"
 #include "ops/check.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
-#include "gpu/vector.h"
-#include "kernels/quant/gguf_gemv.h"
 #include "ops/quant.h"
 #include "ops/select.h"
+#include "ops/vendor_gemm.h"
 
 namespace lw::ops {
 
@@ -67,6 +72,8 @@ void check_int4(const char* op, int64_t n, int64_t k, const Tensor& scales, int6
 }
 
 }  // namespace
+
+bool has_fp8_gemm(const gpu::DeviceCaps& caps) { return caps.vendor == gpu::Vendor::cuda && caps.arch_number >= 89; }
 
 const char* weight_format_name(WeightFormat format) {
   switch (format) {
@@ -274,6 +281,63 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype) {
 
 namespace {
 
+// The vendor FP8 GEMM (W8A8): x quantised to e4m3 per token (per-tensor and per-channel weights;
+// both operands' scales are then vectors) or per 128 columns (128 x 128 block weights: the
+// library's 1 x 128 and 128 x 128 block scaling), then the scaled GEMM into x's dtype. Returns
+// false, having written nothing, where the library has no kernel for this problem; the first
+// such refusal is logged.
+bool fp8_gemm(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, int64_t rows) {
+  const int64_t n = w.out_features(), k = w.in_features();
+  const bool block = w.format() == WeightFormat::fp8_e4m3_per_block;
+  // The library's block scaling is 128 x 128 only; its scale rows are read 16-byte aligned.
+  if (block && (w.block().rows != 128 || w.block().cols != 128 || k % 512 != 0)) return false;
+  if (x.dtype() == DType::f32 || k % 16 != 0 || !x.is_contiguous() || !out.is_contiguous() ||
+      !gpu::aligned_to(16, w.data().data_ptr()))
+    return false;
+  const int64_t group = block ? 128 : k;
+  // The library's 1 x 128 activation scales need M a multiple of 4: padded with zero rows (zero
+  // codes, zero scales), the product into a temporary of the padded rows.
+  const int64_t padded = block ? (rows + 3) / 4 * 4 : rows;
+  Tensor xq = ctx.empty({padded, k}, DType::i8);
+  Tensor xs = ctx.empty({k / group, padded}, DType::f32);
+  if (padded > rows) {
+    LW_CUDA_CHECK(cudaMemsetAsync(static_cast<int8_t*>(xq.data_ptr()) + rows * k, 0, (padded - rows) * k, ctx.stream().get()));
+    LW_CUDA_CHECK(cudaMemsetAsync(xs.data_ptr(), 0, xs.nbytes(), ctx.stream().get()));
+  }
+  quantize_fp8(ctx, x.view({rows, k}), group, xq.slice(0, 0, rows), xs);
+  const Tensor result = padded > rows ? ctx.empty({padded, n}, out.dtype()) : out;
+  Tensor ws = w.scales();
+  if (w.format() == WeightFormat::fp8_e4m3_per_tensor) {
+    ws = ctx.empty({n}, DType::f32);
+    kernels::broadcast_scale(w.scales().data<float>(), ws.data<float>(), n, ctx.warp_size(), ctx.stream().get());
+  }
+  detail::VendorGemm g;
+  g.in = DType::i8;
+  g.fp8 = true;
+  g.out = x.dtype();
+  g.m = padded, g.n = n, g.k = k;
+  g.a = xq.data_ptr(), g.lda = k;
+  g.b = w.data().data_ptr(), g.ldb = k;
+  g.c = result.data_ptr(), g.ldc = n;
+  g.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  g.a_scale = xs.data<float>();
+  g.a_scale_layout = block ? detail::OperandScale::vec128 : detail::OperandScale::outer;
+  g.b_scale = ws.data<float>();
+  g.b_scale_layout = block ? detail::OperandScale::blk128 : detail::OperandScale::outer;
+  if (detail::vendor_gemm(ctx, g)) {
+    if (padded > rows)
+      LW_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), result.data_ptr(), rows * n * dtype_size(out.dtype()),
+                                    cudaMemcpyDeviceToDevice, ctx.stream().get()));
+    return true;
+  }
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true))
+    lw::log().info("linear: {} has no FP8 GEMM for {} with {} activations (M={}); such projections run as W8A16 "
+                   "(the weights expanded, the dense GEMM)",
+                   detail::vendor_gemm_name(), w.describe(), dtype_name(x.dtype()), rows);
+  return false;
+}
+
 // GGUF blocks and FP8: the fused GEMV for decode-sized batches, else the weights expanded to x's
 // dtype and the dense linear. Deterministic mode takes the expansion for every M (one summation
 // order, the dense path's batch-invariant one). FP8 rows of a length not a multiple of 16 (no
@@ -289,6 +353,8 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   const bool runs = gguf || (k % 16 == 0 && gpu::aligned_to(gpu::kVectorBytes, w.data().data_ptr()));
   const bool fused = runs && (sel.forced() ? sel.path == GemmPath::gemv : !ctx.deterministic() && rows <= kGgufGemvMaxRows);
   if (!fused) {
+    const bool vendor = sel.forced() ? sel.path == GemmPath::vendor : !ctx.deterministic();
+    if (!gguf && vendor && has_fp8_gemm(ctx.caps()) && rows > 0 && fp8_gemm(ctx, x, w, bias, out, rows)) return;
     linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, sel.forced() ? sel.path : GemmPath::automatic);
     return;
   }

@@ -63,7 +63,8 @@ class Weight {
   // q i8 [N, K], scales f32 [N]: w[n, k] = q[n, k] * scales[n] (q in [-127, 127]).
   static Weight int8_per_channel(Tensor q, Tensor scales);
   // fp8 e4m3 bytes, held in an i8 [N, K] tensor (Tensor has no fp8 dtype): w = fp8(q) * scale.
-  // scale: f32 with one element ([] or [1]).
+  // scale: f32 with one element ([] or [1]). The NaN codes (0x7F, 0xFF) are not values: the
+  // checkpoint loader refuses them; the kernels do not check again (they read them as +-480).
   static Weight fp8_per_tensor(Tensor q, Tensor scale);
   // scales f32 [N].
   static Weight fp8_per_channel(Tensor q, Tensor scales);
@@ -116,6 +117,10 @@ class Weight {
 // weights"; FP8 takes the crossover of Q8_0, its nearest GGUF kin, until measured itself).
 inline constexpr int64_t kGgufGemvMaxRows = 4;
 
+// Whether linear over FP8 weights may run the vendor's scaled FP8 GEMM on this device (NVIDIA
+// sm_89 and later; not on HIP: hipBLASLt's gfx942 FP8 reads e4m3fnuz codes, nor the host).
+bool has_fp8_gemm(const gpu::DeviceCaps& caps);
+
 // The weight as a dense [N, K] tensor of `dtype` (dense, GGUF, fp8 and int8 formats; the int4
 // formats refused): each value decoded in fp32, times its scale, rounded once.
 Tensor expand(Context& ctx, const Weight& w, DType dtype);
@@ -130,10 +135,15 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //   int8_per_channel  x quantised per token (quantize_per_token), then `linear_int8` with x's
 //                     per-row scales and the weight's per-channel scales (exact int32
 //                     accumulation; the output rounded once); the gemv path is refused;
-//   fp8_e4m3_*        as gguf_*: the fused GEMV (kernels::scaled_gemv; K a multiple of 16) up to
-//                     kGgufGemvMaxRows rows and on the forced gemv path, else the weights
-//                     expanded to x's dtype and the dense linear. FP8 weights with activations in
-//                     x's dtype (W8A16) on every path.
+//   fp8_e4m3_*        the fused GEMV (kernels::scaled_gemv; K a multiple of 16; activations in
+//                     x's dtype: W8A16) up to kGgufGemvMaxRows rows and on the forced gemv path;
+//                     more rows (automatic, not deterministic) or the forced vendor path: on a
+//                     device with FP8 tensor cores (NVIDIA sm_89+), x quantised to e4m3
+//                     (quantize_fp8: per token, or per 128 columns for 128 x 128 blocks) and the
+//                     vendor's scaled FP8 GEMM (W8A8; f16/bf16 x, K a multiple of 16, block
+//                     weights with K a multiple of 512); elsewhere, where the library refuses
+//                     the problem (logged once), and in deterministic mode, the weights expanded
+//                     to x's dtype and the dense linear (W8A16).
 // x, out contiguous with the same leading dimensions and x's dtype (f32/f16/bf16); bias
 // optional, [N] in that dtype. Any other format is an error naming it.
 void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out,

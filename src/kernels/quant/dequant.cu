@@ -57,20 +57,24 @@ __global__ void dequant_scaled_kernel(T* out, ScaledMatrix m) {
       bytes[0] = q[row * m.cols + col0];
     }
     T* o = out + row * m.cols + col0;
+    auto scale_at = [&](int64_t col) {
+      return m.layout == ScaleLayout::tensor ? m.scales[0]
+             : m.layout == ScaleLayout::row  ? m.scales[row]
+                                             : m.scales[(row / m.block_rows) * block_cols + col / m.block_cols];
+    };
+    // Block scales change every block_cols columns: once per run when that is a multiple of R,
+    // else looked up per element.
+    const bool one_scale = m.layout != ScaleLayout::block || m.block_cols % R == 0;
+    const float run_scale = scale_at(col0);
 #pragma unroll
     for (int c = 0; c < R; c += (R == 16 ? gpu::kVecWidth<T> : 1)) {
       constexpr int V = R == 16 ? gpu::kVecWidth<T> : 1;
       gpu::Vec<T, V> w;
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        const int64_t col = col0 + c + e;
-        // Block scales change every block_cols columns (a multiple of R or not: looked up per element).
-        const float scale = m.layout == ScaleLayout::tensor ? m.scales[0]
-                            : m.layout == ScaleLayout::row
-                                ? m.scales[row]
-                                : m.scales[(row / m.block_rows) * block_cols + col / m.block_cols];
+        const float scale = one_scale ? run_scale : scale_at(col0 + c + e);
         const uint8_t b = bytes[c + e];
-        const float value = m.fp8 ? fp8_e4m3_to_float(b) : static_cast<float>(static_cast<int8_t>(b));
+        const float value = m.fp8 ? fp8_e4m3_times_2_pow_minus_120(b, 0) * 0x1p120f : static_cast<float>(static_cast<int8_t>(b));
         w.v[e] = gpu::from_float<T>(value * scale);
       }
       gpu::store_vec<V>(o + c, w);

@@ -16,8 +16,8 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 constexpr int R = kGgufGemvRowsPerPass;
 
-// Where the kernel reads W: row(col) gives one row's reader, whose decode16(r, v) decodes its
-// 16-element run r to fp32 (the row's address and scales found once per row).
+// Where the GGUF kernel reads W: row(col) gives one row's reader, whose decode16(r, v) decodes
+// its 16-element run r to fp32 (the row's address found once per row).
 template <class Block>
 struct GgufRows {  // GGML blocks, row by row
   const uint8_t* w;
@@ -31,32 +31,6 @@ struct GgufRows {  // GGML blocks, row by row
   };
   LW_DEVICE_INLINE Row row(int64_t col) const { return {w + col * (k / Block::kElems) * Block::kBytes}; }
 };
-struct ScaledRows {  // 8-bit values with scales, 16 bytes per run
-  ScaledMatrix m;
-  struct Row {
-    const uint8_t* p;
-    const float* scales;  // the row's scale (tensor, row) or its row of block scales
-    int64_t block_cols;   // 0 unless the scales are per block
-    bool fp8;
-    LW_DEVICE_INLINE void decode16(int64_t r, float (&v)[gguf::kRun]) const {
-      const gpu::Vec<uint8_t, gguf::kRun> b = gpu::load_vec<gguf::kRun>(p + r * gguf::kRun);
-#pragma unroll
-      for (int i = 0; i < gguf::kRun; ++i) {
-        const float scale = block_cols > 0 ? scales[(r * gguf::kRun + i) / block_cols] : scales[0];
-        v[i] = (fp8 ? fp8_e4m3_to_float(b.v[i]) : static_cast<float>(static_cast<int8_t>(b.v[i]))) * scale;
-      }
-    }
-  };
-  LW_DEVICE_INLINE Row row(int64_t col) const {
-    const auto* p = static_cast<const uint8_t*>(m.q) + col * m.cols;
-    switch (m.layout) {
-      case ScaleLayout::tensor: return {p, m.scales, 0, m.fp8};
-      case ScaleLayout::row: return {p, m.scales + col, 0, m.fp8};
-      default: return {p, m.scales + (col / m.block_rows) * ((m.cols + m.block_cols - 1) / m.block_cols), m.block_cols, m.fp8};
-    }
-  }
-};
-
 // A warp per output column (row of W) and pass of R rows of x; its lanes take the row's
 // 16-element runs in turn, decode each once and use it for every row of x.
 template <class T, class Source, int V>
@@ -98,6 +72,80 @@ __global__ void gemv_kernel(T* __restrict__ y, const T* __restrict__ x, Source w
   for (int j = 0; j < R; ++j) {
     const float s = gpu::warp_reduce_sum(acc[j]);
     if (gpu::lane_id() == 0 && j < rows) y[(row0 + j) * ldy + col] = gpu::from_float<T>(s + b);
+  }
+}
+
+// 8-bit rows with scales (FP8 E4M3 or int8): a warp per output column and pass of R rows of x;
+// each lane keeps U 16-byte runs of the row in flight (all loaded before any is decoded: one run
+// at a time leaves too few bytes in flight to approach the memory rate), finds each run's scale
+// once (a run lies in one scale block when the block width is a multiple of 16; otherwise per
+// element) and applies it to the run's sum, decoding FP8 with integer operations (no
+// conversions: fp8_e4m3_times_2_pow_minus_120); the weights' values are used unrounded.
+template <class T, bool FP8, int V, int U>
+__global__ void scaled_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, ScaledMatrix w, const T* __restrict__ bias,
+                                   int64_t m, int64_t ldx, int64_t ldy) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * (blockDim.x / gpu::kWarpSize) + gpu::warp_id();
+  if (col >= w.rows) return;  // the whole warp
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * R;
+  const int rows = m - row0 < R ? static_cast<int>(m - row0) : R;
+  const T* xr = x + row0 * ldx;
+  const uint8_t* p = static_cast<const uint8_t*>(w.q) + col * w.cols;
+  const bool block = w.layout == ScaleLayout::block;
+  const float* scales = block ? w.scales + (col / w.block_rows) * ((w.cols + w.block_cols - 1) / w.block_cols)
+                        : w.layout == ScaleLayout::row ? w.scales + col
+                                                       : w.scales;
+  const int block_cols = block ? static_cast<int>(w.block_cols) : 0;
+  const int runs_per_block = block && block_cols % gguf::kRun == 0 ? block_cols / gguf::kRun : 0;
+  const float row_scale = block ? 0.0f : scales[0];
+  float acc[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) acc[j] = 0.0f;
+
+  auto use = [&](const gpu::Vec<uint32_t, 4>& b, int r) {
+    float wv[gguf::kRun];
+#pragma unroll
+    for (int i = 0; i < gguf::kRun; ++i) {
+      if constexpr (FP8) wv[i] = fp8_e4m3_times_2_pow_minus_120(b.v[i / 4], i % 4) * 0x1p120f;
+      else wv[i] = static_cast<float>(static_cast<int8_t>(b.v[i / 4] >> (8 * (i % 4))));
+    }
+    if (block && runs_per_block == 0) {  // a scale block boundary inside the run
+#pragma unroll
+      for (int i = 0; i < gguf::kRun; ++i) wv[i] *= scales[(r * gguf::kRun + i) / block_cols];
+    }
+    const float run_scale = !block ? row_scale : runs_per_block > 0 ? scales[r / runs_per_block] : 1.0f;
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      if (j < rows) {
+        const T* xp = xr + j * ldx + static_cast<int64_t>(r) * gguf::kRun;
+        float run = 0.0f;
+#pragma unroll
+        for (int c = 0; c < gguf::kRun; c += V) {
+          const gpu::Vec<T, V> xv = gpu::load_vec<V>(xp + c);
+#pragma unroll
+          for (int e = 0; e < V; ++e) run += wv[c + e] * gpu::to_float(xv.v[e]);
+        }
+        acc[j] += run * run_scale;
+      }
+    }
+  };
+  auto load_run = [&](int r) {
+    return gpu::load_vec<4>(reinterpret_cast<const uint32_t*>(p + static_cast<int64_t>(r) * gguf::kRun));
+  };
+  const int runs = static_cast<int>(w.cols / gguf::kRun), step = gpu::kWarpSize;
+  int r = gpu::lane_id();
+  for (; r + (U - 1) * step < runs; r += U * step) {
+    gpu::Vec<uint32_t, 4> b[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) b[u] = load_run(r + u * step);
+#pragma unroll
+    for (int u = 0; u < U; ++u) use(b[u], r + u * step);
+  }
+  for (; r < runs; r += step) use(load_run(r), r);
+  const float bv = bias ? gpu::to_float(bias[col]) : 0.0f;
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const float s = gpu::warp_reduce_sum(acc[j]);
+    if (gpu::lane_id() == 0 && j < rows) y[(row0 + j) * ldy + col] = gpu::from_float<T>(s + bv);
   }
 }
 
@@ -161,9 +209,21 @@ void scaled_gemv(T* y, const T* x, const ScaledMatrix& w, const T* bias, int64_t
   LW_CHECK(w.layout != ScaleLayout::block || (w.block_rows > 0 && w.block_cols > 0),
            "scaled_gemv: scale blocks of " << w.block_rows << " x " << w.block_cols);
   LW_CHECK(gpu::aligned_to(gpu::kVectorBytes, w.q), "scaled_gemv: the weights must start 16-byte aligned");
+  LW_CHECK(w.cols / gguf::kRun <= 0x7fffffff, "scaled_gemv: K = " << w.cols << " exceeds the kernel's run index");
   if (m == 0 || w.rows == 0) return;
-  launch_gemv(w.fp8 ? "scaled_gemv_fp8" : "scaled_gemv_int8", y, x, ScaledRows{w}, bias, m, w.rows, w.cols, ldx, ldy,
-              warp_size, stream);
+  const int64_t blocks = (w.rows + kWarpsPerBlock - 1) / kWarpsPerBlock, passes = (m + R - 1) / R;
+  LW_CHECK(blocks <= 0x7fffffff && passes <= 65535,
+           "scaled_gemv: " << w.rows << " output columns x " << m << " rows exceed the grid limits");
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(passes)),
+                              dim3(kWarpsPerBlock * warp_size), 0, stream};
+  constexpr int V = gpu::kVecWidth<T>, U = 4;
+  const bool vec = ldx % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x);
+  auto run = [&]<bool FP8>(const char* name) {
+    if (vec) gpu::launch(name, scaled_gemv_kernel<T, FP8, V, U>, cfg, y, x, w, bias, m, ldx, ldy);
+    else gpu::launch(name, scaled_gemv_kernel<T, FP8, 1, U>, cfg, y, x, w, bias, m, ldx, ldy);
+  };
+  if (w.fp8) run.template operator()<true>("scaled_gemv_fp8");
+  else run.template operator()<false>("scaled_gemv_int8");
 }
 
 #define LW_GGUF_GEMV(T)                                                                                            \

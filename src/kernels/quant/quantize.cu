@@ -6,6 +6,7 @@
 #include "gpu/launch.h"
 #include "gpu/numeric.h"
 #include "gpu/vector.h"
+#include "kernels/quant/fp8.h"
 #include "kernels/row_plan.h"
 
 namespace lw::kernels {
@@ -110,6 +111,38 @@ __global__ void dequantize_kernel(const int8_t* q, const float* scales, T* out, 
   }
 }
 
+// One block per (row, group): the group's absmax, then the group encoded (re-read from cache).
+// Scales are group-major (scales[g * rows + row]), the layout of the vendor FP8 GEMMs' per-token
+// and per-128 activation scales.
+template <class T, int VEC>
+__global__ void quantize_fp8_kernel(const T* x, uint8_t* q, float* scales, int64_t scale_ld, int64_t cols, int group) {
+  const int64_t row = blockIdx.x, g = blockIdx.y;
+  const T* xg = x + row * cols + g * group;
+  uint8_t* qg = q + row * cols + g * group;
+  const int nvec = group / VEC;
+  float amax = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < nvec; i += static_cast<int>(blockDim.x)) {
+    const gpu::Vec<T, VEC> v = gpu::load_vec<VEC>(xg + static_cast<int64_t>(i) * VEC);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) amax = fmaxf(amax, fabsf(gpu::to_float(v.v[j])));
+  }
+  amax = gpu::block_reduce_max(amax);
+  const float inv = amax > 0.0f ? 448.0f / amax : 0.0f;
+  if (threadIdx.x == 0) scales[g * scale_ld + row] = amax / 448.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < nvec; i += static_cast<int>(blockDim.x)) {
+    const gpu::Vec<T, VEC> v = gpu::load_vec<VEC>(xg + static_cast<int64_t>(i) * VEC);
+    gpu::Vec<uint8_t, VEC> o;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) o.v[j] = fp8_e4m3_from_float(gpu::to_float(v.v[j]) * inv);
+    gpu::store_vec<VEC>(qg + static_cast<int64_t>(i) * VEC, o);
+  }
+}
+
+__global__ void broadcast_kernel(const float* value, float* out, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = *value;
+}
+
 unsigned grid_for(int64_t work, int threads) {
   const int64_t blocks = (work + threads - 1) / threads;
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks > 65536 ? 65536 : blocks);
@@ -183,11 +216,36 @@ void dequantize_per_group(const int8_t* q, const float* scales, T* out, int64_t 
   dequantize<T>(q, scales, out, rows * cols, group, warp_size, stream);
 }
 
+template <class T>
+void quantize_fp8(const T* x, uint8_t* q, float* scales, int64_t scale_ld, int64_t rows, int64_t cols, int64_t group,
+                  int warp_size, cudaStream_t stream) {
+  LW_CHECK(scale_ld >= rows, "quantize_fp8: scale rows of " << scale_ld << " for " << rows << " rows");
+  LW_CHECK(group > 0 && cols % group == 0, "quantize_fp8: group " << group << " must divide the " << cols << " columns");
+  if (rows == 0 || cols == 0) return;
+  LW_CHECK(rows <= 0x7fffffff && cols / group <= 65535,
+           "quantize_fp8: " << rows << " rows of " << cols / group << " groups exceed the grid limits");
+  constexpr int V = gpu::kVecWidth<T>;
+  const bool vec = group % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x) && gpu::aligned_to(V, q);
+  const int64_t nvec = vec ? group / V : group;
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows), static_cast<unsigned>(cols / group)),
+                              dim3(row_threads(nvec, warp_size)), 0, stream};
+  const int g = static_cast<int>(group);
+  if (vec) gpu::launch("quantize_fp8", quantize_fp8_kernel<T, V>, cfg, x, q, scales, scale_ld, cols, g);
+  else gpu::launch("quantize_fp8", quantize_fp8_kernel<T, 1>, cfg, x, q, scales, scale_ld, cols, g);
+}
+
+void broadcast_scale(const float* value, float* out, int64_t n, int warp_size, cudaStream_t stream) {
+  if (n == 0) return;
+  const int threads = gpu::round_block_size(256, warp_size);
+  gpu::launch("broadcast_scale", broadcast_kernel, {dim3(grid_for(n, threads)), dim3(threads), 0, stream}, value, out, n);
+}
+
 #define LW_QUANT(T)                                                                                              \
   template void quantize_per_token<T>(const T*, int8_t*, float*, int64_t, int64_t, int, cudaStream_t);         \
   template void dequantize_per_token<T>(const int8_t*, const float*, T*, int64_t, int64_t, int, cudaStream_t);  \
   template void quantize_per_group<T>(const T*, int8_t*, float*, int64_t, int64_t, int, int, cudaStream_t);     \
-  template void dequantize_per_group<T>(const int8_t*, const float*, T*, int64_t, int64_t, int, int, cudaStream_t);
+  template void dequantize_per_group<T>(const int8_t*, const float*, T*, int64_t, int64_t, int, int, cudaStream_t); \
+  template void quantize_fp8<T>(const T*, uint8_t*, float*, int64_t, int64_t, int64_t, int64_t, int, cudaStream_t);
 LW_QUANT(float)
 LW_QUANT(half)
 LW_QUANT(bfloat16)
