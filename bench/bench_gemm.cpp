@@ -30,6 +30,7 @@
 #include "kernels/gemv.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
+#include "ops/quant.h"
 #include "ops/weight.h"
 
 namespace {
@@ -170,6 +171,14 @@ int main(int argc, char** argv) {
                << (deterministic ? "deterministic" : lw::ops::gemm_path_name(p)) << "\", \"ms\": " << t << ", \"tflops\": " << tflops << ", \"weight_gbs\": " << gbs << "}";
             first = false;
           }
+        }
+        if (lw::ops::is_scaled_8bit_format(*format) && !int8) {
+          // The W8A8 path's share: x quantised to e4m3 alone (per 128 columns for block weights).
+          const int64_t group = *format == lw::ops::WeightFormat::fp8_e4m3_per_block ? 128 : k;
+          Tensor xq = ctx.empty({m, k}, DType::i8), xs = ctx.empty({k / group, m}, DType::f32);
+          const double t = median_ms(ctx, repeats, sets, [&](int) { lw::ops::quantize_fp8(ctx, x, group, xq, xs); });
+          std::printf("%6lld %7lld %6lld  %-10s %9.4f\n", static_cast<long long>(m), static_cast<long long>(n),
+                      static_cast<long long>(k), "quantize", t);
         }
       }
     }

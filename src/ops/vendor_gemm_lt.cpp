@@ -189,6 +189,16 @@ class BlasLt {
       const int32_t lib_a = scale_mode(g.b_scale_layout), lib_b = scale_mode(g.a_scale_layout);
       LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &lib_a, sizeof(lib_a)));
       LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &lib_b, sizeof(lib_b)));
+      // Fast accumulation (the tensor cores' own precision between promotions) for per-tensor
+      // and per-row scales, the usual choice for FP8 inference; the library has no such kernels
+      // for block scales.
+      const int8_t fast = g.a_scale_layout != OperandScale::vec128 && g.b_scale_layout != OperandScale::blk128;
+      LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+      // The heuristic refuses vector and block scale modes without their pointers (status 7).
+      LW_BLASLT_CHECK(
+          cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.b_scale, sizeof(g.b_scale)));
+      LW_BLASLT_CHECK(
+          cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.a_scale, sizeof(g.a_scale)));
     }
 #endif
     if (g.bias) {

@@ -350,11 +350,14 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   const GemmShape shape{GemmOp::linear, rows, n, k, 1, ctx.deterministic()};
   const Selection<GemmPath> sel = select<GemmPaths>(ctx.caps(), shape, path);
   const bool gguf = is_gguf_block_format(w.format());
+  // FP8 on FP8 tensor cores: the vendor GEMM at every M (it beats the GEMV from one row: H200,
+  // docs/PERFORMANCE.md "FP8 and INT8 GEMMs"), unless another path is forced or the mode is
+  // deterministic.
+  const bool vendor = sel.forced() ? sel.path == GemmPath::vendor : !ctx.deterministic();
+  if (!gguf && vendor && has_fp8_gemm(ctx.caps()) && rows > 0 && fp8_gemm(ctx, x, w, bias, out, rows)) return;
   const bool runs = gguf || (k % 16 == 0 && gpu::aligned_to(gpu::kVectorBytes, w.data().data_ptr()));
   const bool fused = runs && (sel.forced() ? sel.path == GemmPath::gemv : !ctx.deterministic() && rows <= kGgufGemvMaxRows);
   if (!fused) {
-    const bool vendor = sel.forced() ? sel.path == GemmPath::vendor : !ctx.deterministic();
-    if (!gguf && vendor && has_fp8_gemm(ctx.caps()) && rows > 0 && fp8_gemm(ctx, x, w, bias, out, rows)) return;
     linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, sel.forced() ? sel.path : GemmPath::automatic);
     return;
   }

@@ -135,15 +135,15 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //   int8_per_channel  x quantised per token (quantize_per_token), then `linear_int8` with x's
 //                     per-row scales and the weight's per-channel scales (exact int32
 //                     accumulation; the output rounded once); the gemv path is refused;
-//   fp8_e4m3_*        the fused GEMV (kernels::scaled_gemv; K a multiple of 16; activations in
-//                     x's dtype: W8A16) up to kGgufGemvMaxRows rows and on the forced gemv path;
-//                     more rows (automatic, not deterministic) or the forced vendor path: on a
-//                     device with FP8 tensor cores (NVIDIA sm_89+), x quantised to e4m3
+//   fp8_e4m3_*        on a device with FP8 tensor cores (NVIDIA sm_89+; automatic, not
+//                     deterministic, or the forced vendor path): x quantised to e4m3
 //                     (quantize_fp8: per token, or per 128 columns for 128 x 128 blocks) and the
-//                     vendor's scaled FP8 GEMM (W8A8; f16/bf16 x, K a multiple of 16, block
-//                     weights with K a multiple of 512); elsewhere, where the library refuses
-//                     the problem (logged once), and in deterministic mode, the weights expanded
-//                     to x's dtype and the dense linear (W8A16).
+//                     vendor's scaled FP8 GEMM at every M (W8A8; f16/bf16 x, K a multiple of 16,
+//                     block weights only 128 x 128 with K a multiple of 512). Elsewhere, where
+//                     the library refuses the problem (logged once), and in deterministic mode:
+//                     the fused GEMV (kernels::scaled_gemv; K a multiple of 16; activations in
+//                     x's dtype: W8A16) up to kGgufGemvMaxRows rows and on the forced gemv path,
+//                     else the weights expanded to x's dtype and the dense linear (W8A16).
 // x, out contiguous with the same leading dimensions and x's dtype (f32/f16/bf16); bias
 // optional, [N] in that dtype. Any other format is an error naming it.
 void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out,

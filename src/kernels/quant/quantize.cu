@@ -1,6 +1,7 @@
 #include "kernels/quant/quantize.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "gpu/block_reduce.h"
 #include "gpu/launch.h"
@@ -42,11 +43,33 @@ __global__ void quantize_token_kernel(const T* x, int8_t* q, float* scales, int6
   }
 }
 
+// The int8 encoding of the per-group kernel: symmetric to +-127, scales[g] per group in order.
+struct Int8Groups {
+  int8_t* q;
+  float* scales;
+  static constexpr float kMax = 127.0f;
+  LW_DEVICE_INLINE void store_scale(int64_t g, float s) const { scales[g] = s; }
+  LW_DEVICE_INLINE int8_t encode(float v, float inv) const { return to_int8(v, inv); }
+};
+
+// The FP8 encoding: e4m3fn codes to +-448, scales group-major (scales[(g % per_row) * ld + row]).
+struct Fp8Groups {
+  uint8_t* q;
+  float* scales;
+  int64_t groups_per_row, scale_ld;
+  static constexpr float kMax = 448.0f;
+  LW_DEVICE_INLINE void store_scale(int64_t g, float s) const {
+    scales[(g % groups_per_row) * scale_ld + g / groups_per_row] = s;
+  }
+  LW_DEVICE_INLINE uint8_t encode(float v, float inv) const { return fp8_e4m3_from_float(v * inv); }
+};
+
 // Groups of `group` elements; Lanes lanes share a group (VEC elements each) and reduce its
 // absmax with a Lanes-wide warp reduction. The loop bound is uniform, so every lane reaches
-// every shuffle; lanes past the end work on zeros.
-template <class T, int VEC, int Lanes, int PerLane>
-__global__ void quantize_group_kernel(const T* x, int8_t* q, float* scales, int64_t total_groups, int group) {
+// every shuffle; lanes past the end work on zeros. Enc: Int8Groups (inv = 127 / absmax, the
+// int8 rounding) or Fp8Groups (inv = 448 / absmax, the nearest code).
+template <class T, int VEC, int Lanes, int PerLane, class Enc>
+__global__ void quantize_group_kernel(const T* x, Enc enc, int64_t total_groups, int group) {
   const int per_block = static_cast<int>(blockDim.x) / Lanes;
   const int lane_in_group = static_cast<int>(threadIdx.x) % Lanes;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * per_block; base < total_groups;
@@ -71,14 +94,14 @@ __global__ void quantize_group_kernel(const T* x, int8_t* q, float* scales, int6
     }
     amax = gpu::warp_reduce_max<Lanes>(amax);
     if (!valid) continue;
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    if (lane_in_group == 0) scales[g] = amax / 127.0f;
+    const float inv = amax > 0.0f ? Enc::kMax / amax : 0.0f;
+    if (lane_in_group == 0) enc.store_scale(g, amax / Enc::kMax);
 #pragma unroll
     for (int k = 0; k < PerLane; ++k) {
-      gpu::Vec<int8_t, VEC> o;
+      gpu::Vec<std::remove_pointer_t<decltype(enc.q)>, VEC> o;
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) o.v[j] = to_int8(v[k * VEC + j], inv);
-      gpu::store_vec<VEC>(q + off + (k * Lanes + lane_in_group) * VEC, o);
+      for (int j = 0; j < VEC; ++j) o.v[j] = enc.encode(v[k * VEC + j], inv);
+      gpu::store_vec<VEC>(enc.q + off + (k * Lanes + lane_in_group) * VEC, o);
     }
   }
 }
@@ -163,6 +186,24 @@ void dequantize(const int8_t* q, const float* scales, T* out, int64_t n, int64_t
   }
 }
 
+// The per-group kernel for groups of 4, 8, 16 or 32 vectors (8 lanes hold 1, 2 or 4 each; a
+// 4-vector group takes 4 lanes); false for other group sizes. x and q must be vector-aligned.
+template <class T, class Enc>
+bool launch_groups(const T* x, const Enc& enc, int64_t groups, int group, int warp_size, cudaStream_t stream) {
+  constexpr int V = gpu::kVecWidth<T>;
+  const int threads = gpu::round_block_size(256, warp_size);
+  const int vectors = group % V == 0 ? group / V : 0;
+  const gpu::LaunchConfig cfg8{dim3(grid_for(groups, threads / 8)), dim3(threads), 0, stream};
+  const gpu::LaunchConfig cfg4{dim3(grid_for(groups, threads / 4)), dim3(threads), 0, stream};
+  const char* name = std::is_same_v<Enc, Fp8Groups> ? "quantize_fp8" : "quantize_per_group";
+  if (vectors == 8) gpu::launch(name, quantize_group_kernel<T, V, 8, 1, Enc>, cfg8, x, enc, groups, group);
+  else if (vectors == 16) gpu::launch(name, quantize_group_kernel<T, V, 8, 2, Enc>, cfg8, x, enc, groups, group);
+  else if (vectors == 32) gpu::launch(name, quantize_group_kernel<T, V, 8, 4, Enc>, cfg8, x, enc, groups, group);  // lint: not-a-warp (vectors in a group)
+  else if (vectors == 4) gpu::launch(name, quantize_group_kernel<T, V, 4, 1, Enc>, cfg4, x, enc, groups, group);
+  else return false;
+  return true;
+}
+
 }  // namespace
 
 template <class T>
@@ -192,19 +233,7 @@ void quantize_per_group(const T* x, int8_t* q, float* scales, int64_t rows, int6
   constexpr int V = gpu::kVecWidth<T>;
   const int threads = gpu::round_block_size(256, warp_size);
   const bool vec = gpu::aligned_to(gpu::kVectorBytes, x) && gpu::aligned_to(V, q) && group % V == 0;
-  // A group is group / V vectors: 8 lanes hold 1, 2 or 4 each; a 4-vector group takes 4 lanes.
-  const int vectors = group / V;
-  const gpu::LaunchConfig cfg8{dim3(grid_for(groups, threads / 8)), dim3(threads), 0, stream};
-  const gpu::LaunchConfig cfg4{dim3(grid_for(groups, threads / 4)), dim3(threads), 0, stream};
-  if (vec && vectors == 8) {
-    gpu::launch("quantize_per_group", quantize_group_kernel<T, V, 8, 1>, cfg8, x, q, scales, groups, group);
-  } else if (vec && vectors == 16) {
-    gpu::launch("quantize_per_group", quantize_group_kernel<T, V, 8, 2>, cfg8, x, q, scales, groups, group);
-  } else if (vec && vectors == 32) {  // lint: not-a-warp (vectors in a group)
-    gpu::launch("quantize_per_group", quantize_group_kernel<T, V, 8, 4>, cfg8, x, q, scales, groups, group);
-  } else if (vec && vectors == 4) {
-    gpu::launch("quantize_per_group", quantize_group_kernel<T, V, 4, 1>, cfg4, x, q, scales, groups, group);
-  } else {
+  if (!vec || !launch_groups(x, Int8Groups{q, scales}, groups, group, warp_size, stream)) {
     gpu::launch("quantize_per_group", quantize_group_scalar_kernel<T>,
                 {dim3(grid_for(groups, threads)), dim3(threads), 0, stream}, x, q, scales, groups, group);
   }
@@ -227,6 +256,11 @@ void quantize_fp8(const T* x, uint8_t* q, float* scales, int64_t scale_ld, int64
   constexpr int V = gpu::kVecWidth<T>;
   const bool vec = group % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x) && gpu::aligned_to(V, q);
   const int64_t nvec = vec ? group / V : group;
+  // Small groups (the 1 x 128 blocks): many groups per block; whole rows: a block per row.
+  if (vec && group <= 32 * V &&
+      launch_groups(x, Fp8Groups{q, scales, cols / group, scale_ld}, rows * (cols / group), static_cast<int>(group),
+                    warp_size, stream))
+    return;
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows), static_cast<unsigned>(cols / group)),
                               dim3(row_threads(nvec, warp_size)), 0, stream};
   const int g = static_cast<int>(group);
