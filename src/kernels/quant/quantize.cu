@@ -257,7 +257,7 @@ void quantize_fp8(const T* x, uint8_t* q, float* scales, int64_t scale_ld, int64
   const bool vec = group % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x) && gpu::aligned_to(V, q);
   const int64_t nvec = vec ? group / V : group;
   // Small groups (the 1 x 128 blocks): many groups per block; whole rows: a block per row.
-  if (vec && group <= 32 * V &&
+  if (vec && group <= 32 * V &&  // lint: not-a-warp (vectors in a group)
       launch_groups(x, Fp8Groups{q, scales, cols / group, scale_ld}, rows * (cols / group), static_cast<int>(group),
                     warp_size, stream))
     return;
