@@ -322,22 +322,25 @@ TEST(Weight, Fp8GemvMatchesTheFloat64Reference) {
 }
 
 // FP8 weights on the automatic and vendor paths: where the device has FP8 tensor cores the
-// vendor's scaled FP8 GEMM over x quantised by quantize_fp8 at every M (W8A8: the reference uses
-// those codes and scales; M = 1 and 5 padded to 4 rows for block scales), elsewhere the GEMV
-// (one row) or the expansion and the dense GEMM (W8A16: the reference uses x and the weights
-// rounded to x's dtype). Every scale layout; block weights with partial blocks
-// of rows; rows of x and their 128-column groups of very different sizes (each scale used
-// where it belongs); a block size the vendor GEMM cannot take (W8A16 everywhere).
+// tensor-core GEMV (up to 8 rows, K a multiple of 128) or the vendor's scaled FP8 GEMM over x
+// quantised by quantize_fp8 (W8A8: the reference uses those codes and scales; rows padded to 4
+// for the library's block scales), elsewhere the GEMV (up to 4 rows) or the expansion and the
+// dense GEMM (W8A16: the reference uses x and the weights rounded to x's dtype). Every scale
+// layout; row counts that are not multiples of the 16-row tiles; rows of x and their 128-column
+// groups of very different sizes (each scale used where it belongs); a block size the vendor
+// GEMM cannot take (W8A16 everywhere).
 TEST(Weight, Fp8LinearIsW8A8WhereTheDeviceHasFp8GemmElseW8A16) {
   const bool fp8_gemm = ops::has_fp8_gemm(ctx().caps());
   const std::vector<Fp8Weight> weights = {{ops::WeightFormat::fp8_e4m3_per_block, 200, 512},
                                           {ops::WeightFormat::fp8_e4m3_per_block, 136, 1024},
                                           {ops::WeightFormat::fp8_e4m3_per_block, 64, 256, 64, 64},
                                           {ops::WeightFormat::fp8_e4m3_per_channel, 48, 80},
-                                          {ops::WeightFormat::fp8_e4m3_per_tensor, 40, 96}};
+                                          {ops::WeightFormat::fp8_e4m3_per_channel, 40, 384},
+                                          {ops::WeightFormat::fp8_e4m3_per_tensor, 40, 96},
+                                          {ops::WeightFormat::fp8_e4m3_per_tensor, 24, 256}};
   for (const Fp8Weight& fw : weights)
     for (DType dt : {DType::bf16, DType::f16})
-      for (int64_t m : {1, 5, 130}) {
+      for (int64_t m : {1, 5, 8, 130}) {
         const int64_t n = fw.n, k = fw.k;
         const bool block = fw.format == ops::WeightFormat::fp8_e4m3_per_block;
         const bool w8a8 = fp8_gemm && (!block || (fw.block_cols == 128 && fw.block_rows == 128));

@@ -7,6 +7,7 @@
 #include "core/logging.h"
 #include "gpu/runtime.h"
 #include "gpu/vector.h"
+#include "kernels/quant/fp8_mma_gemv.h"
 #include "kernels/quant/gguf_gemv.h"
 #include "kernels/quant/quantize.h"
 #include "ops/check.h"
@@ -295,6 +296,26 @@ bool fp8_gemm(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias
       !gpu::aligned_to(16, w.data().data_ptr()))
     return false;
   const int64_t group = block ? 128 : k;
+  Tensor ws = w.scales();
+  if (w.format() == WeightFormat::fp8_e4m3_per_tensor) {
+    ws = ctx.empty({n}, DType::f32);
+    kernels::broadcast_scale(w.scales().data<float>(), ws.data<float>(), n, ctx.warp_size(), ctx.stream().get());
+  }
+  // Decode-sized batches: the tensor-core GEMV reads the weights at the memory rate (the library's
+  // GEMMs are tiled for large M).
+  if (rows <= kernels::kFp8MmaGemvMaxRows && k % 128 == 0 && kernels::fp8_mma_gemv_available()) {
+    Tensor xq = ctx.empty({rows, k}, DType::i8);
+    Tensor xs = ctx.empty({k / group, rows}, DType::f32);
+    quantize_fp8(ctx, x.view({rows, k}), group, xq, xs);
+    const kernels::Fp8MmaGemvArgs args{xq.data_ptr(), xs.data<float>(), rows, w.data().data_ptr(), ws.data<float>(), block,
+                                       rows, n, k};
+    if (x.dtype() == DType::bf16)
+      kernels::fp8_mma_gemv<bfloat16>(out.data<bfloat16>(), args, bias.defined() ? bias.data<bfloat16>() : nullptr,
+                                      ctx.stream().get());
+    else
+      kernels::fp8_mma_gemv<half>(out.data<half>(), args, bias.defined() ? bias.data<half>() : nullptr, ctx.stream().get());
+    return true;
+  }
   // The library's 1 x 128 activation scales need M a multiple of 4: padded with zero rows (zero
   // codes, zero scales), the product into a temporary of the padded rows.
   const int64_t padded = block ? (rows + 3) / 4 * 4 : rows;
@@ -306,11 +327,6 @@ bool fp8_gemm(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias
   }
   quantize_fp8(ctx, x.view({rows, k}), group, xq.slice(0, 0, rows), xs);
   const Tensor result = padded > rows ? ctx.empty({padded, n}, out.dtype()) : out;
-  Tensor ws = w.scales();
-  if (w.format() == WeightFormat::fp8_e4m3_per_tensor) {
-    ws = ctx.empty({n}, DType::f32);
-    kernels::broadcast_scale(w.scales().data<float>(), ws.data<float>(), n, ctx.warp_size(), ctx.stream().get());
-  }
   detail::VendorGemm g;
   g.in = DType::i8;
   g.fp8 = true;
