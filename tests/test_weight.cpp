@@ -327,8 +327,9 @@ TEST(Weight, Fp8GemvMatchesTheFloat64Reference) {
 // for the library's block scales), elsewhere the GEMV (up to 4 rows) or the expansion and the
 // dense GEMM (W8A16: the reference uses x and the weights rounded to x's dtype). Every scale
 // layout; row counts that are not multiples of the 16-row tiles; rows of x and their 128-column
-// groups of very different sizes (each scale used where it belongs); a block size the vendor
-// GEMM cannot take (W8A16 everywhere).
+// groups of very different sizes (each scale used where it belongs); a block size and an
+// activation dtype (f32) the FP8 kernels do not take (W8A16 everywhere). A bias of the wrong
+// dtype or length is refused on both paths.
 TEST(Weight, Fp8LinearIsW8A8WhereTheDeviceHasFp8GemmElseW8A16) {
   const bool fp8_gemm = ops::has_fp8_gemm(ctx().caps());
   const std::vector<Fp8Weight> weights = {{ops::WeightFormat::fp8_e4m3_per_block, 200, 512},
@@ -339,11 +340,12 @@ TEST(Weight, Fp8LinearIsW8A8WhereTheDeviceHasFp8GemmElseW8A16) {
                                           {ops::WeightFormat::fp8_e4m3_per_tensor, 40, 96},
                                           {ops::WeightFormat::fp8_e4m3_per_tensor, 24, 256}};
   for (const Fp8Weight& fw : weights)
-    for (DType dt : {DType::bf16, DType::f16})
+    for (DType dt : {DType::bf16, DType::f16, DType::f32})
       for (int64_t m : {1, 5, 8, 130}) {
         const int64_t n = fw.n, k = fw.k;
         const bool block = fw.format == ops::WeightFormat::fp8_e4m3_per_block;
-        const bool w8a8 = fp8_gemm && (!block || (fw.block_cols == 128 && fw.block_rows == 128));
+        if (dt == DType::f32 && m > 5) continue;  // f32: W8A16 everywhere, two row counts suffice
+        const bool w8a8 = fp8_gemm && dt != DType::f32 && (!block || (fw.block_cols == 128 && fw.block_rows == 128));
         SCOPED_TRACE(::testing::Message() << fw.w.describe() << " block " << fw.block_rows << "x" << fw.block_cols << " "
                                           << dtype_name(dt) << " M=" << m << (w8a8 ? " W8A8" : " W8A16"));
         const Tensor xh = uneven_input(m, k, dt), bh = random_host({n}, dt);
@@ -380,6 +382,13 @@ TEST(Weight, Fp8LinearIsW8A8WhereTheDeviceHasFp8GemmElseW8A16) {
             }
         }
       }
+  const Fp8Weight& fw = weights[0];
+  const Tensor x = ctx().to_device(random_host({3, fw.k}, DType::bf16));
+  Tensor out = ctx().empty({3, fw.n}, DType::bf16);
+  for (ops::GemmPath path : {ops::GemmPath::automatic, ops::GemmPath::vendor}) {
+    EXPECT_ERROR(ops::linear(ctx(), x, fw.w, ctx().empty({fw.n}, DType::f32), out, path), "bias");
+    EXPECT_ERROR(ops::linear(ctx(), x, fw.w, ctx().empty({fw.n - 1}, DType::bf16), out, path), "bias");
+  }
 }
 
 // Formats a later build will run are described and checked now, but linear refuses them.

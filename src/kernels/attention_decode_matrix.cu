@@ -83,24 +83,10 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
   auto q_head = [&](int r) { return kvh * group + r % group; };
 
   mma::FragA<T> qa[D / 16];
-#pragma unroll
-  for (int kd = 0; kd < D / 16; ++kd) {
-#pragma unroll
-    for (int i = 0; i < mma::kA; ++i) {
-      const int r = mma::a_row(lane, i);
-      qa[kd].x[i] = r < rows ? q[(q_row(r) * a.q_heads + q_head(r)) * D + kd * 16 + mma::a_col(lane, i)]
-                             : gpu::from_float<T>(0.0f);
-    }
-  }
+  attention_tile::load_q(qa, 0, rows, [&](int r) { return q + (q_row(r) * a.q_heads + q_head(r)) * D; });
   mma::FragC o[D / 16];
-#pragma unroll
-  for (int dt = 0; dt < D / 16; ++dt) mma::fill(o[dt], 0.0f);
   float m[mma::kRowSlots], l[mma::kRowSlots];
-#pragma unroll
-  for (int r = 0; r < mma::kRowSlots; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-  }
+  attention_tile::start_rows(o, m, l);
 
   // The keys any row of the block sees (from the first token's window), within the partition.
   int key_end = ctx;
@@ -144,11 +130,6 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
     gpu::async_commit();
   };
 
-  constexpr float kLog2e = 1.4426950408889634f;
-  const float score_scale = a.scale * kLog2e;
-  const float inv_cap = a.softcap > 0.0f ? 1.0f / a.softcap : 0.0f;
-  const float cap_log2 = a.softcap * kLog2e;
-
 #pragma unroll
   for (int t = 0; t < R - 1; ++t) load_tile(t);
   for (int t = 0; t < tiles; ++t) {
@@ -167,13 +148,7 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
       mma::load_b_transposed_shared(kb, k_tile + kd * 16, KS);
       mma::mma(sc[0], qa[kd], kb, sc[0]);
     }
-    if (a.softcap > 0.0f) {
-#pragma unroll
-      for (int i = 0; i < mma::kC; ++i) sc[0].x[i] = cap_log2 * tanhf(sc[0].x[i] * a.scale * inv_cap);
-    } else {
-#pragma unroll
-      for (int i = 0; i < mma::kC; ++i) sc[0].x[i] *= score_scale;
-    }
+    attention_tile::scale_scores(sc, a.scale, a.softcap);
     // Every row sees every key of the tile unless it crosses the range's ends, a window or the
     // causal edge of the new tokens.
     const bool unmasked = a.window <= 0 && kv0 >= key_begin && kv0 + kKeys <= key_end && kv0 + kKeys - 1 <= prefix;

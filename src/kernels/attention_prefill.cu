@@ -91,24 +91,10 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
   auto q_head = [&](int r) { return kvh * group + r % group; };
 
   mma::FragA<T> qa[D / 16];
-#pragma unroll
-  for (int kd = 0; kd < D / 16; ++kd) {
-#pragma unroll
-    for (int i = 0; i < mma::kA; ++i) {
-      const int r = wr0 + mma::a_row(lane, i);
-      qa[kd].x[i] = r < rows ? q[(q_row(r) * a.q_heads + q_head(r)) * D + kd * 16 + mma::a_col(lane, i)]
-                             : gpu::from_float<T>(0.0f);
-    }
-  }
+  attention_tile::load_q(qa, wr0, rows, [&](int r) { return q + (q_row(r) * a.q_heads + q_head(r)) * D; });
   mma::FragC o[D / 16];
-#pragma unroll
-  for (int dt = 0; dt < D / 16; ++dt) mma::fill(o[dt], 0.0f);
   float m[mma::kRowSlots], l[mma::kRowSlots];
-#pragma unroll
-  for (int r = 0; r < mma::kRowSlots; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-  }
+  attention_tile::start_rows(o, m, l);
 
   // Keys the block needs: up to its last token's position; from its first token's window; within
   // its partition.
@@ -149,12 +135,6 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
     gpu::async_commit();
   };
 
-  // Scores are kept in log2 units (exp2 of the difference is the softmax weight).
-  constexpr float kLog2e = 1.4426950408889634f;
-  const float score_scale = a.scale * kLog2e;
-  const float inv_cap = a.softcap > 0.0f ? 1.0f / a.softcap : 0.0f;
-  const float cap_log2 = a.softcap * kLog2e;
-
   const int first_tile = key_begin / KN * KN;
   if (first_tile < key_end) {
     fill_slots(first_tile, 0);
@@ -185,19 +165,7 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
         }
       }
 
-      if (a.softcap > 0.0f) {
-#pragma unroll
-        for (int nt = 0; nt < KN / 16; ++nt) {
-#pragma unroll
-          for (int i = 0; i < mma::kC; ++i) sc[nt].x[i] = cap_log2 * tanhf(sc[nt].x[i] * a.scale * inv_cap);
-        }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < KN / 16; ++nt) {
-#pragma unroll
-          for (int i = 0; i < mma::kC; ++i) sc[nt].x[i] *= score_scale;
-        }
-      }
+      attention_tile::scale_scores(sc, a.scale, a.softcap);
       if (!unmasked) {
 #pragma unroll
         for (int nt = 0; nt < KN / 16; ++nt) {

@@ -1,5 +1,6 @@
 // The steps of a tile of attention that the matrix kernels (prefill, decode) share, on the
-// matrix-fragment layer: the online softmax update of a tile of scores, and O += P.V.
+// matrix-fragment layer: Q's fragments, the scores' scaling, the online softmax update of a
+// tile of scores, O += P.V and the rows written out.
 #pragma once
 #include <cmath>
 #include <type_traits>
@@ -12,6 +13,55 @@
 namespace lw::kernels::attention_tile {
 
 namespace mma = gpu::mma;
+
+// The warp's 16 query rows as A fragments: fragment row r (first + r of the block's rows) is
+// q_at(row) (a pointer to its D elements) where row < rows, zeros past them.
+template <class T, int DT, class QAt>
+LW_DEVICE_INLINE void load_q(mma::FragA<T> (&qa)[DT], int first, int rows, QAt q_at) {
+  const int lane = gpu::lane_id();
+#pragma unroll
+  for (int kd = 0; kd < DT; ++kd) {
+#pragma unroll
+    for (int i = 0; i < mma::kA; ++i) {
+      const int r = first + mma::a_row(lane, i);
+      qa[kd].x[i] = r < rows ? q_at(r)[kd * 16 + mma::a_col(lane, i)] : gpu::from_float<T>(0.0f);
+    }
+  }
+}
+
+// The online softmax's start: no output, running maxima -inf, sums 0.
+template <int DT>
+LW_DEVICE_INLINE void start_rows(mma::FragC (&o)[DT], float (&m)[mma::kRowSlots], float (&l)[mma::kRowSlots]) {
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) mma::fill(o[dt], 0.0f);
+#pragma unroll
+  for (int r = 0; r < mma::kRowSlots; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+}
+
+// Raw q.k products to scores in log2 units (exp2 of a difference is the softmax weight):
+// times scale, or soft-capped (softcap * tanh(s / softcap)) where softcap > 0.
+template <int NT>
+LW_DEVICE_INLINE void scale_scores(mma::FragC (&sc)[NT], float scale, float softcap) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (softcap > 0.0f) {
+    const float inv_cap = 1.0f / softcap, cap_log2 = softcap * kLog2e;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i) sc[nt].x[i] = cap_log2 * tanhf(sc[nt].x[i] * scale * inv_cap);
+    }
+  } else {
+    const float score_scale = scale * kLog2e;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i) sc[nt].x[i] *= score_scale;
+    }
+  }
+}
 
 // NT fragments of scores (log2 units, -inf where masked) of a warp's 16 rows: the rows' running
 // maxima m and sums l (this lane's part of each row) updated, the output o rescaled to the new

@@ -12,6 +12,14 @@
 #include "core/logging.h"
 #include "ops/vendor_gemm.h"
 
+// cuBLASLt's FP8 scale modes (outer vectors, 1 x 128 and 128 x 128 blocks) came with CUDA 12.9;
+// hipBLASLt's FP8 (gfx942's e4m3fnuz) is not wired.
+#if !defined(LW_TARGET_HIP) && CUBLAS_VERSION >= 120900
+#define LW_BLASLT_FP8 1
+#else
+#define LW_BLASLT_FP8 0
+#endif
+
 #define LW_BLASLT_CHECK(call)                                                                                 \
   do {                                                                                                        \
     const cublasStatus_t lw_status_ = (call);                                                                 \
@@ -66,7 +74,7 @@ int fp8_form(const VendorGemm& g) {
   return 1 + static_cast<int>(g.out) * 64 + static_cast<int>(g.a_scale_layout) * 8 + static_cast<int>(g.b_scale_layout);
 }
 
-#if !defined(LW_TARGET_HIP)
+#if LW_BLASLT_FP8
 cublasLtMatmulMatrixScale_t scale_mode(OperandScale s) {
   switch (s) {
     case OperandScale::tensor: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
@@ -123,10 +131,10 @@ class BlasLt {
 
   bool run(Context& ctx, const VendorGemm& g) {
     if (g.fp8) {
-#if defined(LW_TARGET_HIP)
-      return false;  // hipBLASLt's FP8 on gfx942 is e4m3fnuz (other codes): not wired
-#else
+#if LW_BLASLT_FP8
       if (g.batch != 1 || g.batch_invariant || ctx.caps().arch_number < 89) return false;
+#else
+      return false;
 #endif
     }
     const bool int8 = g.in == DType::i8 && !g.fp8;
@@ -150,7 +158,7 @@ class BlasLt {
     if (!p.found) return false;
     if (g.bias)
       LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
-#if !defined(LW_TARGET_HIP)
+#if LW_BLASLT_FP8
     if (g.fp8) {  // library A is b, library B is a
       LW_BLASLT_CHECK(
           cublasLtMatmulDescSetAttribute(p.desc.h, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.b_scale, sizeof(g.b_scale)));
@@ -173,10 +181,10 @@ class BlasLt {
     auto p = std::make_unique<Plan>();
     const bool int8 = g.in == DType::i8 && !g.fp8;
     const DType out = int8 ? DType::i32 : g.fp8 ? g.out : g.in;
-#if defined(LW_TARGET_HIP)
-    const cudaDataType io = data_type(g.in), ct = data_type(out);
-#else
+#if LW_BLASLT_FP8
     const cudaDataType io = g.fp8 ? CUDA_R_8F_E4M3 : data_type(g.in), ct = data_type(out);
+#else
+    const cudaDataType io = data_type(g.in), ct = data_type(out);
 #endif
     const cublasComputeType_t compute = int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F;
     const cudaDataType scale = int8 ? CUDA_R_32I : CUDA_R_32F;
@@ -184,7 +192,7 @@ class BlasLt {
     const cublasOperation_t op_b = g.b_kn ? CUBLAS_OP_N : CUBLAS_OP_T, op_a = CUBLAS_OP_N;
     LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)));
     LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)));
-#if !defined(LW_TARGET_HIP)
+#if LW_BLASLT_FP8
     if (g.fp8) {
       const int32_t lib_a = scale_mode(g.b_scale_layout), lib_b = scale_mode(g.a_scale_layout);
       LW_BLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc.h, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &lib_a, sizeof(lib_a)));

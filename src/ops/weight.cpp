@@ -1,8 +1,10 @@
 #include "ops/weight.h"
 
-#include <atomic>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <string>
 
 #include "core/logging.h"
 #include "gpu/runtime.h"
@@ -282,28 +284,49 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype) {
 
 namespace {
 
-// The vendor FP8 GEMM (W8A8): x quantised to e4m3 per token (per-tensor and per-channel weights;
-// both operands' scales are then vectors) or per 128 columns (128 x 128 block weights: the
-// library's 1 x 128 and 128 x 128 block scaling), then the scaled GEMM into x's dtype. Returns
-// false, having written nothing, where the library has no kernel for this problem; the first
-// such refusal is logged.
-bool fp8_gemm(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, int64_t rows) {
+// Says once per (weight format and shape, activation dtype) why FP8 does not run W8A8 there.
+void log_w8a16(const Weight& w, DType x_dtype, const std::string& reason) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  const std::string key = w.describe() + " " + dtype_name(x_dtype);
+  std::lock_guard<std::mutex> lock(mu);
+  if (!said.insert(key).second) return;
+  lw::log().info("linear: {} with {} activations runs W8A16 (the 8-bit GEMV up to {} rows, else the weights expanded "
+                 "and the dense GEMM): {}",
+                 w.describe(), dtype_name(x_dtype), kGgufGemvMaxRows, reason);
+}
+
+// FP8 W8A8: x quantised to e4m3 per token (per-tensor and per-channel weights; both operands'
+// scales are then vectors) or per 128 columns (128 x 128 block weights), then up to
+// kFp8MmaGemvMaxRows rows the tensor-core GEMV (`mma_gemv`: the automatic choice) or else the
+// vendor's scaled FP8 GEMM (the library's outer-vector or 1 x 128 / 128 x 128 block scaling),
+// into x's dtype. Returns false, having written nothing, where neither takes the problem; the
+// reason is logged once per weight shape.
+bool fp8_gemm(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, int64_t rows,
+              bool mma_gemv) {
   const int64_t n = w.out_features(), k = w.in_features();
   const bool block = w.format() == WeightFormat::fp8_e4m3_per_block;
-  // The library's block scaling is 128 x 128 only; its scale rows are read 16-byte aligned.
-  if (block && (w.block().rows != 128 || w.block().cols != 128 || k % 512 != 0)) return false;
-  if (x.dtype() == DType::f32 || k % 16 != 0 || !x.is_contiguous() || !out.is_contiguous() ||
-      !gpu::aligned_to(16, w.data().data_ptr()))
+  std::string refused;
+  if (x.dtype() == DType::f32) refused = "f32 activations (FP8 products need f16 or bf16)";
+  else if (k % 16 != 0) refused = "K not a multiple of 16";
+  else if (!x.is_contiguous() || !out.is_contiguous()) refused = "x or out not contiguous";
+  else if (!gpu::aligned_to(16, w.data().data_ptr())) refused = "weights not 16-byte aligned";
+  else if (block && (w.block().rows != 128 || w.block().cols != 128))
+    refused = "scale blocks of " + std::to_string(w.block().rows) + " x " + std::to_string(w.block().cols) +
+              " (the FP8 kernels take 128 x 128)";
+  if (!refused.empty()) {
+    log_w8a16(w, x.dtype(), refused);
     return false;
+  }
   const int64_t group = block ? 128 : k;
   Tensor ws = w.scales();
   if (w.format() == WeightFormat::fp8_e4m3_per_tensor) {
     ws = ctx.empty({n}, DType::f32);
     kernels::broadcast_scale(w.scales().data<float>(), ws.data<float>(), n, ctx.warp_size(), ctx.stream().get());
   }
-  // Decode-sized batches: the tensor-core GEMV reads the weights at the memory rate (the library's
-  // GEMMs are tiled for large M).
-  if (rows <= kernels::kFp8MmaGemvMaxRows && k % 128 == 0 && kernels::fp8_mma_gemv_available()) {
+  // Decode-sized batches: the tensor-core GEMV (no padding, the weights read once at a high
+  // rate; cuBLASLt's GEMMs are tiled for large M: docs/PERFORMANCE.md "FP8 and INT8 GEMMs").
+  if (mma_gemv && rows <= kernels::kFp8MmaGemvMaxRows && k % 128 == 0 && kernels::fp8_mma_gemv_available()) {
     Tensor xq = ctx.empty({rows, k}, DType::i8);
     Tensor xs = ctx.empty({k / group, rows}, DType::f32);
     quantize_fp8(ctx, x.view({rows, k}), group, xq, xs);
@@ -315,6 +338,11 @@ bool fp8_gemm(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias
     else
       kernels::fp8_mma_gemv<half>(out.data<half>(), args, bias.defined() ? bias.data<half>() : nullptr, ctx.stream().get());
     return true;
+  }
+  // The library's block scale rows are read 16-byte aligned: K / 128 a multiple of 4.
+  if (block && k % 512 != 0) {
+    log_w8a16(w, x.dtype(), "block scales with K / 128 not a multiple of 4 (the library's alignment)");
+    return false;
   }
   // The library's 1 x 128 activation scales need M a multiple of 4: padded with zero rows (zero
   // codes, zero scales), the product into a temporary of the padded rows.
@@ -346,11 +374,8 @@ bool fp8_gemm(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias
                                     cudaMemcpyDeviceToDevice, ctx.stream().get()));
     return true;
   }
-  static std::atomic<bool> logged{false};
-  if (!logged.exchange(true))
-    lw::log().info("linear: {} has no FP8 GEMM for {} with {} activations (M={}); such projections run as W8A16 "
-                   "(the weights expanded, the dense GEMM)",
-                   detail::vendor_gemm_name(), w.describe(), dtype_name(x.dtype()), rows);
+  log_w8a16(w, x.dtype(), std::string(detail::vendor_gemm_name()) + " has no FP8 GEMM for this problem (M = " +
+                              std::to_string(rows) + ")");
   return false;
 }
 
@@ -366,11 +391,13 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   const GemmShape shape{GemmOp::linear, rows, n, k, 1, ctx.deterministic()};
   const Selection<GemmPath> sel = select<GemmPaths>(ctx.caps(), shape, path);
   const bool gguf = is_gguf_block_format(w.format());
-  // FP8 on FP8 tensor cores: the vendor GEMM at every M (it beats the GEMV from one row: H200,
-  // docs/PERFORMANCE.md "FP8 and INT8 GEMMs"), unless another path is forced or the mode is
+  // FP8 on FP8 tensor cores: W8A8 at every M (the tensor-core GEMV and cuBLASLt both beat the
+  // W8A16 GEMV from one row: H200, docs/PERFORMANCE.md "FP8 and INT8 GEMMs"), unless another
+  // path is forced (the forced vendor path is the library's GEMM alone) or the mode is
   // deterministic.
   const bool vendor = sel.forced() ? sel.path == GemmPath::vendor : !ctx.deterministic();
-  if (!gguf && vendor && has_fp8_gemm(ctx.caps()) && rows > 0 && fp8_gemm(ctx, x, w, bias, out, rows)) return;
+  if (!gguf && vendor && has_fp8_gemm(ctx.caps()) && rows > 0 && fp8_gemm(ctx, x, w, bias, out, rows, !sel.forced()))
+    return;
   const bool runs = gguf || (k % 16 == 0 && gpu::aligned_to(gpu::kVectorBytes, w.data().data_ptr()));
   const bool fused = runs && (sel.forced() ? sel.path == GemmPath::gemv : !ctx.deterministic() && rows <= kGgufGemvMaxRows);
   if (!fused) {
@@ -381,12 +408,6 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   check_same_dtype(op, "x", x, "out", out);
   LW_CHECK(x.is_contiguous() && out.is_contiguous(), op << ": x " << x.describe() << " and out " << out.describe()
                                                         << " must be contiguous");
-  if (bias.defined()) {
-    check_float_input(op, "bias", bias);
-    check_same_dtype(op, "x", x, "bias", bias);
-    LW_CHECK(bias.is_contiguous() && bias.shape() == std::vector<int64_t>({n}),
-             op << ": bias " << bias.describe() << " must be contiguous [" << n << "]");
-  }
   dispatch_float(x.dtype(), op, [&]<class T>() {
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
     if (gguf)
@@ -420,6 +441,12 @@ void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, 
   std::vector<int64_t> want = x.shape();
   want.back() = n;
   LW_CHECK(out.shape() == want, op << ": out " << out.describe() << " must be " << shape_str(want));
+  if (bias.defined()) {
+    check_float_input(op, "bias", bias);
+    check_same_dtype(op, "x", x, "bias", bias);
+    LW_CHECK(bias.is_contiguous() && bias.shape() == std::vector<int64_t>({n}),
+             op << ": bias " << bias.describe() << " must be contiguous [" << n << "]");
+  }
   if (w.format() != WeightFormat::int8_per_channel) {
     linear_decoded(ctx, x, w, bias, out, path);
     return;

@@ -117,8 +117,8 @@ class Weight {
 // weights"; FP8 takes the crossover of Q8_0, its nearest GGUF kin, until measured itself).
 inline constexpr int64_t kGgufGemvMaxRows = 4;
 
-// Whether linear over FP8 weights may run the vendor's scaled FP8 GEMM on this device (NVIDIA
-// sm_89 and later; not on HIP: hipBLASLt's gfx942 FP8 reads e4m3fnuz codes, nor the host).
+// Whether linear over FP8 weights may run W8A8 on this device (NVIDIA sm_89 and later; not on
+// HIP: hipBLASLt's gfx942 FP8 reads e4m3fnuz codes, nor the host).
 bool has_fp8_gemm(const gpu::DeviceCaps& caps);
 
 // The weight as a dense [N, K] tensor of `dtype` (dense, GGUF, fp8 and int8 formats; the int4
@@ -135,15 +135,18 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //   int8_per_channel  x quantised per token (quantize_per_token), then `linear_int8` with x's
 //                     per-row scales and the weight's per-channel scales (exact int32
 //                     accumulation; the output rounded once); the gemv path is refused;
-//   fp8_e4m3_*        on a device with FP8 tensor cores (NVIDIA sm_89+; automatic, not
-//                     deterministic, or the forced vendor path): x quantised to e4m3
-//                     (quantize_fp8: per token, or per 128 columns for 128 x 128 blocks) and the
-//                     vendor's scaled FP8 GEMM at every M (W8A8; f16/bf16 x, K a multiple of 16,
-//                     block weights only 128 x 128 with K a multiple of 512). Elsewhere, where
-//                     the library refuses the problem (logged once), and in deterministic mode:
-//                     the fused GEMV (kernels::scaled_gemv; K a multiple of 16; activations in
-//                     x's dtype: W8A16) up to kGgufGemvMaxRows rows and on the forced gemv path,
-//                     else the weights expanded to x's dtype and the dense linear (W8A16).
+//   fp8_e4m3_*        on a device with FP8 tensor cores (has_fp8_gemm: NVIDIA sm_89+, measured
+//                     on sm_90), automatic and not deterministic: W8A8 at every M, x quantised
+//                     to e4m3 (quantize_fp8: per token, or per 128 columns for 128 x 128
+//                     blocks), then up to kernels::kFp8MmaGemvMaxRows rows the tensor-core GEMV
+//                     (kernels::fp8_mma_gemv; K a multiple of 128) and above it, or on the
+//                     forced vendor path, the vendor's scaled FP8 GEMM (K a multiple of 16;
+//                     block weights with K a multiple of 512). f16/bf16 x; blocks only 128 x
+//                     128. Elsewhere, where those refuse the problem (the reason logged once
+//                     per weight shape), and in deterministic mode: W8A16, the fused GEMV
+//                     (kernels::scaled_gemv; K a multiple of 16) up to kGgufGemvMaxRows rows and
+//                     on the forced gemv path, else the weights expanded to x's dtype and the
+//                     dense linear.
 // x, out contiguous with the same leading dimensions and x's dtype (f32/f16/bf16); bias
 // optional, [N] in that dtype. Any other format is an error naming it.
 void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out,

@@ -1,5 +1,7 @@
 #include "kernels/quant/fp8_mma_gemv.h"
 
+#include <atomic>
+
 #include "gpu/launch.h"
 #include "gpu/numeric.h"
 #include "gpu/vector.h"
@@ -9,20 +11,31 @@ namespace lw::kernels {
 
 #if defined(LW_TARGET_CUDA)
 
+// The e4m3 mma.sync needs PTX ISA 8.4 (CUDA 12.4).
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4)
+#define LW_FP8_MMA 1
+#else
+#define LW_FP8_MMA 0
+#endif
+
 namespace {
 
 constexpr int kMaxSlices = 8;  // warps of a block, each taking one slice of k
 constexpr int kGroup = 128;    // k per iteration: one scale group, four m16n8k32 products
+constexpr int kStep = 64;      // lint: not-a-warp (k of two m16n8k32 products: 16 bytes x 4 lanes of a row)
 
 LW_DEVICE_INLINE void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#if LW_FP8_MMA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #else
   (void)c, (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1;
+#if defined(__CUDA_ARCH__)
+  __trap();  // never launched: fp8_mma_gemv_available() is false for code without the instruction
+#endif
 #endif
 }
 
@@ -61,7 +74,7 @@ __global__ void fp8_mma_gemv_kernel(T* __restrict__ out, Fp8MmaGemvArgs a, const
     gpu::Vec<uint32_t, 4> wa[2][2], xb[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const int64_t kb = k0 + j * 64 + t * 16;
+      const int64_t kb = k0 + j * kStep + t * 16;
       wa[j][0] = load16(w0 + kb);
       wa[j][1] = load16(w1 + kb);
       if (has_x) xb[j] = load16(xr + kb);
@@ -101,15 +114,21 @@ __global__ void fp8_mma_gemv_kernel(T* __restrict__ out, Fp8MmaGemvArgs a, const
 }  // namespace
 
 bool fp8_mma_gemv_available() {
-  static const bool available = [] {
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, fp8_mma_gemv_kernel<bfloat16>) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return attr.ptxVersion >= 89;
-  }();
-  return available;
+  if (!LW_FP8_MMA) return false;
+  // Per device (the kernel image the runtime picks depends on the device), asked once each.
+  constexpr int kDevices = 64;  // lint: not-a-warp (devices of a process)
+  static std::atomic<int8_t> known[kDevices] = {};  // 0 unknown, 1 yes, -1 no
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (const int8_t k = known[device].load(); k != 0) return k > 0;
+  cudaFuncAttributes attr{};
+  bool yes = cudaFuncGetAttributes(&attr, fp8_mma_gemv_kernel<bfloat16>) == cudaSuccess && attr.ptxVersion >= 89;
+  (void)cudaGetLastError();
+  known[device].store(yes ? 1 : -1);
+  return yes;
 }
 
 template <class T>

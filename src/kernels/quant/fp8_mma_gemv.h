@@ -27,7 +27,8 @@ struct Fp8MmaGemvArgs {
 };
 
 // Whether this build has the kernel for the current device (the CUDA target compiled for an
-// FP8 architecture: the kernel's PTX version is 8.9 or later). False on HIP and the host.
+// FP8 architecture with CUDA 12.4 or later: the kernel's PTX version is 8.9 or later). False on
+// HIP and the host.
 bool fp8_mma_gemv_available();
 
 // T: half or bfloat16 (out and bias). m <= kFp8MmaGemvMaxRows.

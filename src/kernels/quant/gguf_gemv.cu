@@ -110,7 +110,7 @@ __global__ void scaled_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, S
     }
     if (block && runs_per_block == 0) {  // a scale block boundary inside the run
 #pragma unroll
-      for (int i = 0; i < gguf::kRun; ++i) wv[i] *= scales[(r * gguf::kRun + i) / block_cols];
+      for (int i = 0; i < gguf::kRun; ++i) wv[i] *= scales[(static_cast<int64_t>(r) * gguf::kRun + i) / block_cols];
     }
     const float run_scale = !block ? row_scale : runs_per_block > 0 ? scales[r / runs_per_block] : 1.0f;
 #pragma unroll

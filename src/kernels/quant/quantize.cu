@@ -19,31 +19,7 @@ LW_DEVICE_INLINE int8_t to_int8(float v, float inv_scale) {
   return static_cast<int8_t>(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
 }
 
-// One block per token: the row's absmax, then the row quantised (re-read from cache).
-template <class T, int VEC>
-__global__ void quantize_token_kernel(const T* x, int8_t* q, float* scales, int64_t cols) {
-  const T* xr = x + static_cast<int64_t>(blockIdx.x) * cols;
-  int8_t* qr = q + static_cast<int64_t>(blockIdx.x) * cols;
-  const int nvec = static_cast<int>(cols / VEC);
-  float amax = 0.0f;
-  for (int i = static_cast<int>(threadIdx.x); i < nvec; i += static_cast<int>(blockDim.x)) {
-    const gpu::Vec<T, VEC> v = gpu::load_vec<VEC>(xr + static_cast<int64_t>(i) * VEC);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) amax = fmaxf(amax, fabsf(gpu::to_float(v.v[j])));
-  }
-  amax = gpu::block_reduce_max(amax);
-  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-  if (threadIdx.x == 0) scales[blockIdx.x] = amax / 127.0f;
-  for (int i = static_cast<int>(threadIdx.x); i < nvec; i += static_cast<int>(blockDim.x)) {
-    const gpu::Vec<T, VEC> v = gpu::load_vec<VEC>(xr + static_cast<int64_t>(i) * VEC);
-    gpu::Vec<int8_t, VEC> o;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) o.v[j] = to_int8(gpu::to_float(v.v[j]), inv);
-    gpu::store_vec<VEC>(qr + static_cast<int64_t>(i) * VEC, o);
-  }
-}
-
-// The int8 encoding of the per-group kernel: symmetric to +-127, scales[g] per group in order.
+// The int8 encoding of the quantisation kernels: symmetric to +-127, scales[g] per group in order.
 struct Int8Groups {
   int8_t* q;
   float* scales;
@@ -63,6 +39,33 @@ struct Fp8Groups {
   }
   LW_DEVICE_INLINE uint8_t encode(float v, float inv) const { return fp8_e4m3_from_float(v * inv); }
 };
+
+// One block per (row, group of the row): the group's absmax, then the group encoded (re-read
+// from cache); a group of a whole row is per-token quantisation. Enc as for the per-group kernel
+// below; group index row * gridDim.y + blockIdx.y.
+template <class T, int VEC, class Enc>
+__global__ void quantize_row_group_kernel(const T* x, Enc enc, int64_t cols, int group) {
+  const int64_t row = blockIdx.x, g = blockIdx.y;
+  const T* xg = x + row * cols + g * group;
+  auto* qg = enc.q + row * cols + g * group;
+  const int nvec = group / VEC;
+  float amax = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < nvec; i += static_cast<int>(blockDim.x)) {
+    const gpu::Vec<T, VEC> v = gpu::load_vec<VEC>(xg + static_cast<int64_t>(i) * VEC);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) amax = fmaxf(amax, fabsf(gpu::to_float(v.v[j])));
+  }
+  amax = gpu::block_reduce_max(amax);
+  const float inv = amax > 0.0f ? Enc::kMax / amax : 0.0f;
+  if (threadIdx.x == 0) enc.store_scale(row * gridDim.y + g, amax / Enc::kMax);
+  for (int i = static_cast<int>(threadIdx.x); i < nvec; i += static_cast<int>(blockDim.x)) {
+    const gpu::Vec<T, VEC> v = gpu::load_vec<VEC>(xg + static_cast<int64_t>(i) * VEC);
+    gpu::Vec<std::remove_pointer_t<decltype(enc.q)>, VEC> o;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) o.v[j] = enc.encode(gpu::to_float(v.v[j]), inv);
+    gpu::store_vec<VEC>(qg + static_cast<int64_t>(i) * VEC, o);
+  }
+}
 
 // Groups of `group` elements; Lanes lanes share a group (VEC elements each) and reduce its
 // absmax with a Lanes-wide warp reduction. The loop bound is uniform, so every lane reaches
@@ -134,33 +137,6 @@ __global__ void dequantize_kernel(const int8_t* q, const float* scales, T* out, 
   }
 }
 
-// One block per (row, group): the group's absmax, then the group encoded (re-read from cache).
-// Scales are group-major (scales[g * rows + row]), the layout of the vendor FP8 GEMMs' per-token
-// and per-128 activation scales.
-template <class T, int VEC>
-__global__ void quantize_fp8_kernel(const T* x, uint8_t* q, float* scales, int64_t scale_ld, int64_t cols, int group) {
-  const int64_t row = blockIdx.x, g = blockIdx.y;
-  const T* xg = x + row * cols + g * group;
-  uint8_t* qg = q + row * cols + g * group;
-  const int nvec = group / VEC;
-  float amax = 0.0f;
-  for (int i = static_cast<int>(threadIdx.x); i < nvec; i += static_cast<int>(blockDim.x)) {
-    const gpu::Vec<T, VEC> v = gpu::load_vec<VEC>(xg + static_cast<int64_t>(i) * VEC);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) amax = fmaxf(amax, fabsf(gpu::to_float(v.v[j])));
-  }
-  amax = gpu::block_reduce_max(amax);
-  const float inv = amax > 0.0f ? 448.0f / amax : 0.0f;
-  if (threadIdx.x == 0) scales[g * scale_ld + row] = amax / 448.0f;
-  for (int i = static_cast<int>(threadIdx.x); i < nvec; i += static_cast<int>(blockDim.x)) {
-    const gpu::Vec<T, VEC> v = gpu::load_vec<VEC>(xg + static_cast<int64_t>(i) * VEC);
-    gpu::Vec<uint8_t, VEC> o;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) o.v[j] = fp8_e4m3_from_float(gpu::to_float(v.v[j]) * inv);
-    gpu::store_vec<VEC>(qg + static_cast<int64_t>(i) * VEC, o);
-  }
-}
-
 __global__ void broadcast_kernel(const float* value, float* out, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = *value;
@@ -210,13 +186,15 @@ template <class T>
 void quantize_per_token(const T* x, int8_t* q, float* scales, int64_t rows, int64_t cols, int warp_size,
                         cudaStream_t stream) {
   if (rows == 0) return;
-  LW_CHECK(rows <= 0x7fffffff, "quantize: " << rows << " rows exceed the grid limit");
+  LW_CHECK(rows <= 0x7fffffff && cols <= 0x7fffffff, "quantize: " << rows << " rows of " << cols << " exceed the grid limit");
   constexpr int V = gpu::kVecWidth<T>;
   const bool vec = cols % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x) && gpu::aligned_to(V, q);
   const int64_t nvec = vec ? cols / V : cols;
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows)), dim3(row_threads(nvec, warp_size)), 0, stream};
-  if (vec) gpu::launch("quantize_per_token", quantize_token_kernel<T, V>, cfg, x, q, scales, cols);
-  else gpu::launch("quantize_per_token", quantize_token_kernel<T, 1>, cfg, x, q, scales, cols);
+  const Int8Groups enc{q, scales};
+  const int c = static_cast<int>(cols);
+  if (vec) gpu::launch("quantize_per_token", quantize_row_group_kernel<T, V, Int8Groups>, cfg, x, enc, cols, c);
+  else gpu::launch("quantize_per_token", quantize_row_group_kernel<T, 1, Int8Groups>, cfg, x, enc, cols, c);
 }
 
 template <class T>
@@ -264,8 +242,9 @@ void quantize_fp8(const T* x, uint8_t* q, float* scales, int64_t scale_ld, int64
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows), static_cast<unsigned>(cols / group)),
                               dim3(row_threads(nvec, warp_size)), 0, stream};
   const int g = static_cast<int>(group);
-  if (vec) gpu::launch("quantize_fp8", quantize_fp8_kernel<T, V>, cfg, x, q, scales, scale_ld, cols, g);
-  else gpu::launch("quantize_fp8", quantize_fp8_kernel<T, 1>, cfg, x, q, scales, scale_ld, cols, g);
+  const Fp8Groups enc{q, scales, cols / group, scale_ld};
+  if (vec) gpu::launch("quantize_fp8", quantize_row_group_kernel<T, V, Fp8Groups>, cfg, x, enc, cols, g);
+  else gpu::launch("quantize_fp8", quantize_row_group_kernel<T, 1, Fp8Groups>, cfg, x, enc, cols, g);
 }
 
 void broadcast_scale(const float* value, float* out, int64_t n, int warp_size, cudaStream_t stream) {
