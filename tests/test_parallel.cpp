@@ -71,22 +71,8 @@ std::vector<float> two_step_logits(ModelRunner& runner) {
   return out;
 }
 
-// Tensor parallelism sums the partial products in another order: the fp32 bound is a few
-// units in the last place of the largest logit.
-void expect_same_logits(const std::vector<float>& whole, const std::vector<float>& split) {
-  ASSERT_EQ(whole.size(), split.size());
-  double scale = 0, worst = 0;
-  for (size_t i = 0; i < whole.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(split[i])) << "logit " << i;
-    scale = std::max(scale, std::abs(static_cast<double>(whole[i])));
-    worst = std::max(worst, std::abs(static_cast<double>(whole[i]) - split[i]));
-  }
-  EXPECT_GT(scale, 0.1);
-  EXPECT_LE(worst, 2e-5 * scale) << "largest logit " << scale;
-}
-
-// The int8 layers quantise their inputs per token (W8A8): logits within 2% of the largest.
-void expect_close_logits(const std::vector<float>& want, const std::vector<float>& got) {
+// Every logit of `got` finite and within `relative` of the largest logit of `want`.
+void expect_logits_within(const std::vector<float>& want, const std::vector<float>& got, double relative) {
   ASSERT_EQ(want.size(), got.size());
   double scale = 0, worst = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -95,7 +81,31 @@ void expect_close_logits(const std::vector<float>& want, const std::vector<float
     worst = std::max(worst, std::abs(static_cast<double>(want[i]) - got[i]));
   }
   EXPECT_GT(scale, 0.1);
-  EXPECT_LE(worst, 0.02 * scale) << "largest logit " << scale;
+  EXPECT_LE(worst, relative * scale) << "largest logit " << scale;
+}
+
+// The dry run of a quantised load (LW_WEIGHT_STORAGE=quantized) counts the bytes the real load
+// takes.
+void expect_dry_run_counts_the_load(const weights::Checkpoint& ckpt, const ModelConfig& c) {
+  ScopedEnv env("LW_WEIGHT_STORAGE", "quantized");
+  const model::Architecture& arch = model::architecture(c.architecture);
+  model::WeightLoader dry(ctx(), &ckpt, DType::f32, true), real(ctx(), &ckpt, DType::f32, false);
+  dry.set_quantization(c.quantization);
+  real.set_quantization(c.quantization);
+  model::load_weights(dry, arch, c, c, model::Shard{});
+  model::load_weights(real, arch, c, c, model::Shard{});
+  EXPECT_EQ(dry.bytes(), real.bytes());
+}
+
+// Tensor parallelism sums the partial products in another order: the fp32 bound is a few
+// units in the last place of the largest logit.
+void expect_same_logits(const std::vector<float>& whole, const std::vector<float>& split) {
+  expect_logits_within(whole, split, 2e-5);
+}
+
+// The int8 layers quantise their inputs per token (W8A8): logits within 2% of the largest.
+void expect_close_logits(const std::vector<float>& want, const std::vector<float>& got) {
+  expect_logits_within(want, got, 0.02);
 }
 
 std::unique_ptr<ModelRunner> random_runner(const ModelConfig& c, int ranks, uint64_t seed = 7) {
@@ -197,13 +207,7 @@ TEST(TensorParallel, GgufBlocksKeptMatchTheExpandedModel) {
   expect_same_logits(dense, logits("quantized", 1));
   if (have_ranks(2)) expect_same_logits(dense, logits("quantized", 2));
 
-  // The dry run counts the bytes the load takes (mixed q/k/v formats expanded included).
-  ScopedEnv env("LW_WEIGHT_STORAGE", "quantized");
-  const model::Architecture& arch = model::architecture(c.architecture);
-  model::WeightLoader dry(ctx(), ckpt.get(), DType::f32, true), real(ctx(), ckpt.get(), DType::f32, false);
-  model::load_weights(dry, arch, c, c, model::Shard{});
-  model::load_weights(real, arch, c, c, model::Shard{});
-  EXPECT_EQ(dry.bytes(), real.bytes());
+  expect_dry_run_counts_the_load(*ckpt, c);  // mixed q/k/v formats expanded included
 }
 
 // A Llama of hidden 256 whose projections are 8-bit with scales in every layout: q/k/v with one
@@ -284,16 +288,7 @@ TEST(TensorParallel, ScaledWeightsKeptMatchTheExpandedModel) {
     same(dense, logits("quantized", 1));
     if (have_ranks(2)) same(dense, logits("quantized", 2));
 
-    // The dry run counts the bytes the load takes (stacked per-tensor scales, shares cut into
-    // blocks expanded).
-    ScopedEnv env("LW_WEIGHT_STORAGE", "quantized");
-    const model::Architecture& arch = model::architecture(c.architecture);
-    model::WeightLoader dry(ctx(), ckpt.get(), DType::f32, true), real(ctx(), ckpt.get(), DType::f32, false);
-    dry.set_quantization(c.quantization);
-    real.set_quantization(c.quantization);
-    model::load_weights(dry, arch, c, c, model::Shard{});
-    model::load_weights(real, arch, c, c, model::Shard{});
-    EXPECT_EQ(dry.bytes(), real.bytes());
+    expect_dry_run_counts_the_load(*ckpt, c);  // stacked per-tensor scales, shares cut into blocks expanded
   }
 }
 
