@@ -1,13 +1,15 @@
 // The paged KV cache write and decode attention (every implementation this device has) against a
 // float64 reference: random caches, scattered block tables, odd block sizes, GQA groups 1..16,
 // head dims 64..256, contexts of one token, block edges and several partitions (the split-K
-// merge), and an empty context.
+// merge), and an empty context; caches in the model's dtype and in 8-bit codes (e4m3, int8)
+// with their scales, and the 8-bit encodings' rounding.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <optional>
 
+#include "kernels/quant/fp8.h"
 #include "ops/attention.h"
 #include "test_util.h"
 
@@ -29,17 +31,99 @@ bool in_window(int query_pos, int key, const ops::AttentionOptions& o) {
   return key <= query_pos && (o.window <= 0 || query_pos - key < o.window);
 }
 
-void run_case(DType dt, const Case& c) {
+// The value of an e4m3fn code, from its fields (OCP's definition; NaN codes excluded).
+double e4m3_value(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const double mag = e == 0 ? m / 8.0 * std::ldexp(1.0, -6) : (1.0 + m / 8.0) * std::ldexp(1.0, e - 7);
+  return (b & 0x80) ? -mag : mag;
+}
+
+Tensor host_of(const std::vector<double>& values, std::vector<int64_t> shape, DType dt) {
+  Tensor t = Tensor::empty_host(std::move(shape), dt);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float f = static_cast<float>(values[i]);
+    if (dt == DType::f32) t.data<float>()[i] = f;
+    else if (dt == DType::f16) t.data<half>()[i] = gpu::from_float<half>(f);
+    else t.data<bfloat16>()[i] = gpu::from_float<bfloat16>(f);
+  }
+  return t;
+}
+
+// A layer's caches of `format` holding random keys and values, and those values (host, dt). The
+// 8-bit caches are written through kv_write from values their encoding keeps exactly (so the
+// float64 reference sees what the kernels read, as for the model's dtype): e4m3 codes of
+// magnitude <= 2 times per-head scales of 1/4 to 2; int8 codes times a power of two per slot and
+// head (its largest code +-127, which makes the written scale that power).
+struct TestCache {
+  Tensor k_host, v_host;
+  ops::PagedKv cache;
+};
+TestCache make_cache(DType dt, ops::KvCacheFormat format, int64_t blocks, int64_t bs, int64_t kvh, int64_t hd) {
+  const std::vector<int64_t> shape{blocks, bs, kvh, hd};
+  TestCache t;
+  if (format == ops::KvCacheFormat::model) {
+    t.k_host = random_host(shape, dt);
+    t.v_host = random_host(shape, dt);
+    t.cache = {ctx().to_device(t.k_host), ctx().to_device(t.v_host)};
+    return t;
+  }
+  const int64_t rows = blocks * bs * kvh;
+  std::vector<double> head_scale_k(kvh), head_scale_v(kvh);
+  for (int64_t h = 0; h < kvh; ++h) {
+    head_scale_k[h] = std::ldexp(1.0, static_cast<int>(rng()() % 4) - 2);
+    head_scale_v[h] = std::ldexp(1.0, static_cast<int>(rng()() % 4) - 2);
+  }
+  auto values = [&](const std::vector<double>& head_scale) {
+    std::vector<double> x(static_cast<size_t>(rows * hd));
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t h = r % kvh;
+      const int e = static_cast<int>(rng()() % 5) + 5;  // int8: this row's scale 2^-e
+      for (int64_t i = 0; i < hd; ++i) {
+        double v;
+        if (format == ops::KvCacheFormat::int8) {
+          const int code = i == static_cast<int64_t>(r % hd) ? (rng()() % 2 ? 127 : -127)
+                                                             : static_cast<int>(rng()() % 255) - 127;
+          v = std::ldexp(static_cast<double>(code), -e);
+        } else {
+          uint8_t code;
+          do code = static_cast<uint8_t>(rng()()); while ((code & 0x7F) > 0x40);  // |value| <= 2
+          v = e4m3_value(code) * head_scale[h];
+        }
+        x[static_cast<size_t>(r * hd + i)] = v;
+      }
+    }
+    return x;
+  };
+  t.k_host = host_of(values(head_scale_k), shape, dt);
+  t.v_host = host_of(values(head_scale_v), shape, dt);
+  const DType i8 = DType::i8;
+  t.cache = {ctx().empty(shape, i8), ctx().empty(shape, i8), format, Tensor(), Tensor()};
+  if (format == ops::KvCacheFormat::fp8_e4m3) {
+    t.cache.k_scale = ctx().to_device(host_of(head_scale_k, {kvh}, DType::f32));
+    t.cache.v_scale = ctx().to_device(host_of(head_scale_v, {kvh}, DType::f32));
+  } else {
+    t.cache.k_scale = ctx().empty({blocks, bs, kvh}, DType::f32);
+    t.cache.v_scale = ctx().empty({blocks, bs, kvh}, DType::f32);
+  }
+  Tensor slots = Tensor::empty_host({blocks * bs}, DType::i64);
+  std::iota(slots.data<int64_t>(), slots.data<int64_t>() + blocks * bs, int64_t{0});
+  ops::kv_write(ctx(), ctx().to_device(t.k_host.view({blocks * bs, kvh, hd})),
+                ctx().to_device(t.v_host.view({blocks * bs, kvh, hd})), ctx().to_device(slots), t.cache);
+  return t;
+}
+
+void run_case(DType dt, const Case& c, ops::KvCacheFormat format = ops::KvCacheFormat::model) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", heads " << c.q_heads << "/" << c.kv_heads << ", dim "
                                     << c.head_dim << ", block " << c.block_size << ", window " << c.options.window
-                                    << ", softcap " << c.options.softcap);
+                                    << ", softcap " << c.options.softcap << ", cache " << ops::kv_cache_format_name(format));
   const int seqs = static_cast<int>(c.contexts.size());
   const int max_ctx = *std::max_element(c.contexts.begin(), c.contexts.end());
   const int max_blocks = std::max(1, (max_ctx + c.block_size - 1) / c.block_size);
   const int num_blocks = seqs * max_blocks + 3;
   const int64_t hd = c.head_dim;
-  Tensor kh = random_host({num_blocks, c.block_size, c.kv_heads, hd}, dt);
-  Tensor vh = random_host({num_blocks, c.block_size, c.kv_heads, hd}, dt);
+  const TestCache cache = make_cache(dt, format, num_blocks, c.block_size, c.kv_heads, hd);
+  const Tensor& kh = cache.k_host;
+  const Tensor& vh = cache.v_host;
   Tensor qh = random_host({seqs, c.q_heads, hd}, dt);
   // Each sequence gets distinct blocks in a shuffled order.
   std::vector<int32_t> perm(num_blocks);
@@ -81,18 +165,18 @@ void run_case(DType dt, const Case& c) {
   }
   // Every implementation this device has, against float64: one rounding to the dtype
   // (relative) plus float accumulation over |v| <= 1 (absolute).
-  const Tensor q_d = ctx().to_device(qh), k_d = ctx().to_device(kh), v_d = ctx().to_device(vh);
+  const Tensor q_d = ctx().to_device(qh);
   const Tensor tables = ctx().to_device(tables_h), lens = ctx().to_device(lens_h);
   for (ops::AttentionPath path : ops::available_paths<ops::AttentionPaths>(ctx().caps())) {
     SCOPED_TRACE(ops::path_name<ops::AttentionPaths>(path));
     Tensor out = ctx().empty({seqs, c.q_heads, hd}, dt);
     poison(out);
     if (path == ops::AttentionPath::matrix) {  // the matrix kernels need a plan: refused by name
-      expect_error([&] { ops::decode_attention(ctx(), q_d, k_d, v_d, tables, lens, max_ctx, scale, out, c.options, path); },
+      expect_error([&] { ops::decode_attention(ctx(), q_d, cache.cache, tables, lens, max_ctx, scale, out, c.options, path); },
                    "decode_attention takes no plan");
       continue;
     }
-    ops::decode_attention(ctx(), q_d, k_d, v_d, tables, lens, max_ctx, scale, out, c.options, path);
+    ops::decode_attention(ctx(), q_d, cache.cache, tables, lens, max_ctx, scale, out, c.options, path);
     EXPECT_TRUE(all_close(ctx().to_host(out), want, epsilon(dt), 1e-5));
   }
 }
@@ -194,10 +278,10 @@ struct PrefillCase {
   ops::AttentionOptions options = {};
 };
 
-void run_prefill_case(DType dt, const PrefillCase& c) {
+void run_prefill_case(DType dt, const PrefillCase& c, ops::KvCacheFormat format = ops::KvCacheFormat::model) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", heads " << c.q_heads << "/" << c.kv_heads << ", dim "
                                     << c.head_dim << ", block " << c.block_size << ", window " << c.options.window
-                                    << ", softcap " << c.options.softcap);
+                                    << ", softcap " << c.options.softcap << ", cache " << ops::kv_cache_format_name(format));
   const int seqs = static_cast<int>(c.new_lens.size());
   std::vector<int32_t> ctx_lens;
   int max_ctx = 1;
@@ -207,7 +291,9 @@ void run_prefill_case(DType dt, const PrefillCase& c) {
   }
   const int bs = c.block_size, max_blocks = (max_ctx + bs - 1) / bs, num_blocks = seqs * max_blocks + 1;
   const int64_t hd = c.head_dim;
-  Tensor kh = random_host({num_blocks, bs, c.kv_heads, hd}, dt), vh = random_host({num_blocks, bs, c.kv_heads, hd}, dt);
+  const TestCache cache = make_cache(dt, format, num_blocks, bs, c.kv_heads, hd);
+  const Tensor& kh = cache.k_host;
+  const Tensor& vh = cache.v_host;
   std::vector<int32_t> perm(num_blocks);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng());
@@ -247,7 +333,7 @@ void run_prefill_case(DType dt, const PrefillCase& c) {
       }
     }
   }
-  const Tensor q_d = ctx().to_device(qh), k_d = ctx().to_device(kh), v_d = ctx().to_device(vh);
+  const Tensor q_d = ctx().to_device(qh);
   const Tensor tables = ctx().to_device(tables_h);
   const ops::AttentionShape shape{total, seqs, c.q_heads, c.kv_heads, hd, max_ctx, dt, true, false};
   for (ops::AttentionPath path : ops::available_paths<ops::AttentionPaths>(ctx().caps())) {
@@ -255,7 +341,7 @@ void run_prefill_case(DType dt, const PrefillCase& c) {
     Tensor out = ctx().empty({total, c.q_heads, hd}, dt);
     poison(out);
     auto run = [&] {
-      ops::prefill_attention(ctx(), q_d, k_d, v_d, tables, c.new_lens, ctx_lens, scale, out, c.options, path);
+      ops::prefill_attention(ctx(), q_d, cache.cache, tables, c.new_lens, ctx_lens, scale, out, c.options, path);
     };
     if (path == ops::AttentionPath::matrix && !ops::matrix_attention_supports(shape).ok) {
       if (total > 0) expect_error(run, "matrix attention path (path argument) cannot take");
@@ -371,6 +457,128 @@ TEST(KvCache, WritesRowsThroughSlotsAndSkipsPadding) {
       EXPECT_NE(std::string(e.what()).find("slot 20 of token 4"), std::string::npos) << e.what();
     }
   }
+}
+
+// 8-bit caches on every path: the portable kernels (decode, and prefill through them) and the
+// matrix kernels (prefill tiles, the decode kernel's ring), split and unsplit, windows and soft-cap.
+TEST(KvCache8Bit, AttentionReadsTheCodesTimesTheirScales) {
+  for (ops::KvCacheFormat format : {ops::KvCacheFormat::fp8_e4m3, ops::KvCacheFormat::int8}) {
+    run_case(DType::bf16, {8, 2, 64, 16, {1, 17, 40}}, format);
+    run_case(DType::f32, {4, 4, 128, 16, {700, 5}}, format);
+    run_case(DType::f16, {6, 2, 96, 7, {31}, {.window = 10, .softcap = 0.0f}}, format);
+    run_prefill_case(DType::bf16, {4, 1, 64, 16, {63, 0, 65, 1}, {0, 5, 64, 129}}, format);
+    run_prefill_case(DType::f16, {2, 2, 80, 7, {7, 20}, {0, 33}}, format);
+    run_prefill_case(DType::bf16, {8, 2, 128, 16, {1, 1, 4}, {1299, 0, 37}}, format);  // split, decode kernel
+    run_prefill_case(DType::bf16, {2, 2, 256, 16, {3, 40}, {40, 33}, {.window = 20}}, format);
+    run_prefill_case(DType::bf16, {2, 2, 64, 16, {70, 4}, {10, 100}, {.window = 0, .softcap = 5.0f}}, format);
+    DeterministicScope deterministic(ctx());
+    run_prefill_case(DType::bf16, {8, 2, 128, 16, {1, 2}, {300, 5}}, format);
+  }
+}
+
+// kv_write's encodings on values of every magnitude: e4m3 gives the nearest code to value /
+// head scale (ties either way), int8 the row's scale = largest magnitude / 127 and codes within
+// half a step of value / scale; rows the slots skip keep their bytes.
+TEST(KvCache8Bit, WritesTheNearestCodesAndTheScales) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    for (ops::KvCacheFormat format : {ops::KvCacheFormat::fp8_e4m3, ops::KvCacheFormat::int8}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", " << ops::kv_cache_format_name(format));
+      const int64_t blocks = 3, bs = 4, kvh = 3, hd = 48, tokens = 9;
+      std::vector<double> x(static_cast<size_t>(2 * tokens * kvh * hd));
+      for (size_t i = 0; i < x.size(); ++i) {  // magnitudes from 2^-12 to 2^6, some rows all zero
+        const bool zero_row = (i / hd) % 7 == 3;
+        const double u = std::uniform_real_distribution<double>(-1.0, 1.0)(rng());
+        x[i] = zero_row ? 0.0 : u * std::ldexp(1.0, static_cast<int>((i / hd) % 19) - 12);
+      }
+      const Tensor xh = host_of(x, {2, tokens, kvh, hd}, dt);
+      const std::vector<double> xr = to_doubles(xh);  // as rounded to dt
+      const std::vector<double> head_scale = {0.37, 1.0, 0.011};
+      ops::PagedKv cache{ctx().empty({blocks, bs, kvh, hd}, DType::i8), ctx().empty({blocks, bs, kvh, hd}, DType::i8),
+                         format, Tensor(), Tensor()};
+      if (format == ops::KvCacheFormat::fp8_e4m3) {
+        cache.k_scale = ctx().to_device(host_of(head_scale, {kvh}, DType::f32));
+        cache.v_scale = ctx().to_device(host_of({2.0, 0.5, 3.0}, {kvh}, DType::f32));
+      } else {
+        cache.k_scale = ctx().empty({blocks, bs, kvh}, DType::f32);
+        cache.v_scale = ctx().empty({blocks, bs, kvh}, DType::f32);
+        LW_CUDA_CHECK(cudaMemsetAsync(cache.k_scale.data_ptr(), 0, cache.k_scale.nbytes(), ctx().stream().get()));
+        LW_CUDA_CHECK(cudaMemsetAsync(cache.v_scale.data_ptr(), 0, cache.v_scale.nbytes(), ctx().stream().get()));
+      }
+      LW_CUDA_CHECK(cudaMemsetAsync(cache.k.data_ptr(), 0x5a, cache.k.nbytes(), ctx().stream().get()));
+      LW_CUDA_CHECK(cudaMemsetAsync(cache.v.data_ptr(), 0x5a, cache.v.nbytes(), ctx().stream().get()));
+      const int64_t slots[tokens] = {3, 0, -1, 11, 8, 9, -1, 1, 2};
+      Tensor slots_h = Tensor::empty_host({tokens}, DType::i64);
+      std::copy(slots, slots + tokens, slots_h.data<int64_t>());
+      const Tensor xd = ctx().to_device(xh);
+      ops::kv_write(ctx(), xd.slice(0, 0, 1).view({tokens, kvh, hd}), xd.slice(0, 1, 2).view({tokens, kvh, hd}),
+                    ctx().to_device(slots_h), cache);
+      ctx().synchronize();
+      for (int which = 0; which < 2; ++which) {
+        const Tensor codes = ctx().to_host(which == 0 ? cache.k : cache.v);
+        const Tensor scales = ctx().to_host(which == 0 ? cache.k_scale : cache.v_scale);
+        const int8_t* c = codes.data<int8_t>();
+        std::vector<bool> written(static_cast<size_t>(blocks * bs), false);
+        for (int64_t t = 0; t < tokens; ++t) {
+          if (slots[t] < 0) continue;
+          written[static_cast<size_t>(slots[t])] = true;
+          for (int64_t h = 0; h < kvh; ++h) {
+            const double* row = &xr[static_cast<size_t>(((which * tokens + t) * kvh + h) * hd)];
+            const int8_t* crow = c + (slots[t] * kvh + h) * hd;
+            if (format == ops::KvCacheFormat::int8) {
+              double amax = 0;
+              for (int64_t i = 0; i < hd; ++i) amax = std::max(amax, std::abs(row[i]));
+              const double s = scales.data<float>()[slots[t] * kvh + h];
+              ASSERT_NEAR(s, amax / 127, 1e-6 * amax) << "token " << t << " head " << h;
+              for (int64_t i = 0; i < hd; ++i) {
+                ASSERT_LE(std::abs(crow[i] - (s > 0 ? row[i] / s : 0.0)), 0.5 + 1e-3) << "token " << t << " element " << i;
+              }
+            } else {
+              const double s = scales.data<float>()[h];
+              for (int64_t i = 0; i < hd; ++i) {
+                const uint8_t got = static_cast<uint8_t>(crow[i]);
+                ASSERT_FALSE((got & 0x7F) == 0x7F) << "NaN code for token " << t << " element " << i;
+                const double err = std::abs(e4m3_value(got) * s - row[i]);
+                for (int b = 0; b < 256; ++b) {
+                  if ((b & 0x7F) == 0x7F) continue;
+                  ASSERT_LE(err, std::abs(e4m3_value(static_cast<uint8_t>(b)) * s - row[i]) * (1 + 1e-9) + 1e-30)
+                      << "token " << t << " element " << i << ": code " << int(got) << " where " << b << " is nearer";
+                }
+              }
+            }
+          }
+        }
+        for (int64_t slot = 0; slot < blocks * bs; ++slot) {
+          if (written[static_cast<size_t>(slot)]) continue;
+          for (int64_t i = 0; i < kvh * hd; ++i) ASSERT_EQ(c[slot * kvh * hd + i], 0x5a) << "slot " << slot << " written";
+        }
+      }
+    }
+  }
+}
+
+TEST(KvCache8Bit, RefusesMismatchedCachesAndNames) {
+  const int64_t blocks = 2, bs = 4, kvh = 2, hd = 32;
+  Tensor k = ctx().to_device(random_host({3, kvh, hd}, DType::bf16));
+  Tensor slots = ctx().to_device([] {
+    Tensor t = Tensor::empty_host({3}, DType::i64);
+    for (int i = 0; i < 3; ++i) t.data<int64_t>()[i] = i;
+    return t;
+  }());
+  Tensor codes = ctx().empty({blocks, bs, kvh, hd}, DType::i8);
+  // An i8 cache without the format, bf16 caches given as 8-bit, scales of the wrong shape.
+  expect_error([&] { ops::kv_write(ctx(), k, k, slots, codes, codes); }, "must be bf16 for a KV cache of format auto");
+  Tensor wide = ctx().empty({blocks, bs, kvh, hd}, DType::bf16);
+  Tensor per_head = ctx().empty({kvh}, DType::f32), per_slot = ctx().empty({blocks, bs, kvh}, DType::f32);
+  expect_error([&] { ops::kv_write(ctx(), k, k, slots, {wide, wide, ops::KvCacheFormat::int8, per_slot, per_slot}); },
+               "must be i8 for a KV cache of format int8");
+  expect_error([&] { ops::kv_write(ctx(), k, k, slots, {codes, codes, ops::KvCacheFormat::int8, per_head, per_head}); },
+               "k_scale");
+  expect_error([&] { ops::kv_write(ctx(), k, k, slots, {codes, codes, ops::KvCacheFormat::fp8_e4m3, per_slot, per_slot}); },
+               "must be a contiguous f32 [2]");
+  expect_error([&] { ops::kv_write(ctx(), k, k, slots, {codes, codes, ops::KvCacheFormat::fp8_e4m3}); }, "k_scale");
+  expect_error([&] { ops::parse_kv_cache_format("fp16"); }, "is not one of auto, fp8 (fp8_e4m3), int8");
+  EXPECT_EQ(ops::parse_kv_cache_format("fp8"), ops::KvCacheFormat::fp8_e4m3);
+  EXPECT_EQ(ops::parse_kv_cache_format("auto"), ops::KvCacheFormat::model);
 }
 
 }  // namespace

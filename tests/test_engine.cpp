@@ -514,6 +514,55 @@ TEST(Engine, DeterministicRequestIsTheSameInAnyBatch) {
   }
 }
 
+// An 8-bit KV cache (--kv-cache-dtype): the engine runs on the codes (log-probabilities near
+// those of the model's dtype and not equal to them), a block takes half the bytes of bf16
+// (int8: plus a scale per token and head), and deterministic mode's batch invariance holds.
+TEST(Engine, EightBitKvCacheRunsAndStaysBatchInvariant) {
+  const model::ModelConfig& c = tiny().config;
+  const size_t bf16_block = model::KvCache::block_bytes(c, DType::bf16, 16);
+  EXPECT_EQ(2 * model::KvCache::block_bytes(c, DType::bf16, 16, ops::KvCacheFormat::fp8_e4m3), bf16_block);
+  EXPECT_EQ(model::KvCache::block_bytes(c, DType::bf16, 16, ops::KvCacheFormat::int8),
+            static_cast<size_t>(2 * c.layers * 16 * c.kv_heads * (c.head_dim + 4)));
+  std::mt19937_64& g = rng();
+  const int64_t vocab = c.vocab;
+  Request probe = make_request(g, 40, 6, vocab);
+  probe.top_logprobs = 5;
+  const Result base = run_alone(probe);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 9; ++i) reqs.push_back(make_request(g, 1 + static_cast<int>(g() % 50), 1 + i, vocab));
+  for (ops::KvCacheFormat format : {ops::KvCacheFormat::fp8_e4m3, ops::KvCacheFormat::int8}) {
+    SCOPED_TRACE(ops::kv_cache_format_name(format));
+    EngineOptions opt = deterministic_options(64, 16);
+    opt.kv_cache_format = format;
+    const Result q = run_alone(probe, opt);
+    ASSERT_EQ(q.logprobs.size(), base.logprobs.size());
+    // The first token's distribution, after the prompt's keys and values were read back as
+    // codes. The kernels' accuracy on 8-bit caches is tested in test_attention; here the bound
+    // only says the model still computes: this random model's logits spread over about +-15,
+    // and e4m3 moves each key and value by up to 1/16 of itself (int8: 1/254 of its head's
+    // largest), which moves its log-probabilities by tenths to units (measured 0.3-2.5; int8
+    // 0.05-0.1 over seven seeds).
+    ASSERT_EQ(q.top.at(0).size(), base.top.at(0).size());
+    std::map<int32_t, float> base_top(base.top[0].begin(), base.top[0].end());
+    double diff = 0;
+    for (const auto& [token, logprob] : q.top[0]) {
+      if (base_top.count(token)) diff = std::max(diff, static_cast<double>(std::abs(logprob - base_top[token])));
+    }
+    EXPECT_GT(diff, 0.0) << "the 8-bit cache gave the model dtype's log-probabilities exactly";
+    EXPECT_LT(diff, format == ops::KvCacheFormat::int8 ? 0.4 : 5.0);
+    opt.num_blocks = 200;
+    opt.block_size = 4;
+    opt.max_batch_tokens = 40;  // chunked prefill beside decode steps
+    Engine e(ctx(), *tiny().model, nullptr, {}, opt);
+    const std::vector<Result> together = run_all(e, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const Result alone = run_alone(reqs[i], opt);
+      EXPECT_EQ(together[i].tokens, alone.tokens) << "request " << i;
+      EXPECT_EQ(together[i].logprobs, alone.logprobs) << "request " << i;
+    }
+  }
+}
+
 TEST(Engine, PrefixCacheHitsSkipPrefillAndGiveTheSameTokens) {
   std::mt19937_64& g = rng();
   const Request first = make_request(g, 40, 4, tiny().config.vocab);

@@ -56,7 +56,7 @@ bool have_ranks(int n) {
 std::vector<float> two_step_logits(ModelRunner& runner) {
   const std::vector<int32_t> a = {3, 17, 42, 5, 9, 77, 1, 2, 60, 33, 12}, b = {8, 91, 4, 4, 50};
   const std::vector<int32_t> ta = {0, 1}, tb = {2};
-  runner.allocate_cache(4, 8);
+  runner.allocate_cache(4, 8, ops::KvCacheFormat::model);
   std::vector<float> out;
   auto take = [&](const Tensor& logits) {
     Context& ctx = runner.context();

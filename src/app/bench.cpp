@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "app/deterministic.h"
+#include "app/engine_flags.h"
 #include "app/parallel.h"
 #include "core/context.h"
 #include "core/stream.h"
@@ -27,7 +27,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct BenchArgs {
-  std::string model, shape, dtype = "bf16", json, weights = "dense";
+  std::string model, shape, dtype = "bf16", json, weights = "dense", kv_cache_dtype = "auto";
   int requests = 64, input_len = 512, output_len = 256;
   int64_t max_batch_tokens = 2048;
   double kv_fraction = 0.9;
@@ -166,15 +166,17 @@ int run() {
   opt.max_batch_tokens = args.max_batch_tokens;
   opt.prefix_caching = false;  // random prompts share nothing; keep the measurement pure
   opt.deterministic = args.deterministic;
+  opt.kv_cache_format = ops::parse_kv_cache_format(args.kv_cache_dtype);
   engine::Engine e(*m, nullptr, {}, opt);
   std::mt19937_64 rng(args.seed);
   nlohmann::json out = {{"model", what}, {"device", ctx.device_name()}, {"dtype", args.dtype},
                         {"copy_gbs", bw}, {"kv_blocks", e.num_blocks()}, {"input_len", args.input_len},
                         {"output_len", args.output_len}, {"tensor_parallel", tp},
-                        {"deterministic", args.deterministic}};
-  std::printf("lightwave bench: %s, %s on %s%s; copy %.0f GB/s; KV cache %lld blocks of 16\n", what.c_str(),
+                        {"deterministic", args.deterministic},
+                        {"kv_cache_dtype", ops::kv_cache_format_name(opt.kv_cache_format)}};
+  std::printf("lightwave bench: %s, %s on %s%s; copy %.0f GB/s; KV cache %lld blocks of 16 (%s)\n", what.c_str(),
               args.dtype.c_str(), ctx.device_name().c_str(), args.deterministic ? ", deterministic" : "", bw,
-              static_cast<long long>(e.num_blocks()));
+              static_cast<long long>(e.num_blocks()), ops::kv_cache_format_name(opt.kv_cache_format));
 
   // Warm-up: library heuristics, the GEMM path choice and first-use allocations are not timed.
   double wall = 0;
@@ -253,6 +255,7 @@ void add_bench_command(CLI::App& app) {
   b->add_flag("--no-throughput", args.skip_throughput, "Skip the many-request run");
   b->add_option("--json", args.json, "Also write the results as JSON");
   add_deterministic_flag(b, args.deterministic);
+  add_kv_cache_dtype_option(b, args.kv_cache_dtype);
   add_parallel_options(b, args.parallel);
 }
 

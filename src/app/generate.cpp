@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "app/deterministic.h"
+#include "app/engine_flags.h"
 #include "app/parallel.h"
 #include "core/context.h"
 #include "engine/loaded_model.h"
@@ -17,7 +17,7 @@ namespace lw::app {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, dtype = "bf16";
+  std::string model, prompt, dtype = "bf16", kv_cache_dtype = "auto";
   int max_tokens = 128;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
@@ -44,6 +44,7 @@ int run_generate(int device) {
   opt.sampling.top_p = gen.top_p;
   opt.sampling.seed = gen.seed;
   opt.deterministic = gen.deterministic;
+  opt.kv_cache_format = ops::parse_kv_cache_format(gen.kv_cache_dtype);
   const engine::Generation result = g.generate(prompt, opt, [](const std::string& s) {
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
@@ -105,6 +106,7 @@ void add_model_commands(CLI::App& app) {
               "With --chat: read special tokens written in the prompt as special (by default the message is "
               "tokenized as plain text)");
   add_deterministic_flag(g, gen.deterministic);
+  add_kv_cache_dtype_option(g, gen.kv_cache_dtype);
   add_parallel_options(g, gen.parallel);
 
   auto* s = app.add_subcommand("score", "Write the logits and greedy continuations of token prompts (model comparisons)");

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <string>
 
-#include "app/deterministic.h"
+#include "app/engine_flags.h"
 #include "app/parallel.h"
 #include "base/error.h"
 
@@ -31,7 +31,7 @@ namespace lw::app {
 namespace {
 
 struct ServeArgs {
-  std::string model, dtype = "bf16";
+  std::string model, dtype = "bf16", kv_cache_dtype = "auto";
   std::string host = "127.0.0.1", name, api_key;
   int port = 8000;
   int64_t max_num_seqs = 256, max_batch_tokens = 2048, max_in_flight = 512;
@@ -72,6 +72,7 @@ int run_serve(int device) {
   eo.max_sequences = args.max_num_seqs;
   eo.max_batch_tokens = args.max_batch_tokens;
   eo.deterministic = args.deterministic;
+  eo.kv_cache_format = ops::parse_kv_cache_format(args.kv_cache_dtype);
   engine::Engine engine(gen.runner(), &gen.tokenizer(), gen.eos_ids(), eo);
   server::EngineLoop loop(engine, args.max_in_flight);
   server::ServerOptions so;
@@ -148,6 +149,7 @@ void add_serve_command(CLI::App& app) {
               "Read special tokens written in chat message contents as special (trusted clients only; "
               "by default message text is tokenized as plain text, so it cannot forge turns)");
   add_deterministic_flag(s, args.deterministic);
+  add_kv_cache_dtype_option(s, args.kv_cache_dtype);
 }
 
 int run_serve_command(CLI::App& app, int device) {

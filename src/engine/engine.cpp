@@ -28,8 +28,9 @@ void Engine::init() {
                                  << " and sequences per step " << options.max_sequences << " must be positive");
   runner_.set_deterministic(options.deterministic);
   const int64_t blocks =
-      options.num_blocks > 0 ? options.num_blocks : runner_.blocks_that_fit(options.memory_fraction, options.block_size);
-  runner_.allocate_cache(blocks, options.block_size);
+      options.num_blocks > 0 ? options.num_blocks
+                             : runner_.blocks_that_fit(options.memory_fraction, options.block_size, options.kv_cache_format);
+  runner_.allocate_cache(blocks, options.block_size, options.kv_cache_format);
   blocks_ = std::make_unique<BlockManager>(blocks, options.block_size, options.prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(*blocks_, SchedulerLimits{options.max_batch_tokens, options.max_sequences});
 }

@@ -37,6 +37,9 @@ struct EngineOptions {
   int64_t max_batch_tokens = 512; // tokens per step (decode tokens + prefill chunks)
   int64_t max_sequences = 256;    // running sequences per step
   bool prefix_caching = true;
+  // How the KV cache stores keys and values (--kv-cache-dtype): the model's dtype, or 8-bit
+  // codes with scales, which hold twice the tokens in the same memory (ops::KvCacheFormat).
+  ops::KvCacheFormat kv_cache_format = ops::KvCacheFormat::model;
   // Batch-invariant execution (Context::deterministic): a request's logits, hence its greedy and
   // seeded tokens, do not depend on the other requests of a step, prefix-cache hits or chunking.
   bool deterministic = false;

@@ -124,6 +124,7 @@ Generation LoadedModel::generate(const std::vector<int32_t>& prompt, const Gener
   eo.num_blocks = model::KvCache::blocks_for(static_cast<int64_t>(prompt.size()) + options.max_tokens, eo.block_size);
   eo.prefix_caching = false;
   eo.deterministic = options.deterministic;
+  eo.kv_cache_format = options.kv_cache_format;
   Engine engine(*runner_, &*tokenizer_, eos_ids_, eo);
   Request r;
   r.prompt = prompt;
@@ -144,7 +145,7 @@ std::vector<float> LoadedModel::score(const std::vector<int32_t>& tokens) {
   LW_CHECK(!tokens.empty(), "score: no tokens");
   const int bs = 16;
   const int64_t blocks = model::KvCache::blocks_for(static_cast<int64_t>(tokens.size()), bs);
-  runner_->allocate_cache(blocks, bs);
+  runner_->allocate_cache(blocks, bs, ops::KvCacheFormat::model);
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   std::iota(table.begin(), table.end(), 0);
   const Tensor logits = runner_->forward({{tokens, 0, table, model::SequenceChunk::Logits::all}});

@@ -25,6 +25,7 @@ struct GenerateOptions {
   ops::SamplingOptions sampling;  // temperature 0: greedy
   bool stop_at_eos = true;
   bool deterministic = false;  // EngineOptions::deterministic
+  ops::KvCacheFormat kv_cache_format = ops::KvCacheFormat::model;  // EngineOptions::kv_cache_format
 };
 
 struct Generation {

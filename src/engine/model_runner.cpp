@@ -18,13 +18,14 @@
 
 namespace lw::engine {
 
-int64_t kv_blocks_that_fit(Context& ctx, const model::Model& model, double fraction, int block_size) {
+int64_t kv_blocks_that_fit(Context& ctx, const model::Model& model, double fraction, int block_size,
+                           ops::KvCacheFormat format) {
   LW_CHECK(fraction > 0 && fraction <= 1, "engine: memory fraction " << fraction << " must be in (0, 1]");
   LW_CHECK(block_size > 0, "engine: block size " << block_size << " must be positive");
   LW_CUDA_CHECK(cudaSetDevice(ctx.device()));
   size_t free_bytes = 0, total_bytes = 0;
   LW_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const size_t per_block = model::KvCache::block_bytes(model.shard_config(), model.dtype(), block_size);
+  const size_t per_block = model::KvCache::block_bytes(model.shard_config(), model.dtype(), block_size, format);
   // The expansion of the largest quantised projection stays free for the forward passes.
   const size_t reserve = model.expansion_bytes();
   const size_t usable = free_bytes > reserve ? free_bytes - reserve : 0;
@@ -37,13 +38,13 @@ int64_t kv_blocks_that_fit(Context& ctx, const model::Model& model, double fract
   return blocks;
 }
 
-int64_t SingleDeviceRunner::blocks_that_fit(double fraction, int block_size) {
-  return kv_blocks_that_fit(ctx_, model_, fraction, block_size);
+int64_t SingleDeviceRunner::blocks_that_fit(double fraction, int block_size, ops::KvCacheFormat format) {
+  return kv_blocks_that_fit(ctx_, model_, fraction, block_size, format);
 }
 
-void SingleDeviceRunner::allocate_cache(int64_t blocks, int block_size) {
+void SingleDeviceRunner::allocate_cache(int64_t blocks, int block_size, ops::KvCacheFormat format) {
   cache_.reset();
-  cache_ = std::make_unique<model::KvCache>(ctx_, model_.shard_config(), model_.dtype(), blocks, block_size);
+  cache_ = std::make_unique<model::KvCache>(ctx_, model_.shard_config(), model_.dtype(), blocks, block_size, format);
 }
 
 Tensor SingleDeviceRunner::forward(const std::vector<model::SequenceChunk>& batch) {
@@ -308,16 +309,17 @@ int64_t fit_of(const std::vector<int64_t>& fits, bool shared_device, int ranks) 
 
 }  // namespace
 
-int64_t TensorParallelRunner::blocks_that_fit(double fraction, int block_size) {
-  const std::vector<std::string> replies = command(parallel::CommandWriter(kFit).put(fraction).put(block_size).str());
+int64_t TensorParallelRunner::blocks_that_fit(double fraction, int block_size, ops::KvCacheFormat format) {
+  const std::vector<std::string> replies = command(
+      parallel::CommandWriter(kFit).put(fraction).put(block_size).put(static_cast<uint8_t>(format)).str());
   int64_t fit = std::stoll(replies.at(0));
   for (size_t n = 1; n < replies.size(); ++n) fit = std::min<int64_t>(fit, std::stoll(replies[n]));
   LW_CHECK(fit > 0, "engine: no memory left for the KV cache on the tensor-parallel ranks");
   return fit;
 }
 
-void TensorParallelRunner::allocate_cache(int64_t blocks, int block_size) {
-  command(parallel::CommandWriter(kAllocate).put(blocks).put(block_size).str());
+void TensorParallelRunner::allocate_cache(int64_t blocks, int block_size, ops::KvCacheFormat format) {
+  command(parallel::CommandWriter(kAllocate).put(blocks).put(block_size).put(static_cast<uint8_t>(format)).str());
 }
 
 void TensorParallelRunner::set_deterministic(bool on) {
@@ -340,7 +342,8 @@ std::string TensorParallelRunner::execute(const std::string& cmd) {
     case kFit: {
       const auto fraction = in.get<double>();
       const auto block_size = in.get<int>();
-      run([&](Rank& r) { r.fit = kv_blocks_that_fit(*r.ctx, *r.model, fraction, block_size); });
+      const auto format = static_cast<ops::KvCacheFormat>(in.get<uint8_t>());
+      run([&](Rank& r) { r.fit = kv_blocks_that_fit(*r.ctx, *r.model, fraction, block_size, format); });
       std::vector<int64_t> fits;
       for (const auto& r : ranks_) fits.push_back(r->fit);
       return std::to_string(fit_of(fits, ranks_.back()->device == ranks_[0]->device, group_->local));
@@ -348,9 +351,11 @@ std::string TensorParallelRunner::execute(const std::string& cmd) {
     case kAllocate: {
       const auto blocks = in.get<int64_t>();
       const auto block_size = in.get<int>();
+      const auto format = static_cast<ops::KvCacheFormat>(in.get<uint8_t>());
       run([&](Rank& r) {
         r.cache.reset();
-        r.cache = std::make_unique<model::KvCache>(*r.ctx, r.model->shard_config(), r.model->dtype(), blocks, block_size);
+        r.cache = std::make_unique<model::KvCache>(*r.ctx, r.model->shard_config(), r.model->dtype(), blocks, block_size,
+                                                   format);
       });
       return "";
     }

@@ -24,10 +24,11 @@ class ModelRunner {
   virtual size_t weight_bytes() const = 0;
   // Rank 0's context: the logits of forward() live there, and the engine samples there.
   virtual Context& context() = 0;
-  // KV blocks of block_size tokens that fit in `fraction` of the free memory of every rank.
-  virtual int64_t blocks_that_fit(double fraction, int block_size) = 0;
+  // KV blocks of block_size tokens in `format` that fit in `fraction` of the free memory of
+  // every rank.
+  virtual int64_t blocks_that_fit(double fraction, int block_size, ops::KvCacheFormat format) = 0;
   // (Re)allocates the KV cache of every rank.
-  virtual void allocate_cache(int64_t blocks, int block_size) = 0;
+  virtual void allocate_cache(int64_t blocks, int block_size, ops::KvCacheFormat format) = 0;
   virtual int64_t cache_blocks() const = 0;
   // Model::forward on every rank; rank 0's logits.
   virtual Tensor forward(const std::vector<model::SequenceChunk>& batch) = 0;
@@ -60,8 +61,8 @@ class SingleDeviceRunner final : public ModelRunner {
   int ranks() const override { return 1; }
   size_t weight_bytes() const override { return model_.weight_bytes(); }
   Context& context() override { return ctx_; }
-  int64_t blocks_that_fit(double fraction, int block_size) override;
-  void allocate_cache(int64_t blocks, int block_size) override;
+  int64_t blocks_that_fit(double fraction, int block_size, ops::KvCacheFormat format) override;
+  void allocate_cache(int64_t blocks, int block_size, ops::KvCacheFormat format) override;
   int64_t cache_blocks() const override { return cache_ ? cache_->num_blocks() : 0; }
   Tensor forward(const std::vector<model::SequenceChunk>& batch) override;
   void set_deterministic(bool on) override { ctx_.set_deterministic(on); }
@@ -74,7 +75,8 @@ class SingleDeviceRunner final : public ModelRunner {
 };
 
 // KV blocks that fit in `fraction` of ctx's free memory for `model`'s shard.
-int64_t kv_blocks_that_fit(Context& ctx, const model::Model& model, double fraction, int block_size);
+int64_t kv_blocks_that_fit(Context& ctx, const model::Model& model, double fraction, int block_size,
+                           ops::KvCacheFormat format = ops::KvCacheFormat::model);
 
 // A tensor-parallel group: this process's ranks are threads, local rank i on device i (every
 // rank on the one emulated device of the host target), talking through NCCL / RCCL on GPUs
@@ -95,8 +97,8 @@ class TensorParallelRunner final : public ModelRunner {
   int ranks() const override;
   size_t weight_bytes() const override;
   Context& context() override;
-  int64_t blocks_that_fit(double fraction, int block_size) override;
-  void allocate_cache(int64_t blocks, int block_size) override;
+  int64_t blocks_that_fit(double fraction, int block_size, ops::KvCacheFormat format) override;
+  void allocate_cache(int64_t blocks, int block_size, ops::KvCacheFormat format) override;
   int64_t cache_blocks() const override;
   Tensor forward(const std::vector<model::SequenceChunk>& batch) override;
   void set_deterministic(bool on) override;

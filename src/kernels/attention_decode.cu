@@ -6,6 +6,7 @@
 #include "gpu/numeric.h"
 #include "gpu/vector.h"
 #include "gpu/warp.h"
+#include "kernels/kv_cache.h"
 
 namespace lw::kernels {
 
@@ -48,8 +49,8 @@ LW_HOST_DEVICE inline Layout layout(int group, int head_dim, int part, int vec, 
 // exponentials (one warp per head); P.V with (head, vector) items over token groups, reduced
 // through shared memory. Writes the output directly when the context has one partition,
 // else the partition's normalised output, maximum and sum for the merge.
-template <class T, int VEC>
-__global__ void decode_kernel(DecodeAttentionArgs a, const T* q, const T* k_cache, const T* v_cache,
+template <class T, class C, int VEC>
+__global__ void decode_kernel(DecodeAttentionArgs a, const T* q, const C* k_cache, const C* v_cache, KvScales scales,
                               const int32_t* block_tables, const int32_t* context_lens, const int32_t* table_rows,
                               float* part_out, float* part_max, float* part_sum, T* out, int part, int parts) {
   LW_DYNAMIC_SHARED(float, smem);
@@ -96,15 +97,17 @@ __global__ void decode_kernel(DecodeAttentionArgs a, const T* q, const T* k_cach
     if (valid) {
       const int t = begin + t0;
       const int64_t slot = static_cast<int64_t>(table[t / a.block_size]) * a.block_size + t % a.block_size;
-      const T* krow = k_cache + slot * row + static_cast<int64_t>(kvh) * hd;
+      const C* krow = k_cache + slot * row + static_cast<int64_t>(kvh) * hd;
+      const float kscale = kQuantizedKv<T, C> ? scales.k[kv_scale_index(scales, slot, kvh)] : 1.0f;
       for (int dv = lane; dv < dvecs; dv += kTokenLanes) {
-        const gpu::Vec<T, VEC> kv = gpu::load_vec<VEC>(krow + dv * VEC);
+        float kv[VEC];
+        kv_load<VEC>(krow + dv * VEC, kscale, kv);
 #pragma unroll
         for (int g = 0; g < 16; ++g) {
           if (g < group) {
             float acc = 0.0f;
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) acc += static_cast<float>(smem[l.q + g * hd + dv * VEC + j]) * gpu::to_float(kv.v[j]);
+            for (int j = 0; j < VEC; ++j) acc += static_cast<float>(smem[l.q + g * hd + dv * VEC + j]) * kv[j];
             dots[g] += acc;
           }
         }
@@ -164,10 +167,12 @@ __global__ void decode_kernel(DecodeAttentionArgs a, const T* q, const T* k_cach
       for (int t0 = tg; t0 < n; t0 += tgs) {
         const int t = begin + t0;
         const int64_t slot = static_cast<int64_t>(table[t / a.block_size]) * a.block_size + t % a.block_size;
-        const gpu::Vec<T, VEC> vv = gpu::load_vec<VEC>(v_cache + slot * row + static_cast<int64_t>(kvh) * hd + dv * VEC);
+        float vv[VEC];
+        kv_load<VEC>(v_cache + slot * row + static_cast<int64_t>(kvh) * hd + dv * VEC,
+                     kQuantizedKv<T, C> ? scales.v[kv_scale_index(scales, slot, kvh)] : 1.0f, vv);
         const float pr = smem[l.logits + g * part + t0];
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) acc[j] += pr * gpu::to_float(vv.v[j]);
+        for (int j = 0; j < VEC; ++j) acc[j] += pr * vv[j];
       }
 #pragma unroll
       for (int j = 0; j < VEC; ++j) smem[l.scratch + (tg * items + item) * VEC + j] = acc[j];
@@ -227,9 +232,9 @@ int64_t decode_attention_workspace(const DecodeAttentionArgs& a) {
   return parts <= 1 ? 0 : static_cast<int64_t>(a.seqs) * a.q_heads * parts * (a.head_dim + 2);
 }
 
-template <class T>
-void decode_attention(const DecodeAttentionArgs& a, const T* q, const T* k_cache, const T* v_cache,
-                      const int32_t* block_tables, const int32_t* context_lens, const int32_t* table_rows,
+template <class T, class C>
+void decode_attention(const DecodeAttentionArgs& a, const T* q, const C* k_cache, const C* v_cache,
+                      const KvScales& scales, const int32_t* block_tables, const int32_t* context_lens, const int32_t* table_rows,
                       float* workspace, T* out, int warp_size, cudaStream_t stream) {
   if (a.seqs == 0) return;
   const int group = a.q_heads / a.kv_heads;
@@ -250,10 +255,10 @@ void decode_attention(const DecodeAttentionArgs& a, const T* q, const T* k_cache
   float* part_out = parts > 1 ? workspace : nullptr;
   float* part_max = parts > 1 ? workspace + per * a.head_dim : nullptr;
   float* part_sum = parts > 1 ? part_max + per : nullptr;
-  gpu::launch("decode_attention", decode_kernel<T, V>,
+  gpu::launch("decode_attention", decode_kernel<T, C, V>,
               {dim3(static_cast<unsigned>(parts), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(a.seqs)),
                dim3(threads), smem, stream},
-              a, q, k_cache, v_cache, block_tables, context_lens, table_rows, part_out, part_max, part_sum, out, part,
+              a, q, k_cache, v_cache, scales, block_tables, context_lens, table_rows, part_out, part_max, part_sum, out, part,
               parts);
   if (parts > 1) {
     const int mt = gpu::round_block_size(a.head_dim < 256 ? a.head_dim : 256, warp_size);
@@ -263,12 +268,14 @@ void decode_attention(const DecodeAttentionArgs& a, const T* q, const T* k_cache
   }
 }
 
-#define LW_DECODE(T)                                                                                          \
-  template void decode_attention<T>(const DecodeAttentionArgs&, const T*, const T*, const T*, const int32_t*,        \
-                                    const int32_t*, const int32_t*, float*, T*, int, cudaStream_t);
-LW_DECODE(float)
-LW_DECODE(half)
-LW_DECODE(bfloat16)
+#define LW_DECODE(T, C)                                                                                         \
+  template void decode_attention<T, C>(const DecodeAttentionArgs&, const T*, const C*, const C*, const KvScales&, \
+                                       const int32_t*, const int32_t*, const int32_t*, float*, T*, int, cudaStream_t);
+#define LW_DECODE_ALL(T) LW_DECODE(T, T) LW_DECODE(T, uint8_t) LW_DECODE(T, int8_t)
+LW_DECODE_ALL(float)
+LW_DECODE_ALL(half)
+LW_DECODE_ALL(bfloat16)
+#undef LW_DECODE_ALL
 #undef LW_DECODE
 
 }  // namespace lw::kernels

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "gpu/compat.h"
+#include "kernels/kv_cache.h"
 
 namespace lw::kernels {
 
@@ -39,10 +40,11 @@ int64_t decode_attention_workspace(const DecodeAttentionArgs& a);
 // [table rows, max_blocks_per_seq]; context_lens int32 [seqs] (a length of 0 gives zeros);
 // table_rows int32 [seqs]: the block-table row of each query row, or null for row i -> i
 // (several query rows of one sequence share its table: prefill); workspace:
-// decode_attention_workspace(a) floats.
-template <class T>
-void decode_attention(const DecodeAttentionArgs& a, const T* q, const T* k_cache, const T* v_cache,
-                      const int32_t* block_tables, const int32_t* context_lens, const int32_t* table_rows,
+// decode_attention_workspace(a) floats. C: the cache's element (kernels/kv_cache.h), with its
+// scales.
+template <class T, class C>
+void decode_attention(const DecodeAttentionArgs& a, const T* q, const C* k_cache, const C* v_cache,
+                      const KvScales& scales, const int32_t* block_tables, const int32_t* context_lens, const int32_t* table_rows,
                       float* workspace, T* out, int warp_size, cudaStream_t stream);
 
 }  // namespace lw::kernels

@@ -13,6 +13,7 @@
 #include "gpu/warp.h"
 #include "kernels/attention_merge.h"
 #include "kernels/attention_tile.h"
+#include "kernels/kv_cache.h"
 
 namespace lw::kernels {
 
@@ -37,13 +38,32 @@ template <int D>
 LW_HOST_DEVICE constexpr int ring_tiles() {
   return D > 128 ? 2 : 3;
 }
-// Dynamic shared memory: the ring of K and V tiles, then (where C is no A fragment) a 16x16
-// staging tile for P.
-template <class T, int D>
+// Dynamic shared memory, in this order: (8-bit caches) the tile of K and V converted to T;
+// (where C is no A fragment) a 16x16 staging tile of T for P; (8-bit caches) the ring's scales,
+// 2 x kKeys floats per entry; the ring of K and V tiles of C, rows padded by 16 bytes.
+template <class T, class C, int D>
+struct DecodeShared {
+  static constexpr bool kQuantized = kQuantizedKv<T, C>;
+  static constexpr int KS = D + kPad;                         // row stride of T tiles
+  static constexpr int CS = D + gpu::kVectorBytes / sizeof(C);  // row stride of the ring's tiles
+  static constexpr int R = ring_tiles<D>();
+  static constexpr size_t converted = kQuantized ? 2 * kKeys * KS : 0;  // T elements
+  static constexpr size_t staging = mma::kCMatchesA ? 0 : 16 * (16 + kPad);
+  static constexpr size_t scales = kQuantized ? R * 2 * kKeys : 0;    // floats
+  static constexpr size_t entry = 2 * kKeys * CS;                     // C elements of a ring entry
+  static constexpr size_t scales_at = (converted + staging) * sizeof(T);  // bytes
+  static constexpr size_t ring_at = scales_at + scales * sizeof(float);
+  static constexpr size_t bytes = ring_at + R * entry * sizeof(C);
+};
+template <class T, class C, int D>
 constexpr size_t shared_bytes() {
-  const size_t ring = static_cast<size_t>(ring_tiles<D>()) * 2 * kKeys * (D + kPad);
-  const size_t staging = mma::kCMatchesA ? 0 : 16 * (16 + kPad);
-  return (ring + staging) * sizeof(T);
+  return DecodeShared<T, C, D>::bytes;
+}
+
+template <class C>
+LW_DEVICE_INLINE C zero_code() {
+  if constexpr (std::is_same_v<C, uint8_t> || std::is_same_v<C, int8_t>) return C(0);
+  else return gpu::from_float<C>(0.0f);
 }
 
 // Grid (decode-list entry, key/value head, partition), one warp per block. Row r of the
@@ -58,19 +78,27 @@ constexpr size_t shared_bytes() {
 #define LW_MATRIX_DECODE_BOUNDS
 #endif
 
-template <class T, int D>
-__global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a, const T* q, const T* k_cache,
-                                                             const T* v_cache, const int32_t* block_tables,
+template <class T, class C, int D>
+__global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a, const T* q, const C* k_cache,
+                                                             const C* v_cache, KvScales scales,
+                                                             const int32_t* block_tables,
                                                              const int32_t* seq_info, const int32_t* decode_seqs,
                                                              float* part_out, float* part_max, float* part_sum,
                                                              T* out) {
 #if LW_MATRIX_CORES
-  constexpr int KS = D + kPad, PS = 16 + kPad, R = ring_tiles<D>(), V = gpu::kVecWidth<T>;
-  constexpr int kRowPieces = D / V;                // 16-byte pieces of a key row
+  using Shared = DecodeShared<T, C, D>;
+  constexpr int KS = Shared::KS, CS = Shared::CS, PS = 16 + kPad, R = Shared::R, V = gpu::kVecWidth<T>;
+  constexpr int VC = gpu::kVecWidth<C>;             // elements of C in a 16-byte piece
+  constexpr int kRowPieces = D / VC;               // 16-byte pieces of a key row
   constexpr int kTilePieces = kKeys * kRowPieces;  // of a K (or V) tile
   constexpr int kPasses = (kTilePieces + gpu::kWarpSize - 1) / gpu::kWarpSize;
-  constexpr int kTile = 2 * kKeys * KS;            // elements of one ring entry: K, then V
-  LW_DYNAMIC_SHARED(T, smem);
+  constexpr int kTile = static_cast<int>(Shared::entry);  // elements of one ring entry: K, then V
+  LW_DYNAMIC_SHARED(T, smem_t);
+  LW_DYNAMIC_SHARED(float, smem_f);
+  LW_DYNAMIC_SHARED(C, smem_c);
+  const auto ring = smem_c + Shared::ring_at / sizeof(C);
+  const auto ring_scales = smem_f + Shared::scales_at / sizeof(float);
+  const auto staging = smem_t + Shared::converted;
   const int s = decode_seqs[blockIdx.x];
   const int kvh = static_cast<int>(blockIdx.y), part = static_cast<int>(blockIdx.z);
   const int group = a.q_heads / a.kv_heads;
@@ -98,15 +126,16 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
   const int first = key_begin / kKeys * kKeys;
   const int tiles = key_end > first ? (key_end - first + kKeys - 1) / kKeys : 0;
 
-  // Tile t's K and V into ring entry t % R, in the background where the target can; always one
-  // commit, so that the wait below counts tiles. Keys past the end are zeros.
+  // Tile t's K and V into ring entry t % R (8-bit caches: with the keys' scales), in the
+  // background where the target can; always one commit, so that the wait below counts tiles.
+  // Keys past the end are zeros.
   auto load_tile = [&](int t) {
     if (t < tiles) {
       const int kv0 = first + t * kKeys;
       const int key = kv0 + lane % kKeys;
       const int my_slot = key < key_end ? table[key / a.block_size] * a.block_size + key % a.block_size : -1;
-      const auto k_dst = smem + (t % R) * kTile;
-      const auto v_dst = k_dst + kKeys * KS;
+      const auto k_dst = ring + (t % R) * kTile;
+      const auto v_dst = k_dst + kKeys * CS;
 #pragma unroll
       for (int j = 0; j < kPasses; ++j) {
         const int e = lane + j * gpu::kWarpSize;
@@ -114,15 +143,27 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
         const int slot = gpu::shfl_idx(my_slot, min(r, kKeys - 1));
         if (e < kTilePieces) {
           if (slot >= 0) {
-            const int64_t src = slot * slot_stride + static_cast<int64_t>(kvh) * D + c * V;
-            gpu::copy_16_async(k_dst, r * KS + c * V, k_cache + src);
-            gpu::copy_16_async(v_dst, r * KS + c * V, v_cache + src);
+            const int64_t src = slot * slot_stride + static_cast<int64_t>(kvh) * D + c * VC;
+            gpu::copy_16_async(k_dst, r * CS + c * VC, k_cache + src);
+            gpu::copy_16_async(v_dst, r * CS + c * VC, v_cache + src);
           } else {
-            gpu::Vec<T, V> zero;
+            gpu::Vec<C, VC> zero;
 #pragma unroll
-            for (int z = 0; z < V; ++z) zero.v[z] = gpu::from_float<T>(0.0f);
-            gpu::store_vec_at<V>(k_dst, r * KS + c * V, zero);
-            gpu::store_vec_at<V>(v_dst, r * KS + c * V, zero);
+            for (int z = 0; z < VC; ++z) zero.v[z] = zero_code<C>();
+            gpu::store_vec_at<VC>(k_dst, r * CS + c * VC, zero);
+            gpu::store_vec_at<VC>(v_dst, r * CS + c * VC, zero);
+          }
+        }
+      }
+      if constexpr (Shared::kQuantized) {
+        // Lanes 0-15: the K scales of the tile's keys; 16-31: the V scales.
+        if (lane < 2 * kKeys) {
+          const int at = (t % R) * 2 * kKeys + lane;
+          if (my_slot >= 0) {
+            const float* src = lane < kKeys ? scales.k : scales.v;
+            gpu::copy_4_async(ring_scales, at, src + kv_scale_index(scales, my_slot, kvh));
+          } else {
+            ring_scales[at] = 0.0f;
           }
         }
       }
@@ -136,7 +177,30 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
     load_tile(t + R - 1);
     gpu::async_wait<R - 1>();  // tile t is in (this lane's pieces) ...
     gpu::sync_warp();          // ... and every lane's
-    const auto k_tile = smem + (t % R) * kTile;
+    const auto k_tile = [&] {
+      if constexpr (Shared::kQuantized) {
+        // The entry's codes times their scales to the T tile the fragments are loaded from.
+        const auto codes = ring + (t % R) * kTile;
+        const auto tile_scales = ring_scales + (t % R) * 2 * kKeys;
+        for (int e = lane; e < 2 * kTilePieces; e += gpu::kWarpSize) {
+          const int half = e / kTilePieces, rest = e - half * kTilePieces;
+          const int r = rest / kRowPieces, c = rest - r * kRowPieces;
+          float x[VC];
+          kv_load_at<VC, C>(codes, half * kKeys * CS + r * CS + c * VC, tile_scales[half * kKeys + r], x);
+#pragma unroll
+          for (int j = 0; j < VC; j += V) {
+            gpu::Vec<T, V> y;
+#pragma unroll
+            for (int i = 0; i < V; ++i) y.v[i] = gpu::from_float<T>(x[j + i]);
+            gpu::store_vec_at<V>(smem_t, half * kKeys * KS + r * KS + c * VC + j, y);
+          }
+        }
+        gpu::sync_warp();
+        return smem_t + 0;
+      } else {
+        return ring + (t % R) * kTile;
+      }
+    }();
     const auto v_tile = k_tile + kKeys * KS;
     const int kv0 = first + t * kKeys;
 
@@ -163,7 +227,7 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
       }
     }
     attention_tile::online_softmax(sc, m, l, o);
-    attention_tile::accumulate_pv<T>(o, sc[0], v_tile, KS, smem + R * kTile, PS);
+    attention_tile::accumulate_pv<T>(o, sc[0], v_tile, KS, staging, PS);
     gpu::sync_warp();  // every lane is done with the entry before a later load refills it
   }
 
@@ -191,18 +255,18 @@ __global__ void matrix_decode_merge_kernel(MatrixDecodeArgs a, const int32_t* se
   }
 }
 
-template <class T, int D>
-void launch_decode(const MatrixDecodeArgs& a, const T* q, const T* k_cache, const T* v_cache,
+template <class T, class C, int D>
+void launch_decode(const MatrixDecodeArgs& a, const T* q, const C* k_cache, const C* v_cache, const KvScales& scales,
                    const int32_t* block_tables, const int32_t* seq_info, const int32_t* decode_seqs, float* workspace,
                    T* out, int warp_size, cudaStream_t stream) {
   const int64_t per = static_cast<int64_t>(a.seqs) * part_rows(a) * a.parts;
   float* part_out = a.parts > 1 ? workspace : nullptr;
   float* part_max = a.parts > 1 ? workspace + per * a.head_dim : nullptr;
   float* part_sum = a.parts > 1 ? part_max + per : nullptr;
-  gpu::launch("matrix_decode_attention", matrix_decode_kernel<T, D>,
+  gpu::launch("matrix_decode_attention", matrix_decode_kernel<T, C, D>,
               {dim3(static_cast<unsigned>(a.seqs), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(a.parts)),
-               dim3(warp_size), shared_bytes<T, D>(), stream},
-              a, q, k_cache, v_cache, block_tables, seq_info, decode_seqs, part_out, part_max, part_sum, out);
+               dim3(warp_size), shared_bytes<T, C, D>(), stream},
+              a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, part_out, part_max, part_sum, out);
   if (a.parts > 1) {
     gpu::launch("matrix_decode_attention_merge", matrix_decode_merge_kernel<T>,
                 {dim3(static_cast<unsigned>(a.q_heads), static_cast<unsigned>(a.seqs)),
@@ -215,16 +279,17 @@ void launch_decode(const MatrixDecodeArgs& a, const T* q, const T* k_cache, cons
 
 // Resident warps per multiprocessor: as many rings as fit in an H100/H200's 227 KiB of shared
 // memory (1 KiB of each block's is the runtime's), at most eight (the launch bounds): 8 for
-// head dims up to 128, 6 for 256.
+// head dims up to 128, 6 for 256 (16-bit caches).
+template <class C>
 int resident_warps(int head_dim) {
   constexpr size_t kSharedPerMultiprocessor = 227 * 1024, kReserved = 1024;
   size_t ring = 0;
   switch (head_dim) {
-    case 64: ring = shared_bytes<half, 64>(); break;  // lint: not-a-warp
-    case 80: ring = shared_bytes<half, 80>(); break;
-    case 96: ring = shared_bytes<half, 96>(); break;
-    case 128: ring = shared_bytes<half, 128>(); break;
-    default: ring = shared_bytes<half, 256>(); break;
+    case 64: ring = shared_bytes<half, C, 64>(); break;  // lint: not-a-warp
+    case 80: ring = shared_bytes<half, C, 80>(); break;
+    case 96: ring = shared_bytes<half, C, 96>(); break;
+    case 128: ring = shared_bytes<half, C, 128>(); break;
+    default: ring = shared_bytes<half, C, 256>(); break;
   }
   return static_cast<int>(std::clamp<size_t>(kSharedPerMultiprocessor / (ring + kReserved), 1, 8));
 }
@@ -237,7 +302,9 @@ void choose_matrix_decode_split(MatrixDecodeArgs& a, int max_context, int multip
   a.partition = 0;
   a.parts = 1;
   const int64_t blocks = static_cast<int64_t>(a.seqs) * a.kv_heads;
-  const int64_t wave = static_cast<int64_t>(resident_warps(a.head_dim)) * std::max(1, multiprocessors);
+  const int64_t wave =
+      static_cast<int64_t>(a.kv_bytes == 1 ? resident_warps<uint8_t>(a.head_dim) : resident_warps<half>(a.head_dim)) *
+      std::max(1, multiprocessors);
   if (blocks == 0 || 2 * blocks > wave || max_context <= kMinPartition) return;
   const int64_t splits = wave / blocks;
   int64_t partition = (max_context + splits - 1) / splits;
@@ -252,9 +319,9 @@ int64_t matrix_decode_workspace(const MatrixDecodeArgs& a) {
   return a.parts > 1 ? static_cast<int64_t>(a.seqs) * part_rows(a) * a.parts * (a.head_dim + 2) : 0;
 }
 
-template <class T>
-void matrix_decode_attention(const MatrixDecodeArgs& a, const T* q, const T* k_cache, const T* v_cache,
-                             const int32_t* block_tables, const int32_t* seq_info, const int32_t* decode_seqs,
+template <class T, class C>
+void matrix_decode_attention(const MatrixDecodeArgs& a, const T* q, const C* k_cache, const C* v_cache,
+                             const KvScales& scales, const int32_t* block_tables, const int32_t* seq_info, const int32_t* decode_seqs,
                              float* workspace, T* out, int warp_size, cudaStream_t stream) {
   if (a.seqs == 0) return;
   LW_CHECK(a.kv_heads > 0 && a.q_heads % a.kv_heads == 0 && a.q_heads / a.kv_heads <= kMatrixDecodeRows,
@@ -263,20 +330,23 @@ void matrix_decode_attention(const MatrixDecodeArgs& a, const T* q, const T* k_c
   LW_CHECK(a.parts == 1 || (a.partition > 0 && a.partition % kKeys == 0 && workspace != nullptr),
            "matrix_decode_attention: a split needs partitions of a multiple of " << kKeys << " keys and a workspace");
   switch (a.head_dim) {
-    case 64: launch_decode<T, 64>(a, q, k_cache, v_cache, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;  // lint: not-a-warp
-    case 80: launch_decode<T, 80>(a, q, k_cache, v_cache, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
-    case 96: launch_decode<T, 96>(a, q, k_cache, v_cache, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
-    case 128: launch_decode<T, 128>(a, q, k_cache, v_cache, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
-    case 256: launch_decode<T, 256>(a, q, k_cache, v_cache, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
+    case 64: launch_decode<T, C, 64>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;  // lint: not-a-warp
+    case 80: launch_decode<T, C, 80>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
+    case 96: launch_decode<T, C, 96>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
+    case 128: launch_decode<T, C, 128>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
+    case 256: launch_decode<T, C, 256>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
     default: LW_FAIL("matrix_decode_attention: head_dim " << a.head_dim << " is not one of 64, 80, 96, 128, 256");
   }
 }
 
-template void matrix_decode_attention<half>(const MatrixDecodeArgs&, const half*, const half*, const half*,
-                                            const int32_t*, const int32_t*, const int32_t*, float*, half*, int,
-                                            cudaStream_t);
-template void matrix_decode_attention<bfloat16>(const MatrixDecodeArgs&, const bfloat16*, const bfloat16*,
-                                                const bfloat16*, const int32_t*, const int32_t*, const int32_t*,
-                                                float*, bfloat16*, int, cudaStream_t);
+#define LW_MATRIX_DECODE(T, C)                                                                               \
+  template void matrix_decode_attention<T, C>(const MatrixDecodeArgs&, const T*, const C*, const C*,            \
+                                              const KvScales&, const int32_t*, const int32_t*, const int32_t*, \
+                                              float*, T*, int, cudaStream_t);
+#define LW_MATRIX_DECODE_ALL(T) LW_MATRIX_DECODE(T, T) LW_MATRIX_DECODE(T, uint8_t) LW_MATRIX_DECODE(T, int8_t)
+LW_MATRIX_DECODE_ALL(half)
+LW_MATRIX_DECODE_ALL(bfloat16)
+#undef LW_MATRIX_DECODE_ALL
+#undef LW_MATRIX_DECODE
 
 }  // namespace lw::kernels

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "gpu/compat.h"
+#include "kernels/kv_cache.h"
 
 namespace lw::kernels {
 
@@ -26,6 +27,7 @@ struct MatrixDecodeArgs {
   // own warps and merged: parts > 1 needs the workspace of matrix_decode_workspace. 0: none.
   int partition = 0;
   int parts = 1;
+  int kv_bytes = 2;  // bytes of a cache element (1: 8-bit codes), for the split's resident warps
 };
 
 // Rows of the kernel's fragment: a sequence with new tokens x group <= 16 fits.
@@ -46,10 +48,11 @@ int64_t matrix_decode_workspace(const MatrixDecodeArgs& a);
 // For each sequence s = decode_seqs[i] (seq_info as kernels::PrefillTables: first row in q, new
 // tokens, context with them): its new tokens attend causally (within the window) to its keys in
 // the paged cache. q, out [rows, q_heads, head_dim]; rows of other sequences are not touched.
-// T: half or bfloat16.
-template <class T>
-void matrix_decode_attention(const MatrixDecodeArgs& a, const T* q, const T* k_cache, const T* v_cache,
-                             const int32_t* block_tables, const int32_t* seq_info, const int32_t* decode_seqs,
+// T: half or bfloat16; C: the cache's element (kernels/kv_cache.h), 8-bit codes loaded in the
+// background as they are and converted to T per tile, times their scales.
+template <class T, class C>
+void matrix_decode_attention(const MatrixDecodeArgs& a, const T* q, const C* k_cache, const C* v_cache,
+                             const KvScales& scales, const int32_t* block_tables, const int32_t* seq_info, const int32_t* decode_seqs,
                              float* workspace, T* out, int warp_size, cudaStream_t stream);
 
 }  // namespace lw::kernels

@@ -13,6 +13,7 @@
 #include "gpu/warp.h"
 #include "kernels/attention_merge.h"
 #include "kernels/attention_tile.h"
+#include "kernels/kv_cache.h"
 
 namespace lw::kernels {
 
@@ -59,9 +60,9 @@ constexpr size_t shared_bytes() {
 #define LW_PREFILL_BOUNDS
 #endif
 
-template <class T, int D>
-__global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T* q, const T* k_cache, const T* v_cache,
-                                                 const int32_t* block_tables, const int32_t* seq_info,
+template <class T, class C, int D>
+__global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T* q, const C* k_cache, const C* v_cache,
+                                                 KvScales scales, const int32_t* block_tables, const int32_t* seq_info,
                                                  const int32_t* tile_info, float* part_out, float* part_max,
                                                  float* part_sum, T* out) {
 #if LW_MATRIX_CORES
@@ -118,18 +119,43 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
     }
   };
   // A tile's K (or V) rows to shared memory, in the background where the target can: K of the
-  // next tile loads during this tile's P.V, V during its Q.K^T.
-  auto load_tile = [&](const T* cache, const auto& dst, int kv0, int half) {
-    for (int e = tid; e < KN * (D / V); e += nthreads) {
-      const int r = e / (D / V), c = e - r * (D / V);
-      if (kv0 + r < key_end) {
-        const int64_t slot = slot_table[half * KN + r];
-        gpu::copy_16_async(dst, r * KS + c * V, cache + slot * slot_stride + static_cast<int64_t>(kvh) * D + c * V);
-      } else {
-        gpu::Vec<T, V> zero;
+  // next tile loads during this tile's P.V, V during its Q.K^T. 8-bit codes are converted to T
+  // on the way (synchronously), times their scales.
+  auto load_tile = [&](const C* cache, const float* cache_scales, const auto& dst, int kv0, int half) {
+    if constexpr (kQuantizedKv<T, C>) {
+      constexpr int P = gpu::kVecWidth<C>;  // codes per 16-byte piece
+      for (int e = tid; e < KN * (D / P); e += nthreads) {
+        const int r = e / (D / P), c = e - r * (D / P);
+        float x[P];
+        if (kv0 + r < key_end) {
+          const int64_t slot = slot_table[half * KN + r];
+          kv_load<P>(cache + slot * slot_stride + static_cast<int64_t>(kvh) * D + c * P,
+                     cache_scales[kv_scale_index(scales, slot, kvh)], x);
+        } else {
 #pragma unroll
-        for (int j = 0; j < V; ++j) zero.v[j] = gpu::from_float<T>(0.0f);
-        gpu::store_vec_at<V>(dst, r * KS + c * V, zero);
+          for (int j = 0; j < P; ++j) x[j] = 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < P; j += V) {
+          gpu::Vec<T, V> y;
+#pragma unroll
+          for (int i = 0; i < V; ++i) y.v[i] = gpu::from_float<T>(x[j + i]);
+          gpu::store_vec_at<V>(dst, r * KS + c * P + j, y);
+        }
+      }
+    } else {
+      (void)cache_scales;
+      for (int e = tid; e < KN * (D / V); e += nthreads) {
+        const int r = e / (D / V), c = e - r * (D / V);
+        if (kv0 + r < key_end) {
+          const int64_t slot = slot_table[half * KN + r];
+          gpu::copy_16_async(dst, r * KS + c * V, cache + slot * slot_stride + static_cast<int64_t>(kvh) * D + c * V);
+        } else {
+          gpu::Vec<T, V> zero;
+#pragma unroll
+          for (int j = 0; j < V; ++j) zero.v[j] = gpu::from_float<T>(0.0f);
+          gpu::store_vec_at<V>(dst, r * KS + c * V, zero);
+        }
       }
     }
     gpu::async_commit();
@@ -139,13 +165,13 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
   if (first_tile < key_end) {
     fill_slots(first_tile, 0);
     __syncthreads();
-    load_tile(k_cache, k_tile, first_tile, 0);
+    load_tile(k_cache, scales.k, k_tile, first_tile, 0);
   }
   for (int kv0 = first_tile; kv0 < key_end; kv0 += KN) {
     const int half = ((kv0 - first_tile) / KN) & 1;
     gpu::async_wait<0>();
     __syncthreads();  // K of this tile is in; every warp is done with the previous V
-    load_tile(v_cache, v_tile, kv0, half);
+    load_tile(v_cache, scales.v, v_tile, kv0, half);
     if (kv0 + KN < key_end) fill_slots(kv0 + KN, half ^ 1);
     // Whether this warp's rows see any key of the tile, and whether they see all of them.
     const bool work = warp_rows && kv0 <= warp_last_pos && kv0 + KN - 1 >= warp_first_key;
@@ -184,7 +210,7 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
 
     __syncthreads();  // every warp is done with K
     const bool more = kv0 + KN < key_end;
-    if (more) load_tile(k_cache, k_tile, kv0 + KN, half ^ 1);
+    if (more) load_tile(k_cache, scales.k, k_tile, kv0 + KN, half ^ 1);
     if (more) gpu::async_wait<1>();  // V of this tile is in; the next K may still be loading
     else gpu::async_wait<0>();
     __syncthreads();
@@ -221,18 +247,18 @@ __global__ void prefill_merge_kernel(PrefillAttentionArgs a, const int32_t* seq_
   }
 }
 
-template <class T, int D>
-void launch_prefill(const PrefillAttentionArgs& a, const T* q, const T* k_cache, const T* v_cache,
-                    const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, float* workspace,
+template <class T, class C, int D>
+void launch_prefill(const PrefillAttentionArgs& a, const T* q, const C* k_cache, const C* v_cache,
+                    const KvScales& scales, const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, float* workspace,
                     T* out, int warp_size, cudaStream_t stream) {
   const int64_t per = static_cast<int64_t>(a.rows) * a.q_heads * a.parts;
   float* part_out = a.parts > 1 ? workspace : nullptr;
   float* part_max = a.parts > 1 ? workspace + per * a.head_dim : nullptr;
   float* part_sum = a.parts > 1 ? part_max + per : nullptr;
-  gpu::launch("prefill_attention", prefill_kernel<T, D>,
+  gpu::launch("prefill_attention", prefill_kernel<T, C, D>,
               {dim3(static_cast<unsigned>(a.tiles), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(a.parts)),
                dim3(kWarps * warp_size), shared_bytes<T, D>(), stream},
-              a, q, k_cache, v_cache, block_tables, seq_info, tile_info, part_out, part_max, part_sum, out);
+              a, q, k_cache, v_cache, scales, block_tables, seq_info, tile_info, part_out, part_max, part_sum, out);
   if (a.parts > 1) {
     gpu::launch("prefill_attention_merge", prefill_merge_kernel<T>,
                 {dim3(static_cast<unsigned>(a.q_heads), static_cast<unsigned>(a.tiles)),
@@ -297,9 +323,9 @@ int64_t prefill_workspace(const PrefillAttentionArgs& a) {
   return a.parts > 1 ? static_cast<int64_t>(a.rows) * a.q_heads * a.parts * (a.head_dim + 2) : 0;
 }
 
-template <class T>
-void prefill_attention(const PrefillAttentionArgs& a, const T* q, const T* k_cache, const T* v_cache,
-                       const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, float* workspace,
+template <class T, class C>
+void prefill_attention(const PrefillAttentionArgs& a, const T* q, const C* k_cache, const C* v_cache,
+                       const KvScales& scales, const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, float* workspace,
                        T* out, int warp_size, cudaStream_t stream) {
   if (a.tiles == 0) return;
   LW_CHECK(a.kv_heads > 0 && a.q_heads % a.kv_heads == 0,
@@ -311,19 +337,22 @@ void prefill_attention(const PrefillAttentionArgs& a, const T* q, const T* k_cac
   LW_CHECK(a.parts == 1 || (a.partition % 64 == 0 && workspace != nullptr),  // lint: not-a-warp (keys)
            "prefill_attention: a split needs partitions of a multiple of 64 keys and a workspace");
   switch (a.head_dim) {
-    case 64: launch_prefill<T, 64>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;  // lint: not-a-warp
-    case 80: launch_prefill<T, 80>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;
-    case 96: launch_prefill<T, 96>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;
-    case 128: launch_prefill<T, 128>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;
-    case 256: launch_prefill<T, 256>(a, q, k_cache, v_cache, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;
+    case 64: launch_prefill<T, C, 64>(a, q, k_cache, v_cache, scales, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;  // lint: not-a-warp
+    case 80: launch_prefill<T, C, 80>(a, q, k_cache, v_cache, scales, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;
+    case 96: launch_prefill<T, C, 96>(a, q, k_cache, v_cache, scales, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;
+    case 128: launch_prefill<T, C, 128>(a, q, k_cache, v_cache, scales, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;
+    case 256: launch_prefill<T, C, 256>(a, q, k_cache, v_cache, scales, block_tables, seq_info, tile_info, workspace, out, warp_size, stream); break;
     default: LW_FAIL("prefill_attention: head_dim " << a.head_dim << " is not one of 64, 80, 96, 128, 256");
   }
 }
 
-template void prefill_attention<half>(const PrefillAttentionArgs&, const half*, const half*, const half*, const int32_t*,
-                                      const int32_t*, const int32_t*, float*, half*, int, cudaStream_t);
-template void prefill_attention<bfloat16>(const PrefillAttentionArgs&, const bfloat16*, const bfloat16*, const bfloat16*,
-                                          const int32_t*, const int32_t*, const int32_t*, float*, bfloat16*, int,
-                                          cudaStream_t);
+#define LW_PREFILL(T, C)                                                                                       \
+  template void prefill_attention<T, C>(const PrefillAttentionArgs&, const T*, const C*, const C*, const KvScales&, \
+                                        const int32_t*, const int32_t*, const int32_t*, float*, T*, int, cudaStream_t);
+#define LW_PREFILL_ALL(T) LW_PREFILL(T, T) LW_PREFILL(T, uint8_t) LW_PREFILL(T, int8_t)
+LW_PREFILL_ALL(half)
+LW_PREFILL_ALL(bfloat16)
+#undef LW_PREFILL_ALL
+#undef LW_PREFILL
 
 }  // namespace lw::kernels

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gpu/compat.h"
+#include "kernels/kv_cache.h"
 
 namespace lw::kernels {
 
@@ -61,10 +62,11 @@ int64_t prefill_workspace(const PrefillAttentionArgs& a);
 // q [rows, q_heads, head_dim] -> out [rows, q_heads, head_dim]: new token j of sequence s (row
 // seq_info[s][0] + j) attends to the keys 0 .. context - new + j of its sequence (within the
 // window). One new token per sequence is decode: the query heads of a group fill the rows.
-// workspace: prefill_workspace(a) floats. T: half or bfloat16.
-template <class T>
-void prefill_attention(const PrefillAttentionArgs& a, const T* q, const T* k_cache, const T* v_cache,
-                       const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, float* workspace,
+// workspace: prefill_workspace(a) floats. T: half or bfloat16; C: the cache's element
+// (kernels/kv_cache.h), 8-bit codes converted to T as their tiles are loaded.
+template <class T, class C>
+void prefill_attention(const PrefillAttentionArgs& a, const T* q, const C* k_cache, const C* v_cache,
+                       const KvScales& scales, const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, float* workspace,
                        T* out, int warp_size, cudaStream_t stream);
 
 }  // namespace lw::kernels

@@ -58,11 +58,11 @@ void attention(Context& ctx, const LayerContext& lc, const LayerWeights& w, cons
     k = kn;
   }
   lc.rope.apply(ctx, q, k, b.positions);
-  ops::kv_write(ctx, k, v, b.slots, cache.k(layer), cache.v(layer), false);  // slots checked in HostLayout
+  ops::kv_write(ctx, k, v, b.slots, cache.layer(layer), false);  // slots checked in HostLayout
   Tensor attn = ctx.empty({t, nq, d}, lc.dtype);
   ops::AttentionOptions options;
   options.window = static_cast<int>(lc.config.sliding_window);
-  ops::prefill_attention(ctx, q, cache.k(layer), cache.v(layer), b.block_tables, b.attention,
+  ops::prefill_attention(ctx, q, cache.layer(layer), b.block_tables, b.attention,
                          static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))), attn, options);
   ops::linear(ctx, attn.view({t, nq * d}), w.o, w.o_bias, out);
 }

@@ -7,30 +7,102 @@
 #include "kernels/attention_decode_matrix.h"
 #include "kernels/attention_prefill.h"
 #include "kernels/kv_cache.h"
+#include "gpu/vector.h"
 #include "ops/check.h"
 
 namespace lw::ops {
 
+const char* kv_cache_format_name(KvCacheFormat format) {
+  switch (format) {
+    case KvCacheFormat::model: return "auto";
+    case KvCacheFormat::fp8_e4m3: return "fp8_e4m3";
+    case KvCacheFormat::int8: return "int8";
+  }
+  return "?";
+}
+
+KvCacheFormat parse_kv_cache_format(const std::string& name) {
+  if (name == "auto" || name == "model") return KvCacheFormat::model;
+  if (name == "fp8" || name == "fp8_e4m3") return KvCacheFormat::fp8_e4m3;
+  if (name == "int8") return KvCacheFormat::int8;
+  LW_FAIL("KV cache dtype '" << name << "' is not one of auto, fp8 (fp8_e4m3), int8");
+}
+
+size_t kv_cache_element_bytes(KvCacheFormat format, DType model) {
+  return format == KvCacheFormat::model ? dtype_size(model) : 1;
+}
+
 namespace {
 
-void check_cache(const char* op, const char* name, const Tensor& cache) {
-  check_float_input(op, name, cache);
-  LW_CHECK(cache.dim() == 4, op << ": " << name << " " << cache.describe()
-                                << " must be [num_blocks, block_size, kv_heads, head_dim]");
+// A layer's caches: same shape [num_blocks, block_size, kv_heads, head_dim], contiguous, on the
+// device; in `model` dtype or i8 codes with their scales as the format says.
+void check_cache(const char* op, const PagedKv& c, DType model) {
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"k_cache", &c.k}, {"v_cache", &c.v}}) {
+    check_on_device(op, name, *t);
+    LW_CHECK(t->dim() == 4 && t->is_contiguous(),
+             op << ": " << name << " " << t->describe() << " must be a contiguous [num_blocks, block_size, kv_heads, head_dim]");
+    const DType want = c.format == KvCacheFormat::model ? model : DType::i8;
+    LW_CHECK(t->dtype() == want, op << ": " << name << " " << t->describe() << " must be " << dtype_name(want)
+                                    << " for a KV cache of format " << kv_cache_format_name(c.format));
+  }
+  check_same_shape(op, "k_cache", c.k, "v_cache", c.v);
+  if (c.format == KvCacheFormat::model) {
+    LW_CHECK(!c.k_scale.defined() && !c.v_scale.defined(),
+             op << ": a KV cache in the model's dtype has no scales");
+    return;
+  }
+  const int64_t kv_heads = c.k.size(2);
+  const std::vector<int64_t> want = c.format == KvCacheFormat::int8
+                                        ? std::vector<int64_t>{c.k.size(0), c.k.size(1), kv_heads}
+                                        : std::vector<int64_t>{kv_heads};
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"k_scale", &c.k_scale}, {"v_scale", &c.v_scale}}) {
+    check_on_device(op, name, *t);
+    LW_CHECK(t->dtype() == DType::f32 && t->shape() == want && t->is_contiguous(),
+             op << ": " << name << " " << t->describe() << " must be a contiguous f32 " << shape_str(want)
+                << " for a KV cache of format " << kv_cache_format_name(c.format));
+  }
+  // The kernels read 16-byte runs of codes.
+  LW_CHECK(c.k.size(3) % 16 == 0 && gpu::aligned_to(16, c.k.data_ptr(), c.v.data_ptr()),
+           op << ": an 8-bit KV cache needs head_dim " << c.k.size(3) << " a multiple of 16 and 16-byte aligned caches");
+}
+
+// The cache's element type C (kernels/kv_cache.h) and its scales, for f.
+template <class F>
+void dispatch_cache(const PagedKv& c, F&& f) {
+  const int64_t kv_heads = c.k.size(2);
+  switch (c.format) {
+    case KvCacheFormat::model: f.template operator()<void>(kernels::KvScales{}); break;
+    case KvCacheFormat::fp8_e4m3:
+      f.template operator()<uint8_t>(kernels::KvScales{c.k_scale.data<float>(), c.v_scale.data<float>(), 0});
+      break;
+    case KvCacheFormat::int8:
+      f.template operator()<int8_t>(kernels::KvScales{c.k_scale.data<float>(), c.v_scale.data<float>(), kv_heads});
+      break;
+  }
+}
+// The cache's data as C (void: the model's dtype T).
+template <class C, class T>
+using CacheElem = std::conditional_t<std::is_void_v<C>, T, C>;
+template <class C, class T>
+const CacheElem<C, T>* cache_data(const Tensor& t) {
+  return static_cast<const CacheElem<C, T>*>(t.data_ptr());
 }
 
 }  // namespace
 
 void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot_mapping, const Tensor& k_cache,
               const Tensor& v_cache, bool check) {
-  check_cache("kv_write", "k_cache", k_cache);
-  check_cache("kv_write", "v_cache", v_cache);
-  check_same_shape("kv_write", "k_cache", k_cache, "v_cache", v_cache);
-  check_same_dtype("kv_write", "k_cache", k_cache, "v_cache", v_cache);
-  const int64_t kv_heads = k_cache.size(2), head_dim = k_cache.size(3);
+  kv_write(ctx, k, v, slot_mapping, PagedKv{k_cache, v_cache}, check);
+}
+
+void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot_mapping, const PagedKv& cache,
+              bool check) {
+  check_float("kv_write", "k", k);
+  check_cache("kv_write", cache, k.dtype());
+  const int64_t kv_heads = cache.k.size(2), head_dim = cache.k.size(3);
   for (auto [name, t] : {std::pair<const char*, const Tensor*>{"k", &k}, {"v", &v}}) {
     check_on_device("kv_write", name, *t);
-    check_same_dtype("kv_write", name, *t, "k_cache", k_cache);
+    check_same_dtype("kv_write", name, *t, "k", k);
     LW_CHECK(t->dim() == 3 && t->size(1) == kv_heads && t->size(2) == head_dim && t->stride(2) == 1 &&
                  t->stride(1) == head_dim,
              "kv_write: " << name << " " << t->describe() << " must be [tokens, " << kv_heads << ", " << head_dim
@@ -43,12 +115,16 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
                slot_mapping.is_contiguous(),
            "kv_write: slot_mapping " << slot_mapping.describe() << " must be a contiguous i64[" << tokens << "]");
   const kernels::KvWriteArgs a{tokens, static_cast<int>(kv_heads), static_cast<int>(head_dim), k.stride(0), v.stride(0),
-                               k_cache.size(0) * k_cache.size(1)};
+                               cache.k.size(0) * cache.k.size(1)};
   Tensor flag = ctx.empty({1}, DType::i64);
   LW_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0, sizeof(int64_t), ctx.stream().get()));
   dispatch_float(k.dtype(), "kv_write", [&]<class T>() {
-    kernels::kv_write<T>(a, k.data<T>(), v.data<T>(), slot_mapping.data<int64_t>(), k_cache.data<T>(), v_cache.data<T>(),
-                         flag.data<int64_t>(), ctx.warp_size(), ctx.stream().get());
+    dispatch_cache(cache, [&]<class C>(const kernels::KvScales& scales) {
+      using E = CacheElem<C, T>;
+      kernels::kv_write<T, E>(a, k.data<T>(), v.data<T>(), slot_mapping.data<int64_t>(),
+                              const_cast<E*>(cache_data<C, T>(cache.k)), const_cast<E*>(cache_data<C, T>(cache.v)),
+                              scales, flag.data<int64_t>(), ctx.warp_size(), ctx.stream().get());
+    });
   });
   if (!check) return;
   const int64_t bad = ctx.to_host(flag).data<int64_t>()[0];
@@ -62,11 +138,11 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
 namespace {
 
 // The portable SIMT kernels (kernels/attention_decode.cu): one query row per block row.
-void portable_attention(Context& ctx, const char* op, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+void portable_attention(Context& ctx, const char* op, const Tensor& q, const PagedKv& cache,
                         const Tensor& block_tables, const Tensor& context_lens, const Tensor& table_rows,
                         int max_context, float scale, const AttentionOptions& options, const Tensor& out) {
   const int64_t rows = q.size(0), q_heads = q.size(1), head_dim = q.size(2);
-  const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2);
+  const int64_t block_size = cache.k.size(1), kv_heads = cache.k.size(2);
   kernels::DecodeAttentionArgs a{static_cast<int>(rows),       static_cast<int>(q_heads),
                                  static_cast<int>(kv_heads),   static_cast<int>(head_dim),
                                  static_cast<int>(block_size), static_cast<int>(block_tables.size(1)),
@@ -77,10 +153,12 @@ void portable_attention(Context& ctx, const char* op, const Tensor& q, const Ten
   const int64_t ws = kernels::decode_attention_workspace(a);
   Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
   dispatch_float(q.dtype(), op, [&]<class T>() {
-    kernels::decode_attention<T>(a, q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), block_tables.data<int32_t>(),
-                                 context_lens.data<int32_t>(), table_rows.defined() ? table_rows.data<int32_t>() : nullptr,
-                                 ws > 0 ? workspace.data<float>() : nullptr, out.data<T>(), ctx.warp_size(),
-                                 ctx.stream().get());
+    dispatch_cache(cache, [&]<class C>(const kernels::KvScales& scales) {
+      kernels::decode_attention<T, CacheElem<C, T>>(
+          a, q.data<T>(), cache_data<C, T>(cache.k), cache_data<C, T>(cache.v), scales, block_tables.data<int32_t>(),
+          context_lens.data<int32_t>(), table_rows.defined() ? table_rows.data<int32_t>() : nullptr,
+          ws > 0 ? workspace.data<float>() : nullptr, out.data<T>(), ctx.warp_size(), ctx.stream().get());
+    });
   });
 }
 
@@ -94,11 +172,11 @@ void dispatch_half(DType dt, F&& f) {
 // The matrix-core kernels: the decode kernel for the plan's decode list
 // (kernels/attention_decode_matrix.cu), the prefill kernel for its query tiles
 // (kernels/attention_prefill.cu). They write disjoint rows of out.
-void matrix_prefill(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                    const Tensor& block_tables, const PrefillPlan& plan, float scale, const AttentionOptions& options,
+void matrix_prefill(Context& ctx, const Tensor& q, const PagedKv& cache, const Tensor& block_tables, const PrefillPlan& plan, float scale, const AttentionOptions& options,
                     const Tensor& out) {
   LW_CHECK(plan.seq_info.defined() && (plan.tiles > 0 || plan.decode_count > 0),
            "prefill_attention: the plan has no tables for the matrix path (make it with plan_prefill)");
+  const Tensor& k_cache = cache.k;
   LW_CHECK(plan.group == q.size(1) / k_cache.size(2),
            "prefill_attention: the plan's tiles are made for " << plan.group << " query heads per key/value head; q and "
                                                                "the cache have " << q.size(1) / k_cache.size(2));
@@ -119,14 +197,17 @@ void matrix_prefill(Context& ctx, const Tensor& q, const Tensor& k_cache, const 
     a.scale = scale;
     a.window = options.window;
     a.softcap = options.softcap;
+    a.kv_bytes = static_cast<int>(kv_cache_element_bytes(cache.format, q.dtype()));
     kernels::choose_matrix_decode_split(a, plan.decode_max_context, ctx.caps().multiprocessors);
     const int64_t ws = kernels::matrix_decode_workspace(a);
     Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
     dispatch_half(q.dtype(), [&]<class T>() {
-      kernels::matrix_decode_attention<T>(a, q.data<T>(), k_cache.data<T>(), v_cache.data<T>(),
-                                          block_tables.data<int32_t>(), plan.seq_info.data<int32_t>(),
-                                          plan.decode_seqs.data<int32_t>(), ws > 0 ? workspace.data<float>() : nullptr,
-                                          out.data<T>(), ctx.warp_size(), ctx.stream().get());
+      dispatch_cache(cache, [&]<class C>(const kernels::KvScales& scales) {
+        kernels::matrix_decode_attention<T, CacheElem<C, T>>(
+            a, q.data<T>(), cache_data<C, T>(cache.k), cache_data<C, T>(cache.v), scales, block_tables.data<int32_t>(),
+            plan.seq_info.data<int32_t>(), plan.decode_seqs.data<int32_t>(), ws > 0 ? workspace.data<float>() : nullptr,
+            out.data<T>(), ctx.warp_size(), ctx.stream().get());
+      });
     });
   }
   if (plan.tiles == 0) return;
@@ -149,29 +230,27 @@ void matrix_prefill(Context& ctx, const Tensor& q, const Tensor& k_cache, const 
   const int64_t ws = kernels::prefill_workspace(a);
   Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
   dispatch_half(q.dtype(), [&]<class T>() {
-    kernels::prefill_attention<T>(a, q.data<T>(), k_cache.data<T>(), v_cache.data<T>(), block_tables.data<int32_t>(),
-                                  plan.seq_info.data<int32_t>(), plan.tile_info.data<int32_t>(),
-                                  ws > 0 ? workspace.data<float>() : nullptr, out.data<T>(), ctx.warp_size(),
-                                  ctx.stream().get());
+    dispatch_cache(cache, [&]<class C>(const kernels::KvScales& scales) {
+      kernels::prefill_attention<T, CacheElem<C, T>>(
+          a, q.data<T>(), cache_data<C, T>(cache.k), cache_data<C, T>(cache.v), scales, block_tables.data<int32_t>(),
+          plan.seq_info.data<int32_t>(), plan.tile_info.data<int32_t>(), ws > 0 ? workspace.data<float>() : nullptr,
+          out.data<T>(), ctx.warp_size(), ctx.stream().get());
+    });
   });
 }
 
 // The checks shared by decode and prefill, then the selected implementation; table_rows maps
 // query rows to block-table rows (undefined: one row each); plan: the prefill batch (null for
 // decode).
-void attention(Context& ctx, const char* op, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-               const Tensor& block_tables, const Tensor& context_lens, const Tensor& table_rows, int max_context,
+void attention(Context& ctx, const char* op, const Tensor& q, const PagedKv& cache, const Tensor& block_tables, const Tensor& context_lens, const Tensor& table_rows, int max_context,
                float scale, const AttentionOptions& options, const Tensor& out, const PrefillPlan* plan,
                AttentionPath path) {
   check_float_input(op, "q", q);
   check_float_input(op, "out", out);
-  check_cache(op, "k_cache", k_cache);
-  check_cache(op, "v_cache", v_cache);
-  check_same_shape(op, "k_cache", k_cache, "v_cache", v_cache);
+  check_cache(op, cache, q.dtype());
+  const Tensor& k_cache = cache.k;
   check_same_shape(op, "q", q, "out", out);
-  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"out", &out}, {"k_cache", &k_cache}, {"v_cache", &v_cache}}) {
-    check_same_dtype(op, "q", q, name, *t);
-  }
+  check_same_dtype(op, "q", q, "out", out);
   LW_CHECK(q.dim() == 3, op << ": q " << q.describe() << " must be [rows, q_heads, head_dim]");
   const int64_t rows = q.size(0), q_heads = q.size(1), head_dim = q.size(2);
   const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2);
@@ -202,13 +281,12 @@ void attention(Context& ctx, const char* op, const Tensor& q, const Tensor& k_ca
       const Availability fits = matrix_attention_supports(shape);
       LW_CHECK(fits.ok, op << ": the matrix attention path" << origin_note<AttentionPaths>(chosen) << " cannot take "
                            << dtype_name(q.dtype()) << " q of head_dim " << head_dim << ": " << fits.reason);
-      matrix_prefill(ctx, q, k_cache, v_cache, block_tables, *plan, scale, options, out);
+      matrix_prefill(ctx, q, cache, block_tables, *plan, scale, options, out);
       break;
     }
     case AttentionPath::portable:
     case AttentionPath::automatic:  // select never returns it
-      portable_attention(ctx, op, q, k_cache, v_cache, block_tables, context_lens, table_rows, max_context, scale,
-                         options, out);
+      portable_attention(ctx, op, q, cache, block_tables, context_lens, table_rows, max_context, scale, options, out);
       break;
   }
 }
@@ -243,11 +321,18 @@ AttentionPath AttentionPaths::choose(const gpu::DeviceCaps& caps, const Attentio
                                                                                           : AttentionPath::portable;
 }
 
+void decode_attention(Context& ctx, const Tensor& q, const PagedKv& cache, const Tensor& block_tables,
+                      const Tensor& context_lens, int max_context, float scale, const Tensor& out,
+                      const AttentionOptions& options, AttentionPath path) {
+  attention(ctx, "decode_attention", q, cache, block_tables, context_lens, Tensor(), max_context, scale, options, out,
+            nullptr, path);
+}
+
 void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                       const Tensor& block_tables, const Tensor& context_lens, int max_context, float scale,
                       const Tensor& out, const AttentionOptions& options, AttentionPath path) {
-  attention(ctx, "decode_attention", q, k_cache, v_cache, block_tables, context_lens, Tensor(), max_context, scale,
-            options, out, nullptr, path);
+  decode_attention(ctx, q, PagedKv{k_cache, v_cache}, block_tables, context_lens, max_context, scale, out, options,
+                   path);
 }
 
 int matrix_tile_tokens(int group) { return kernels::prefill_tile_tokens(group); }
@@ -301,26 +386,40 @@ PrefillPlan plan_prefill(Context& ctx, const std::vector<int32_t>& query_lens, c
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const PrefillPlan& plan, float scale, const Tensor& out,
                        const AttentionOptions& options, AttentionPath path) {
+  prefill_attention(ctx, q, PagedKv{k_cache, v_cache}, block_tables, plan, scale, out, options, path);
+}
+
+void prefill_attention(Context& ctx, const Tensor& q, const PagedKv& cache, const Tensor& block_tables,
+                       const PrefillPlan& plan, float scale, const Tensor& out, const AttentionOptions& options,
+                       AttentionPath path) {
   LW_CHECK(block_tables.defined() && block_tables.dim() == 2 && block_tables.size(0) == plan.sequences,
            "prefill_attention: block_tables " << block_tables.describe() << " needs one row per sequence ("
                                               << plan.sequences << ")");
   LW_CHECK(q.defined() && q.dim() == 3 && q.size(0) == plan.tokens,
            "prefill_attention: q " << q.describe() << " must have " << plan.tokens << " rows (the new tokens)");
   if (plan.tokens == 0) return;
-  attention(ctx, "prefill_attention", q, k_cache, v_cache, block_tables, plan.token_lens, plan.token_rows,
-            plan.max_context, scale, options, out, &plan, path);
+  attention(ctx, "prefill_attention", q, cache, block_tables, plan.token_lens, plan.token_rows, plan.max_context, scale,
+            options, out, &plan, path);
 }
 
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const std::vector<int32_t>& query_lens,
                        const std::vector<int32_t>& context_lens, float scale, const Tensor& out,
                        const AttentionOptions& options, AttentionPath path) {
+  prefill_attention(ctx, q, PagedKv{k_cache, v_cache}, block_tables, query_lens, context_lens, scale, out, options,
+                    path);
+}
+
+void prefill_attention(Context& ctx, const Tensor& q, const PagedKv& cache, const Tensor& block_tables,
+                       const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens, float scale,
+                       const Tensor& out, const AttentionOptions& options, AttentionPath path) {
+  const Tensor& k_cache = cache.k;
   const int group = q.defined() && q.dim() == 3 && k_cache.defined() && k_cache.dim() == 4 && k_cache.size(2) > 0 &&
                             q.size(1) % k_cache.size(2) == 0
                         ? static_cast<int>(q.size(1) / k_cache.size(2))
                         : 1;  // attention() refuses such shapes with their own message
-  prefill_attention(ctx, q, k_cache, v_cache, block_tables, plan_prefill(ctx, query_lens, context_lens, group), scale,
-                    out, options, path);
+  prefill_attention(ctx, q, cache, block_tables, plan_prefill(ctx, query_lens, context_lens, group), scale, out,
+                    options, path);
 }
 
 }  // namespace lw::ops

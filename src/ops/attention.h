@@ -1,6 +1,7 @@
 // The paged KV cache and decode/prefill attention.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/context.h"
@@ -50,6 +51,29 @@ struct AttentionPaths {
 // Whether the matrix path takes this shape (dtype, head dim, prefill); when not, why.
 Availability matrix_attention_supports(const AttentionShape& shape);
 
+// How a KV cache stores keys and values (--kv-cache-dtype): in the model's dtype, or as 8-bit
+// codes with f32 scales (kernels/kv_cache.h), half the bytes of bf16:
+//   fp8_e4m3  e4m3fn codes, value = code x the scale of its key/value head (fixed when the cache
+//             is made: 1 unless the checkpoint gives one); magnitudes beyond 448 x the scale
+//             saturate;
+//   int8      symmetric int8 codes, value = code x the scale of its (slot, head): that head's
+//             largest magnitude / 127 when the token was written.
+enum class KvCacheFormat { model, fp8_e4m3, int8 };
+const char* kv_cache_format_name(KvCacheFormat format);
+// "auto" (the model's dtype), "fp8" / "fp8_e4m3", "int8"; anything else is refused by name.
+KvCacheFormat parse_kv_cache_format(const std::string& name);
+// Bytes a cache element takes for a model of dtype `model` (scales not counted).
+size_t kv_cache_element_bytes(KvCacheFormat format, DType model);
+
+// One layer's paged caches: k, v [num_blocks, block_size, kv_heads, head_dim], contiguous, in
+// the model's dtype (format model) or i8 holding the codes; k_scale, v_scale f32: [kv_heads]
+// for fp8_e4m3, [num_blocks, block_size, kv_heads] for int8, undefined for model.
+struct PagedKv {
+  Tensor k, v;
+  KvCacheFormat format = KvCacheFormat::model;
+  Tensor k_scale, v_scale;
+};
+
 // Writes new K and V rows into a layer's caches. k, v: [tokens, kv_heads, head_dim] with
 // contiguous heads and any token stride (views into a fused QKV output work);
 // slot_mapping: i64 [tokens], slot = block * block_size + offset, -1 skips the token;
@@ -57,6 +81,9 @@ Availability matrix_attention_supports(const AttentionShape& shape);
 // dtype throughout. A slot outside the cache throws lw::Error naming it (this waits for
 // the stream). check false: the caller has validated the slots and nothing waits (a bad slot
 // is still never written).
+// 8-bit caches get the rows' codes (and, int8, their scales).
+void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot_mapping, const PagedKv& cache,
+              bool check = true);
 void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot_mapping, const Tensor& k_cache,
               const Tensor& v_cache, bool check = true);
 
@@ -65,6 +92,10 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
 // key/value head; head_dim <= 256 and a multiple of 16 bytes); block_tables: i32
 // [seqs, max_blocks]; context_lens: i32 [seqs], each <= max_context (the caller's bound,
 // which sizes the launch); out: like q. scale multiplies q.k (usually 1/sqrt(head_dim)).
+// Every path reads every cache format.
+void decode_attention(Context& ctx, const Tensor& q, const PagedKv& cache, const Tensor& block_tables,
+                      const Tensor& context_lens, int max_context, float scale, const Tensor& out,
+                      const AttentionOptions& options = {}, AttentionPath path = AttentionPath::automatic);
 void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                       const Tensor& block_tables, const Tensor& context_lens, int max_context, float scale,
                       const Tensor& out, const AttentionOptions& options = {},
@@ -84,6 +115,10 @@ void decode_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, cons
 // partition) with several key tiles in flight (not in deterministic mode, whose plans put every
 // sequence in query tiles: a row's keys then always meet in one block, in one order). The
 // automatic choice takes the matrix path wherever it supports the shape.
+void prefill_attention(Context& ctx, const Tensor& q, const PagedKv& cache, const Tensor& block_tables,
+                       const std::vector<int32_t>& query_lens, const std::vector<int32_t>& context_lens, float scale,
+                       const Tensor& out, const AttentionOptions& options = {},
+                       AttentionPath path = AttentionPath::automatic);
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const std::vector<int32_t>& query_lens,
                        const std::vector<int32_t>& context_lens, float scale, const Tensor& out,
@@ -112,6 +147,9 @@ int matrix_tile_tokens(int group);
 // The most new tokens a sequence of a plan made in this context's mode may have for the matrix
 // decode kernel (0: none, as in deterministic mode).
 int matrix_decode_max_tokens(const Context& ctx, int group);
+void prefill_attention(Context& ctx, const Tensor& q, const PagedKv& cache, const Tensor& block_tables,
+                       const PrefillPlan& plan, float scale, const Tensor& out, const AttentionOptions& options = {},
+                       AttentionPath path = AttentionPath::automatic);
 void prefill_attention(Context& ctx, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const Tensor& block_tables, const PrefillPlan& plan, float scale, const Tensor& out,
                        const AttentionOptions& options = {}, AttentionPath path = AttentionPath::automatic);

@@ -15,8 +15,8 @@ namespace lw::parallel {
 
 // The op letters of a tensor-parallel group's commands.
 namespace command {
-constexpr char kFit = 'F';            // KV blocks that fit: fraction, block size
-constexpr char kAllocate = 'A';       // (re)allocate the KV cache: blocks, block size
+constexpr char kFit = 'F';            // KV blocks that fit: fraction, block size, cache format
+constexpr char kAllocate = 'A';       // (re)allocate the KV cache: blocks, block size, cache format
 constexpr char kForward = 'W';        // one forward pass over a batch of sequence chunks
 constexpr char kDeterministic = 'D';  // batch-invariant execution on or off
 constexpr char kQuit = 'Q';           // the group ends
