@@ -2,8 +2,9 @@
 // (TFLOP/s, FLOPs = 2 * 2 * L^2 * head_dim * q_heads / 2) and paged decode as the model runs it
 // (prefill_attention with one new token per sequence; GB/s of K and V read, and % of a
 // device-to-device copy measured in the same run), for each attention path the
-// device has. Llama-3-8B heads: 32 query, 8 key/value, 128 dims, bf16, 16-token cache blocks.
-//     bench_attention [--repeats N] [--prefill 512,2048,8192] [--json FILE]
+// device has. Llama-3-8B heads: 32 query, 8 key/value, 128 dims, bf16, 16-token cache blocks;
+// the cache in bf16 or 8-bit codes (--kv-cache-dtype: GB/s then count the codes and scales).
+//     bench_attention [--repeats N] [--prefill 512,2048,8192] [--kv-cache-dtype auto|fp8|int8] [--json FILE]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -52,8 +53,9 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_attention: prefill and decode attention, every path"};
   int repeats = 20;
   std::vector<int> prefill = {512, 2048, 8192};
-  std::string json_path;
+  std::string json_path, kv_dtype = "auto";
   app.add_option("--repeats", repeats, "timed runs per case")->check(CLI::PositiveNumber);
+  app.add_option("--kv-cache-dtype", kv_dtype, "the cache's format: auto (bf16), fp8 or int8");
   app.add_option("--prefill", prefill, "prompt lengths of the prefill cases")->delimiter(',');
   app.add_option("--json", json_path, "also write the results as JSON");
   CLI11_PARSE(app, argc, argv);
@@ -62,6 +64,7 @@ int main(int argc, char** argv) {
     const int qh = 32, kh = 8, hd = 128, bs = 16;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     lw::Context ctx;
+    const ops::KvCacheFormat format = ops::parse_kv_cache_format(kv_dtype);
     std::mt19937_64 rng(7);
     std::uniform_real_distribution<float> dist(-2, 2);
     auto random = [&](std::vector<int64_t> shape) {
@@ -71,19 +74,43 @@ int main(int argc, char** argv) {
       ops::cast(ctx, d32, d);
       return d;
     };
-    // A cache of `seqs` sequences of `context` tokens, blocks interleaved across sequences.
+    // A cache of `seqs` sequences of `context` tokens, blocks interleaved across sequences; 8-bit
+    // caches written from random values through kv_write (e4m3 scales 1 per head).
     struct Cache {
-      Tensor k, v, tables;
+      ops::PagedKv kv;
+      Tensor tables;
     };
     auto make_cache = [&](int seqs, int context) {
       const int per = (context + bs - 1) / bs;
-      Cache c{random({int64_t(seqs) * per, bs, kh, hd}), random({int64_t(seqs) * per, bs, kh, hd}), Tensor()};
+      const int64_t blocks = int64_t(seqs) * per;
+      Cache c;
+      if (format == ops::KvCacheFormat::model) {
+        c.kv = {random({blocks, bs, kh, hd}), random({blocks, bs, kh, hd})};
+      } else {
+        c.kv = {ctx.empty({blocks, bs, kh, hd}, DType::i8), ctx.empty({blocks, bs, kh, hd}, DType::i8), format};
+        const std::vector<int64_t> scale_shape =
+            format == ops::KvCacheFormat::int8 ? std::vector<int64_t>{blocks, bs, kh} : std::vector<int64_t>{kh};
+        Tensor ones = Tensor::empty_host(scale_shape, DType::f32);
+        std::fill_n(ones.data<float>(), ones.numel(), 1.0f);
+        c.kv.k_scale = ctx.to_device(ones);
+        c.kv.v_scale = ctx.to_device(ones);
+        Tensor slots = Tensor::empty_host({blocks * bs}, DType::i64);
+        for (int64_t i = 0; i < blocks * bs; ++i) slots.data<int64_t>()[i] = i;
+        const Tensor slots_d = ctx.to_device(slots);
+        for (int64_t t0 = 0; t0 < blocks * bs; t0 += 65536) {  // values for 64k tokens at a time
+          const int64_t n = std::min<int64_t>(65536, blocks * bs - t0);
+          ops::kv_write(ctx, random({n, kh, hd}), random({n, kh, hd}), slots_d.slice(0, t0, t0 + n), c.kv);
+        }
+      }
       Tensor t = Tensor::empty_host({seqs, per}, DType::i32);
       for (int s = 0; s < seqs; ++s)
         for (int b = 0; b < per; ++b) t.data<int32_t>()[s * per + b] = b * seqs + s;
       c.tables = ctx.to_device(t);
       return c;
     };
+    // Bytes of one token's keys and values in the cache (with int8's scales).
+    const double token_bytes = 2.0 * kh * (hd * double(ops::kv_cache_element_bytes(format, dt)) +
+                                           (format == ops::KvCacheFormat::int8 ? 4 : 0));
     const auto paths = ops::available_paths<ops::AttentionPaths>(ctx.caps());
     std::vector<Row> rows;
 
@@ -107,7 +134,7 @@ int main(int argc, char** argv) {
       for (ops::AttentionPath path : paths) {
         const int reps = path == ops::AttentionPath::portable && len > 2048 ? 3 : repeats;
         const double ms = median_ms(ctx, reps, [&] {
-          ops::prefill_attention(ctx, q, c.k, c.v, c.tables, plan, scale, out, {}, path);
+          ops::prefill_attention(ctx, q, c.kv, c.tables, plan, scale, out, {}, path);
         });
         rows.push_back({"prefill causal 1x" + std::to_string(len), ops::path_name<ops::AttentionPaths>(path), ms,
                         flops / (ms * 1e9), 0});
@@ -116,21 +143,21 @@ int main(int argc, char** argv) {
     for (auto [seqs, context] : std::vector<std::pair<int, int>>{{1, 4096}, {16, 4096}, {64, 640}, {128, 2048}}) {
       Cache c = make_cache(seqs, context);
       Tensor q = random({seqs, qh, hd}), out = ctx.empty({seqs, qh, hd}, dt);
-      const double bytes = 2.0 * seqs * double(context) * kh * hd * lw::dtype_size(dt);
+      const double bytes = seqs * double(context) * token_bytes;
       // As the model runs a decode step: prefill_attention with one new token per sequence.
       const ops::PrefillPlan plan =
           ops::plan_prefill(ctx, std::vector<int32_t>(seqs, 1), std::vector<int32_t>(seqs, context), qh / kh);
       for (ops::AttentionPath path : paths) {
         const double ms = median_ms(ctx, repeats, [&] {
-          ops::prefill_attention(ctx, q, c.k, c.v, c.tables, plan, scale, out, {}, path);
+          ops::prefill_attention(ctx, q, c.kv, c.tables, plan, scale, out, {}, path);
         });
         rows.push_back({"decode " + std::to_string(seqs) + "x" + std::to_string(context),
                         ops::path_name<ops::AttentionPaths>(path), ms, 0, bytes / (ms * 1e6)});
       }
     }
 
-    std::printf("device %s, bf16, 32 q / 8 kv heads of 128; copy %.0f GB/s; median of %d runs\n",
-                ctx.device_name().c_str(), copy_gbs, repeats);
+    std::printf("device %s, bf16, 32 q / 8 kv heads of 128, KV cache %s; copy %.0f GB/s; median of %d runs\n",
+                ctx.device_name().c_str(), ops::kv_cache_format_name(format), copy_gbs, repeats);
     std::printf("%-24s %-9s %10s %9s %9s %8s\n", "case", "path", "ms", "TFLOP/s", "GB/s", "% copy");
     for (const Row& r : rows) {
       std::printf("%-24s %-9s %10.4f %9.1f %9.0f %7.1f%%\n", r.what.c_str(), r.path.c_str(), r.ms, r.tflops, r.gbs,
@@ -138,7 +165,8 @@ int main(int argc, char** argv) {
     }
     if (!json_path.empty()) {
       std::ofstream js(json_path);
-      js << "{\"device\": \"" << ctx.device_name() << "\", \"copy_gbs\": " << copy_gbs << ", \"results\": [";
+      js << "{\"device\": \"" << ctx.device_name() << "\", \"kv_cache_dtype\": \"" << ops::kv_cache_format_name(format)
+         << "\", \"copy_gbs\": " << copy_gbs << ", \"results\": [";
       for (size_t i = 0; i < rows.size(); ++i) {
         js << (i ? ", " : "") << "{\"case\": \"" << rows[i].what << "\", \"path\": \"" << rows[i].path
            << "\", \"ms\": " << rows[i].ms << ", \"tflops\": " << rows[i].tflops << ", \"gbs\": " << rows[i].gbs << "}";

@@ -87,7 +87,7 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
                                                              T* out) {
 #if LW_MATRIX_CORES
   using Shared = DecodeShared<T, C, D>;
-  constexpr int KS = Shared::KS, CS = Shared::CS, PS = 16 + kPad, R = Shared::R, V = gpu::kVecWidth<T>;
+  constexpr int KS = Shared::KS, CS = Shared::CS, PS = 16 + kPad, R = Shared::R;
   constexpr int VC = gpu::kVecWidth<C>;             // elements of C in a 16-byte piece
   constexpr int kRowPieces = D / VC;               // 16-byte pieces of a key row
   constexpr int kTilePieces = kKeys * kRowPieces;  // of a K (or V) tile
@@ -179,20 +179,17 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
     gpu::sync_warp();          // ... and every lane's
     const auto k_tile = [&] {
       if constexpr (Shared::kQuantized) {
-        // The entry's codes times their scales to the T tile the fragments are loaded from.
+        // The entry's codes to the T tile the fragments are loaded from (exact; the scales are
+        // applied to the scores and the probabilities below).
         const auto codes = ring + (t % R) * kTile;
-        const auto tile_scales = ring_scales + (t % R) * 2 * kKeys;
         for (int e = lane; e < 2 * kTilePieces; e += gpu::kWarpSize) {
           const int half = e / kTilePieces, rest = e - half * kTilePieces;
           const int r = rest / kRowPieces, c = rest - r * kRowPieces;
-          float x[VC];
-          kv_load_at<VC, C>(codes, half * kKeys * CS + r * CS + c * VC, tile_scales[half * kKeys + r], x);
+          const gpu::Vec<uint32_t, 4> words = kv_words_at<C>(codes, half * kKeys * CS + r * CS + c * VC);
 #pragma unroll
-          for (int j = 0; j < VC; j += V) {
-            gpu::Vec<T, V> y;
-#pragma unroll
-            for (int i = 0; i < V; ++i) y.v[i] = gpu::from_float<T>(x[j + i]);
-            gpu::store_vec_at<V>(smem_t, half * kKeys * KS + r * KS + c * VC + j, y);
+          for (int w = 0; w < 4; ++w) {
+            const gpu::Vec<T, 4> x = kv_codes_as<T, C>(words.v[w]);
+            gpu::store_vec_at<4>(smem_t, half * kKeys * KS + r * KS + c * VC + 4 * w, x);
           }
         }
         gpu::sync_warp();
@@ -212,6 +209,11 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
       mma::load_b_transposed_shared(kb, k_tile + kd * 16, KS);
       mma::mma(sc[0], qa[kd], kb, sc[0]);
     }
+    if constexpr (Shared::kQuantized) {  // each key's K scale (the entry's scales: K's, then V's)
+      const auto tile_scales = ring_scales + (t % R) * 2 * kKeys;
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i) sc[0].x[i] *= tile_scales[mma::c_col(lane, i)];
+    }
     attention_tile::scale_scores(sc, a.scale, a.softcap);
     // Every row sees every key of the tile unless it crosses the range's ends, a window or the
     // causal edge of the new tokens.
@@ -227,6 +229,11 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
       }
     }
     attention_tile::online_softmax(sc, m, l, o);
+    if constexpr (Shared::kQuantized) {  // P.V with each key's V scale in its probability
+      const auto tile_scales = ring_scales + (t % R) * 2 * kKeys;
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i) sc[0].x[i] *= tile_scales[kKeys + mma::c_col(lane, i)];
+    }
     attention_tile::accumulate_pv<T>(o, sc[0], v_tile, KS, staging, PS);
     gpu::sync_warp();  // every lane is done with the entry before a later load refills it
   }
