@@ -120,10 +120,29 @@ Tensor WeightLoader::get(const std::string& name, const std::vector<int64_t>& sh
   const weights::TensorRecord& rec = ckpt_->get(name);
   LW_CHECK(rec.shape == shape, "tensor '" << name << "' in " << ckpt_->description() << " has shape " << shape_str(rec.shape)
                                           << "; the model config needs " << shape_str(shape));
-  LW_CHECK(rec.dtype != weights::FileDType::f8_e4m3 && rec.dtype != weights::FileDType::i8,
-           "tensor '" << name << "' in " << ckpt_->description() << " is " << rec.type_name
-                      << ": 8-bit weights with scales load for the attention and dense MLP projections and the LM "
-                         "head; in this place (experts, embeddings, norms, routers) they are not supported yet");
+  if (rec.dtype == weights::FileDType::f8_e4m3 || rec.dtype == weights::FileDType::i8) {
+    // 8-bit matrices outside the projections linear takes as 8-bit Weights (MoE experts, which
+    // run as a grouped GEMM of one dtype): the values times their scales, in the model dtype.
+    LW_CHECK(shape.size() == 2, "tensor '" << name << "' in " << ckpt_->description() << " is " << rec.type_name
+                                           << " of shape " << shape_str(shape)
+                                           << ": 8-bit tensors load as matrices with their scales, not stacked");
+    if (!dry_ && !logged_expanded_8bit_) {
+      log().info("tensor '{}' in {}: {} outside the attention and dense MLP projections (MoE experts and the like) "
+                 "expanded to {} at load: the grouped expert GEMM has no 8-bit path",
+                 name, ckpt_->description(), rec.type_name, dtype_name(dtype_));
+      logged_expanded_8bit_ = true;
+    }
+    const weights::TensorRecord* scale = ckpt_->find(name + "_scale_inv");
+    struct Restore {
+      bool& flag;
+      bool was;
+      ~Restore() { flag = was; }
+    } restore{keep_quantized_, keep_quantized_};
+    keep_quantized_ = false;
+    const ops::Weight w = scaled_weight(rec, scale ? scale : ckpt_->find(name + "_scale"),
+                                        {quantization_.block_rows, quantization_.block_cols}, Part{});
+    return dry_ ? Tensor() : w.data();
+  }
   LW_CHECK(weights::block_format(rec.dtype).has_value(),
            "tensor '" << name << "' in " << ckpt_->description() << " has type " << rec.type_name
                       << "; weights must be F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K");

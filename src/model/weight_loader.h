@@ -54,7 +54,8 @@ class WeightLoader {
     int dim = -1;
     int64_t start = 0, end = 0;
   };
-  // The tensor `name` of the whole model's `shape`.
+  // The tensor `name` of the whole model's `shape`, in the model dtype (an 8-bit matrix with its
+  // scales expanded: MoE experts of FP8 and INT8 checkpoints; one log line).
   Tensor get(const std::string& name, const std::vector<int64_t>& shape);
   // Only `part` of it: the whole tensor is read, sliced and freed.
   Tensor get(const std::string& name, const std::vector<int64_t>& shape, Part part);
@@ -121,6 +122,7 @@ class WeightLoader {
   ops::WeightFormat kept_format_ = ops::WeightFormat::dense;  // of the last get_weight
   WeightQuantization quantization_;
   bool logged_w8a16_ = false;
+  bool logged_expanded_8bit_ = false;
 };
 
 }  // namespace lw::model

@@ -130,6 +130,30 @@ TEST(ScaledWeights, EveryScaleLayoutLoadsToTheReferenceValues) {
   }
 }
 
+// 8-bit matrices the model takes as plain tensors (MoE experts, which run as one grouped GEMM):
+// expanded to the model dtype at load, exactly the reference values, whole or a shard's part;
+// the dry run counts the expanded bytes.
+TEST(ScaledWeights, TensorsOutsideTheProjectionsAreExpandedAtLoad) {
+  Fixture fx;
+  for (const char* name : {"block.weight", "channel.weight", "int8.weight"}) {
+    SCOPED_TRACE(name);
+    auto ld = loader(*fx.ckpt);
+    const weights::TensorRecord& rec = fx.ckpt->get(name);
+    const int64_t n = rec.shape[0], k = rec.shape[1];
+    const std::vector<float> ref = fx.values(name);
+    const Tensor whole = ctx().to_host(ld->get(name, rec.shape));
+    ASSERT_EQ(whole.dtype(), DType::f32);
+    for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(whole.data<float>()[i], ref[i]) << "element " << i;
+    const Tensor rows = ctx().to_host(ld->get(name, rec.shape, {0, 1, n - 1}));
+    for (int64_t i = 0; i < (n - 2) * k; ++i) ASSERT_EQ(rows.data<float>()[i], ref[k + i]) << "row element " << i;
+    auto dry = loader(*fx.ckpt, true);
+    dry->get(name, rec.shape);
+    EXPECT_EQ(dry->bytes(), static_cast<size_t>(n * k) * sizeof(float));
+  }
+  auto ld = loader(*fx.ckpt);
+  expect_error([&] { ld->get("noscale.weight", {8, 16}); }, "has no scale for it");
+}
+
 // Tensor-parallel shares: rows and columns on block edges stay 8-bit with their scales' share;
 // a share that cuts blocks is expanded; the dry run counts the bytes the real load takes.
 TEST(ScaledWeights, ShardsKeepTheirScales) {
