@@ -38,20 +38,23 @@ template <int D>
 LW_HOST_DEVICE constexpr int ring_tiles() {
   return D > 128 ? 2 : 3;
 }
-// Dynamic shared memory, in this order: (8-bit caches) the tile of K and V converted to T;
-// (where C is no A fragment) a 16x16 staging tile of T for P; (8-bit caches) the ring's scales,
-// 2 x kKeys floats per entry; the ring of K and V tiles of C, rows padded by 16 bytes.
+// Dynamic shared memory, in this order: (8-bit caches) the tile of K and V converted to the
+// compute type U; (where C is no A fragment) a 16x16 staging tile of U for P; (8-bit caches) the
+// ring's scales, 2 x kKeys floats per entry; the ring of K and V tiles of C, rows padded by 16
+// bytes. 8-bit caches compute in f16 whatever T is: their codes convert to f16 at two per
+// instruction (bf16 would take four), and every code is an f16 value.
 template <class T, class C, int D>
 struct DecodeShared {
   static constexpr bool kQuantized = kQuantizedKv<T, C>;
-  static constexpr int KS = D + kPad;                         // row stride of T tiles
+  using U = std::conditional_t<kQuantized, half, T>;
+  static constexpr int KS = D + kPad;                         // row stride of U tiles
   static constexpr int CS = D + gpu::kVectorBytes / sizeof(C);  // row stride of the ring's tiles
   static constexpr int R = ring_tiles<D>();
-  static constexpr size_t converted = kQuantized ? 2 * kKeys * KS : 0;  // T elements
+  static constexpr size_t converted = kQuantized ? 2 * kKeys * KS : 0;  // U elements
   static constexpr size_t staging = mma::kCMatchesA ? 0 : 16 * (16 + kPad);
   static constexpr size_t scales = kQuantized ? R * 2 * kKeys : 0;    // floats
   static constexpr size_t entry = 2 * kKeys * CS;                     // C elements of a ring entry
-  static constexpr size_t scales_at = (converted + staging) * sizeof(T);  // bytes
+  static constexpr size_t scales_at = (converted + staging) * sizeof(U);  // bytes
   static constexpr size_t ring_at = scales_at + scales * sizeof(float);
   static constexpr size_t bytes = ring_at + R * entry * sizeof(C);
 };
@@ -87,18 +90,19 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
                                                              T* out) {
 #if LW_MATRIX_CORES
   using Shared = DecodeShared<T, C, D>;
+  using U = typename Shared::U;  // the fragments' type
   constexpr int KS = Shared::KS, CS = Shared::CS, PS = 16 + kPad, R = Shared::R;
   constexpr int VC = gpu::kVecWidth<C>;             // elements of C in a 16-byte piece
   constexpr int kRowPieces = D / VC;               // 16-byte pieces of a key row
   constexpr int kTilePieces = kKeys * kRowPieces;  // of a K (or V) tile
   constexpr int kPasses = (kTilePieces + gpu::kWarpSize - 1) / gpu::kWarpSize;
   constexpr int kTile = static_cast<int>(Shared::entry);  // elements of one ring entry: K, then V
-  LW_DYNAMIC_SHARED(T, smem_t);
+  LW_DYNAMIC_SHARED(U, smem_u);
   LW_DYNAMIC_SHARED(float, smem_f);
   LW_DYNAMIC_SHARED(C, smem_c);
   const auto ring = smem_c + Shared::ring_at / sizeof(C);
   const auto ring_scales = smem_f + Shared::scales_at / sizeof(float);
-  const auto staging = smem_t + Shared::converted;
+  const auto staging = smem_u + Shared::converted;
   const int s = decode_seqs[blockIdx.x];
   const int kvh = static_cast<int>(blockIdx.y), part = static_cast<int>(blockIdx.z);
   const int group = a.q_heads / a.kv_heads;
@@ -110,8 +114,11 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
   auto q_row = [&](int r) { return static_cast<int64_t>(row0 + r / group); };
   auto q_head = [&](int r) { return kvh * group + r % group; };
 
-  mma::FragA<T> qa[D / 16];
-  attention_tile::load_q(qa, 0, rows, [&](int r) { return q + (q_row(r) * a.q_heads + q_head(r)) * D; });
+  // bf16 queries computing in f16 are scaled by 2^-8 (undone with the keys' scales), so that
+  // f16's range holds any bf16 query a model produces (up to 2^24).
+  constexpr float kQueryFactor = std::is_same_v<T, U> || std::is_same_v<T, half> ? 1.0f : 0x1p-8f;
+  mma::FragA<U> qa[D / 16];
+  attention_tile::load_q(qa, 0, rows, [&](int r) { return q + (q_row(r) * a.q_heads + q_head(r)) * D; }, kQueryFactor);
   mma::FragC o[D / 16];
   float m[mma::kRowSlots], l[mma::kRowSlots];
   attention_tile::start_rows(o, m, l);
@@ -188,12 +195,12 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
           const gpu::Vec<uint32_t, 4> words = kv_words_at<C>(codes, half * kKeys * CS + r * CS + c * VC);
 #pragma unroll
           for (int w = 0; w < 4; ++w) {
-            const gpu::Vec<T, 4> x = kv_codes_as<T, C>(words.v[w]);
-            gpu::store_vec_at<4>(smem_t, half * kKeys * KS + r * KS + c * VC + 4 * w, x);
+            const gpu::Vec<U, 4> x = kv_codes_as<U, C>(words.v[w]);
+            gpu::store_vec_at<4>(smem_u, half * kKeys * KS + r * KS + c * VC + 4 * w, x);
           }
         }
         gpu::sync_warp();
-        return smem_t + 0;
+        return smem_u + 0;
       } else {
         return ring + (t % R) * kTile;
       }
@@ -205,14 +212,14 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
     mma::fill(sc[0], 0.0f);
 #pragma unroll
     for (int kd = 0; kd < D / 16; ++kd) {
-      mma::FragB<T> kb;
+      mma::FragB<U> kb;
       mma::load_b_transposed_shared(kb, k_tile + kd * 16, KS);
       mma::mma(sc[0], qa[kd], kb, sc[0]);
     }
     if constexpr (Shared::kQuantized) {  // each key's K scale (the entry's scales: K's, then V's)
       const auto tile_scales = ring_scales + (t % R) * 2 * kKeys;
 #pragma unroll
-      for (int i = 0; i < mma::kC; ++i) sc[0].x[i] *= tile_scales[mma::c_col(lane, i)];
+      for (int i = 0; i < mma::kC; ++i) sc[0].x[i] *= tile_scales[mma::c_col(lane, i)] * (1.0f / kQueryFactor);
     }
     attention_tile::scale_scores(sc, a.scale, a.softcap);
     // Every row sees every key of the tile unless it crosses the range's ends, a window or the
@@ -234,7 +241,7 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
 #pragma unroll
       for (int i = 0; i < mma::kC; ++i) sc[0].x[i] *= tile_scales[kKeys + mma::c_col(lane, i)];
     }
-    attention_tile::accumulate_pv<T>(o, sc[0], v_tile, KS, staging, PS);
+    attention_tile::accumulate_pv<U>(o, sc[0], v_tile, KS, staging, PS);
     gpu::sync_warp();  // every lane is done with the entry before a later load refills it
   }
 

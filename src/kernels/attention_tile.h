@@ -14,17 +14,17 @@ namespace lw::kernels::attention_tile {
 
 namespace mma = gpu::mma;
 
-// The warp's 16 query rows as A fragments: fragment row r (first + r of the block's rows) is
-// q_at(row) (a pointer to its D elements) where row < rows, zeros past them.
-template <class T, int DT, class QAt>
-LW_DEVICE_INLINE void load_q(mma::FragA<T> (&qa)[DT], int first, int rows, QAt q_at) {
+// The warp's 16 query rows as A fragments of U: fragment row r (first + r of the block's rows)
+// is q_at(row) (a pointer to its D elements) times `factor` where row < rows, zeros past them.
+template <class U, int DT, class QAt>
+LW_DEVICE_INLINE void load_q(mma::FragA<U> (&qa)[DT], int first, int rows, QAt q_at, float factor = 1.0f) {
   const int lane = gpu::lane_id();
 #pragma unroll
   for (int kd = 0; kd < DT; ++kd) {
 #pragma unroll
     for (int i = 0; i < mma::kA; ++i) {
       const int r = first + mma::a_row(lane, i);
-      qa[kd].x[i] = r < rows ? q_at(r)[kd * 16 + mma::a_col(lane, i)] : gpu::from_float<T>(0.0f);
+      qa[kd].x[i] = gpu::from_float<U>(r < rows ? gpu::to_float(q_at(r)[kd * 16 + mma::a_col(lane, i)]) * factor : 0.0f);
     }
   }
 }

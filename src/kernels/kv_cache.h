@@ -56,9 +56,9 @@ LW_DEVICE_INLINE void kv_load(const C* p, float scale, float (&out)[N]) {
 }
 
 // Four codes (a 32-bit word, little-endian) as T without their scale: exact, since every e4m3
-// and int8 value is an f16 and a bf16 value. NVIDIA sm_89+ converts e4m3 pairs in hardware;
-// int8 goes through fp32's mantissa (2^23 + 128 + code, less 2^23 + 128: exact, no int-to-float
-// conversion, which runs at a quarter of the fp32 rate).
+// and int8 value is an f16 and a bf16 value. NVIDIA sm_89+ converts e4m3 pairs to f16 in
+// hardware; int8 goes through the mantissa of f16 (two per instruction) or fp32 (no
+// int-to-float conversion, which runs at a quarter of the fp32 rate).
 template <class T, class C>
 LW_DEVICE_INLINE gpu::Vec<T, 4> kv_codes_as(uint32_t word) {
   gpu::Vec<T, 4> out;
@@ -84,10 +84,33 @@ LW_DEVICE_INLINE gpu::Vec<T, 4> kv_codes_as(uint32_t word) {
     for (int i = 0; i < 4; ++i) out.v[i] = gpu::from_float<T>(fp8_e4m3_times_2_pow_minus_120(word, i) * 0x1p60f * 0x1p60f);
 #endif
   } else {
+#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__)
+    constexpr bool kHalfPairs = std::is_same_v<T, half>;
+#else
+    constexpr bool kHalfPairs = false;
+#endif
+    if constexpr (kHalfPairs) {
+#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__)
+      // Each code + 128 as the low byte of 1024 + (code + 128) in f16, less 1152: two per
+      // instruction.
+      const uint32_t biased = word ^ 0x80808080u;
+      const __half2 bias = __float2half2_rn(1152.0f);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t biased = ((word >> (8 * i)) & 0xFFu) ^ 0x80u;  // code + 128
-      out.v[i] = gpu::from_float<T>(__builtin_bit_cast(float, 0x4B000000u | biased) - 8388736.0f);
+      for (int pair = 0; pair < 2; ++pair) {
+        const uint32_t bits = __byte_perm(biased, 0x64646464u, pair == 0 ? 0x5140u : 0x7362u);
+        const __half2 h = __hsub2(__halves2half2(__ushort_as_half(static_cast<unsigned short>(bits & 0xFFFFu)),
+                                                 __ushort_as_half(static_cast<unsigned short>(bits >> 16))),
+                                  bias);
+        out.v[2 * pair] = __low2half(h);
+        out.v[2 * pair + 1] = __high2half(h);
+      }
+#endif
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t biased = ((word >> (8 * i)) & 0xFFu) ^ 0x80u;  // code + 128
+        out.v[i] = gpu::from_float<T>(__builtin_bit_cast(float, 0x4B000000u | biased) - 8388736.0f);
+      }
     }
   }
   return out;
