@@ -563,6 +563,53 @@ TEST(Engine, EightBitKvCacheRunsAndStaysBatchInvariant) {
   }
 }
 
+// An FP8 KV cache stores each layer's keys and values with the checkpoint's scales where it
+// gives them (self_attn.k_scale / v_scale: one value or one per key/value head; the older
+// k_proj / v_proj.output_scale), else 1; a scale of another shape or a non-positive one is
+// refused at load, naming the tensor.
+TEST(Engine, Fp8KvCacheTakesTheCheckpointsScales) {
+  const model::ModelConfig c = tiny_llama_config(64);
+  std::mt19937_64& g = rng();
+  auto ckpt = random_checkpoint(c, 99);
+  ckpt->add("model.layers.0.self_attn.k_scale", {}, g, 0.25f, 0.5f);
+  ckpt->add("model.layers.0.self_attn.v_scale", {c.kv_heads}, g, 0.25f, 0.5f);
+  ckpt->add("model.layers.1.self_attn.k_proj.output_scale", {1}, g, 2.0f, 3.0f);
+  auto value = [&](const std::string& name, int64_t i) {
+    return reinterpret_cast<const float*>(ckpt->find(name)->data)[i];
+  };
+  const auto m = model::Model::load(ctx(), *ckpt, c, DType::f32);
+  const model::KvCache cache(ctx(), m->shard_config(), DType::f32, 4, 16, ops::KvCacheFormat::fp8_e4m3,
+                             m->kv_head_scales());
+  auto scales = [&](int64_t layer, bool k) {
+    const Tensor t = ctx().to_host(k ? cache.layer(layer).k_scale : cache.layer(layer).v_scale);
+    return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+  };
+  const float k0 = value("model.layers.0.self_attn.k_scale", 0);
+  EXPECT_EQ(scales(0, true), (std::vector<float>{k0, k0}));
+  EXPECT_EQ(scales(0, false), (std::vector<float>{value("model.layers.0.self_attn.v_scale", 0),
+                                                  value("model.layers.0.self_attn.v_scale", 1)}));
+  const float k1 = value("model.layers.1.self_attn.k_proj.output_scale", 0);
+  EXPECT_EQ(scales(1, true), (std::vector<float>{k1, k1}));
+  EXPECT_EQ(scales(1, false), (std::vector<float>{1.0f, 1.0f}));
+  // A generation on the scaled cache runs.
+  Engine e(ctx(), *m, nullptr, {}, [] {
+    EngineOptions o = deterministic_options(16, 16);
+    o.kv_cache_format = ops::KvCacheFormat::fp8_e4m3;
+    return o;
+  }());
+  const std::vector<Result> r = run_all(e, {make_request(g, 20, 4, c.vocab)});
+  EXPECT_EQ(r[0].tokens.size(), 4u);
+
+  auto bad = random_checkpoint(c, 99);
+  bad->add("model.layers.1.self_attn.v_scale", {3}, g, 0.25f, 0.5f);
+  expect_error([&] { model::Model::load(ctx(), *bad, c, DType::f32); },
+               "tensor 'model.layers.1.self_attn.v_scale' in an in-memory test checkpoint has shape [3]: a scale per "
+               "key/value head takes one value or 2");
+  auto negative = random_checkpoint(c, 99);
+  negative->add("model.layers.0.self_attn.k_scale", {1}, g, -1.0f, -0.5f);
+  expect_error([&] { model::Model::load(ctx(), *negative, c, DType::f32); }, "scales must be finite and positive");
+}
+
 TEST(Engine, PrefixCacheHitsSkipPrefillAndGiveTheSameTokens) {
   std::mt19937_64& g = rng();
   const Request first = make_request(g, 40, 4, tiny().config.vocab);

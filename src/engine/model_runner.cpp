@@ -44,7 +44,8 @@ int64_t SingleDeviceRunner::blocks_that_fit(double fraction, int block_size, ops
 
 void SingleDeviceRunner::allocate_cache(int64_t blocks, int block_size, ops::KvCacheFormat format) {
   cache_.reset();
-  cache_ = std::make_unique<model::KvCache>(ctx_, model_.shard_config(), model_.dtype(), blocks, block_size, format);
+  cache_ = std::make_unique<model::KvCache>(ctx_, model_.shard_config(), model_.dtype(), blocks, block_size, format,
+                                            model_.kv_head_scales());
 }
 
 Tensor SingleDeviceRunner::forward(const std::vector<model::SequenceChunk>& batch) {
@@ -355,7 +356,7 @@ std::string TensorParallelRunner::execute(const std::string& cmd) {
       run([&](Rank& r) {
         r.cache.reset();
         r.cache = std::make_unique<model::KvCache>(*r.ctx, r.model->shard_config(), r.model->dtype(), blocks, block_size,
-                                                   format);
+                                                   format, r.model->kv_head_scales());
       });
       return "";
     }

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 
+#include "core/logging.h"
+
 namespace lw::model {
 
 KvCache::KvCache(Context& ctx, const ModelConfig& config, DType dtype, int64_t num_blocks, int block_size,
-                 ops::KvCacheFormat format)
+                 ops::KvCacheFormat format, const std::vector<KvHeadScales>& head_scales)
     : num_blocks_(num_blocks), block_size_(block_size), format_(format) {
   LW_CHECK(num_blocks > 0 && block_size > 0,
            "KvCache: " << num_blocks << " blocks of " << block_size << " tokens; both must be positive");
@@ -20,13 +22,25 @@ KvCache::KvCache(Context& ctx, const ModelConfig& config, DType dtype, int64_t n
     std::fill_n(h.data<float>(), config.kv_heads, 1.0f);
     ones = ctx.to_device(h);
   }
+  LW_CHECK(head_scales.empty() || static_cast<int64_t>(head_scales.size()) == config.layers,
+           "KvCache: scales for " << head_scales.size() << " layers; the model has " << config.layers);
+  if (format == ops::KvCacheFormat::fp8_e4m3) {
+    const bool given = std::any_of(head_scales.begin(), head_scales.end(),
+                                   [](const KvHeadScales& s) { return s.k.defined() || s.v.defined(); });
+    log().info("KV cache: {} blocks of {} tokens in e4m3 with {}", num_blocks, block_size,
+               given ? "the checkpoint's key/value scales" : "scale 1 (the checkpoint gives none; magnitudes past 448 saturate)");
+  }
   for (int64_t l = 0; l < config.layers; ++l) {
     ops::PagedKv c{ctx.empty(shape, stored), ctx.empty(shape, stored), format, Tensor(), Tensor()};
     if (format == ops::KvCacheFormat::fp8_e4m3) {
       c.k_scale = ctx.empty({config.kv_heads}, DType::f32);
       c.v_scale = ctx.empty({config.kv_heads}, DType::f32);
-      c.k_scale.copy_from(ones, ctx.stream().get());
-      c.v_scale.copy_from(ones, ctx.stream().get());
+      const KvHeadScales given = head_scales.empty() ? KvHeadScales{} : head_scales[static_cast<size_t>(l)];
+      for (auto [dst, src] : {std::pair<Tensor*, const Tensor*>{&c.k_scale, &given.k}, {&c.v_scale, &given.v}}) {
+        LW_CHECK(!src->defined() || (src->dtype() == DType::f32 && src->numel() == config.kv_heads),
+                 "KvCache: layer " << l << "'s scales " << src->describe() << " must be f32[" << config.kv_heads << "]");
+        dst->copy_from(src->defined() ? *src : ones, ctx.stream().get());
+      }
     } else if (format == ops::KvCacheFormat::int8) {
       c.k_scale = ctx.empty({num_blocks, block_size, config.kv_heads}, DType::f32);
       c.v_scale = ctx.empty({num_blocks, block_size, config.kv_heads}, DType::f32);

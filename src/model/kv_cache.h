@@ -3,8 +3,8 @@
 // table); token t of the sequence lives in block table[t / block_size] at offset
 // t % block_size. Which blocks a sequence gets is decided above (engine::BlockManager, or a
 // single sequence taking blocks in order). The cache stores the model's dtype or 8-bit codes
-// with scales (ops::KvCacheFormat: e4m3 with a scale of 1 per key/value head, int8 with a scale
-// per slot and head).
+// with scales (ops::KvCacheFormat: e4m3 with a scale per key/value head, the checkpoint's or 1;
+// int8 with a scale per slot and head).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -16,11 +16,17 @@
 
 namespace lw::model {
 
+// One layer's scales of an FP8 cache (f32 [kv_heads] each); undefined: 1.
+struct KvHeadScales {
+  Tensor k, v;
+};
+
 class KvCache {
  public:
-  // dtype: the model's (the activations K and V arrive in).
+  // dtype: the model's (the activations K and V arrive in). head_scales: per layer, the scales
+  // of an FP8 cache where the checkpoint gives them (Model::kv_head_scales; empty: all 1).
   KvCache(Context& ctx, const ModelConfig& config, DType dtype, int64_t num_blocks, int block_size = 16,
-          ops::KvCacheFormat format = ops::KvCacheFormat::model);
+          ops::KvCacheFormat format = ops::KvCacheFormat::model, const std::vector<KvHeadScales>& head_scales = {});
   // Blocks for `tokens` tokens of one sequence.
   static int64_t blocks_for(int64_t tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
   // Bytes one block takes over all layers (K and V, with int8's per-slot scales).

@@ -106,6 +106,12 @@ std::unique_ptr<Model> Model::build(Context& ctx, const weights::Checkpoint* ckp
   return m;
 }
 
+std::vector<KvHeadScales> Model::kv_head_scales() const {
+  std::vector<KvHeadScales> s;
+  for (const LayerWeights& w : weights_.layers) s.push_back({w.k_cache_scale, w.v_cache_scale});
+  return s;
+}
+
 Tensor Model::forward(Context& ctx, KvCache& cache, const std::vector<SequenceChunk>& batch) {
   LW_CHECK(!batch.empty(), "forward: an empty batch");
   const HostLayout host(cache, batch, config_.vocab);

@@ -49,6 +49,9 @@ class Model {
   // Bytes the weights take on the device, and the weights themselves (their formats).
   size_t weight_bytes() const { return weight_bytes_; }
   const ModelWeights& weights() const { return weights_; }
+  // Per layer, the scales the checkpoint gives an FP8 KV cache (model::KvCache), undefined
+  // where it gives none.
+  std::vector<KvHeadScales> kv_head_scales() const;
   // The largest temporary a forward pass takes for its weights: a linear over a GGUF or FP8
   // projection may expand it to the compute dtype ([N, K], ops/weight.h); the KV cache leaves
   // this much free (engine::kv_blocks_that_fit). 0 for dense and int8 weights.

@@ -92,6 +92,16 @@ class LayerReader {
       w.q_norm = get(n_.q_norm, {d});
       w.k_norm = get(n_.k_norm, {d});
     }
+    if (!c_.gguf) {
+      const Part kv = parts_.kv_rows();
+      const int64_t first = kv.dim < 0 ? 0 : kv.start / d, count = local_.kv_heads;
+      auto scale = [&](const char* name, const char* old_name) {
+        Tensor t = ld_.head_scales(hf(name), c_.kv_heads, first, count);
+        return t.defined() ? t : ld_.head_scales(hf(old_name), c_.kv_heads, first, count);
+      };
+      w.k_cache_scale = scale("self_attn.k_scale", "self_attn.k_proj.output_scale");
+      w.v_cache_scale = scale("self_attn.v_scale", "self_attn.v_proj.output_scale");
+    }
     w.o = weight(n_.o, {h, qd}, parts_.share(1, qd));
     // The bias of a row-parallel projection is added once, by rank 0, before the sum.
     if (block.o_bias && rank_ == 0) w.o_bias = get(n_.o_bias, {h});

@@ -20,6 +20,10 @@ struct LayerWeights {
   ops::Weight qkv;  // q, k and v projections fused: [(heads + 2 kv_heads) * head_dim, hidden]
   Tensor qkv_bias;
   Tensor q_norm, k_norm;
+  // The scales an FP8 KV cache stores this layer's keys and values with (f32 [local kv_heads]),
+  // where the checkpoint gives them (self_attn.k_scale / v_scale, or k_proj / v_proj
+  // .output_scale); undefined: 1.
+  Tensor k_cache_scale, v_cache_scale;
   ops::Weight o;
   Tensor o_bias;
   ops::Weight gate_up, down;  // dense MLP: [2 * intermediate, hidden] (gate rows first), [hidden, intermediate]

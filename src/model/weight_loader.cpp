@@ -93,6 +93,25 @@ WeightLoader::~WeightLoader() {
 
 bool WeightLoader::has(const std::string& name) const { return !ckpt_ || ckpt_->find(name) != nullptr; }
 
+Tensor WeightLoader::head_scales(const std::string& name, int64_t heads, int64_t first, int64_t count) {
+  const weights::TensorRecord* rec = ckpt_ ? ckpt_->find(name) : nullptr;
+  if (!rec || dry_) return Tensor();
+  const int64_t n = rec->numel();
+  LW_CHECK(n == 1 || n == heads, "tensor '" << name << "' in " << ckpt_->description() << " has shape "
+                                             << shape_str(rec->shape) << ": a scale per key/value head takes one value or "
+                                             << heads);
+  const Tensor all = ctx_.to_host(weights::load_tensor(ctx_, *rec, DType::f32));
+  Tensor mine = Tensor::empty_host({count}, DType::f32);
+  for (int64_t h = 0; h < count; ++h) {
+    const float v = all.data<float>()[n == 1 ? 0 : first + h];
+    LW_CHECK(std::isfinite(v) && v > 0.0f, "tensor '" << name << "' in " << ckpt_->description() << ": scale "
+                                                      << (n == 1 ? 0 : first + h) << " is " << v
+                                                      << " (scales must be finite and positive)");
+    mine.data<float>()[h] = v;
+  }
+  return ctx_.to_device(mine);
+}
+
 Tensor WeightLoader::get(const std::string& name, const std::vector<int64_t>& shape, Part part) {
   if (part.dim < 0) return get(name, shape);
   const size_t before = bytes_;

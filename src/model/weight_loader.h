@@ -48,6 +48,11 @@ class WeightLoader {
   bool random() const { return ckpt_ == nullptr; }
   // Whether the checkpoint holds `name` (always, for random weights).
   bool has(const std::string& name) const;
+  // A checkpoint's per-head scales `name` (one value for every head, or one per head of
+  // `heads`), heads [first, first + count) as f32 on the device; undefined where the
+  // checkpoint has no such tensor (and for random weights). Non-finite or non-positive scales
+  // and other shapes are refused by name.
+  Tensor head_scales(const std::string& name, int64_t heads, int64_t first, int64_t count);
 
   // Rows/columns [start, end) of dimension `dim` (a rank's shard); dim < 0: the whole tensor.
   struct Part {
