@@ -27,8 +27,10 @@ class LLM:
     max_num_batched_tokens: tokens per step (decode tokens plus prefill chunks).
     tensor_parallel_size: GPUs the model is split over. deterministic: batch-invariant execution,
     so that a request's logits and tokens do not depend on the other requests it runs with, on
-    prefix-cache hits or on chunked prefill (slower). A missing or unusable model raises
-    LightwaveError naming the file.
+    prefix-cache hits or on chunked prefill (slower). kv_cache_dtype: "auto" (the model's dtype),
+    "fp8" (E4M3 with a scale per key/value head) or "int8" (a scale per token and head): 8-bit
+    caches hold twice the tokens. A missing or unusable model raises LightwaveError naming the
+    file.
     """
 
     def __init__(
@@ -45,6 +47,7 @@ class LLM:
         tensor_parallel_size: int = 1,
         device: int = 0,
         deterministic: bool = False,
+        kv_cache_dtype: str = "auto",
     ) -> None:
         self._engine = _lightwave.Engine(
             os.fspath(model),
@@ -58,6 +61,7 @@ class LLM:
             num_kv_blocks=num_kv_blocks,
             enable_prefix_caching=enable_prefix_caching,
             deterministic=deterministic,
+            kv_cache_dtype=kv_cache_dtype,
         )
         self._tokenizer = self._engine.tokenizer()
 

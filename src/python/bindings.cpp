@@ -257,7 +257,8 @@ void bind_engine(py::module_& m) {
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine", "A model served by one continuous-batching engine.")
       .def(py::init([](const std::string& model, const std::string& dtype, int tensor_parallel, int device,
                        int64_t max_num_seqs, double kv_cache_fraction, int64_t max_num_batched_tokens,
-                       int block_size, int64_t num_kv_blocks, bool enable_prefix_caching, bool deterministic) {
+                       int block_size, int64_t num_kv_blocks, bool enable_prefix_caching, bool deterministic,
+                       const std::string& kv_cache_dtype) {
              engine::EngineOptions o;
              o.max_sequences = max_num_seqs;
              o.memory_fraction = kv_cache_fraction;
@@ -266,13 +267,14 @@ void bind_engine(py::module_& m) {
              o.num_blocks = num_kv_blocks;
              o.prefix_caching = enable_prefix_caching;
              o.deterministic = deterministic;
+             o.kv_cache_format = ops::parse_kv_cache_format(kv_cache_dtype);
              py::gil_scoped_release nogil;
              return std::make_shared<Engine>(model, dtype, tensor_parallel, device, o);
            }),
            py::arg("model"), py::arg("dtype") = "bf16", py::arg("tensor_parallel_size") = 1, py::arg("device") = 0,
            py::arg("max_num_seqs") = 256, py::arg("kv_cache_fraction") = 0.9, py::arg("max_num_batched_tokens") = 2048,
            py::arg("block_size") = 16, py::arg("num_kv_blocks") = 0, py::arg("enable_prefix_caching") = true,
-           py::arg("deterministic") = false)
+           py::arg("deterministic") = false, py::arg("kv_cache_dtype") = "auto")
       .def("add", &Engine::add, py::arg("request"), "Queues a request (checked at once); returns its id.")
       .def("next", &Engine::next, py::arg("id"), "Steps until the request has new output; returns it.")
       .def("run", &Engine::run, py::arg("ids"), "Steps until every request has finished; returns their outputs.")

@@ -37,6 +37,17 @@ def test_greedy_matches_the_cli(llm, cli, model):
     assert llm.get_tokenizer().decode(c.token_ids) == c.text
 
 
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "int8"])
+def test_an_8bit_kv_cache_matches_the_cli(model, cli, kv_cache_dtype):
+    llm = lightwave.LLM(model, num_kv_blocks=64, kv_cache_dtype=kv_cache_dtype)
+    (out,) = llm.generate(PROMPT, SamplingParams(temperature=0, max_tokens=8))
+    expected = run_cli(cli, model, "--prompt", PROMPT, "--max-tokens", "8", "--temperature", "0",
+                       "--kv-cache-dtype", kv_cache_dtype)
+    assert out.outputs[0].text == expected and len(out.outputs[0].token_ids) == 8
+    with pytest.raises(lightwave.LightwaveError, match="is not one of auto, fp8"):
+        lightwave.LLM(model, num_kv_blocks=64, kv_cache_dtype="fp16")
+
+
 def test_seeded_sampling_matches_the_cli(llm, cli, model):
     params = SamplingParams(temperature=0.9, top_k=40, top_p=0.95, seed=1234, max_tokens=8)
     (out,) = llm.generate(PROMPT, params)
