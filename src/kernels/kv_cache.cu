@@ -8,17 +8,24 @@ namespace lw::kernels {
 
 namespace {
 
+// Token t's slot, or -1 where it is skipped (-1) or outside the cache (reported in *bad_token).
+LW_DEVICE_INLINE int64_t checked_slot(const KvWriteArgs& a, const int64_t* slots, int64_t t, int64_t* bad_token) {
+  const int64_t slot = slots[t];
+  if (slot == -1) return -1;
+  if (slot < 0 || slot >= a.num_slots) {
+    if (threadIdx.x == 0) atomicExch(reinterpret_cast<unsigned long long*>(bad_token), static_cast<unsigned long long>(t + 1));
+    return -1;
+  }
+  return slot;
+}
+
 // One block per token; K and V rows of all heads copied with vectors.
 template <class T, int VEC>
 __global__ void kv_write_kernel(KvWriteArgs a, const T* k, const T* v, const int64_t* slots, T* k_cache, T* v_cache,
                                 int64_t* bad_token) {
   const int64_t t = blockIdx.x;
-  const int64_t slot = slots[t];
-  if (slot == -1) return;
-  if (slot < 0 || slot >= a.num_slots) {
-    if (threadIdx.x == 0) atomicExch(reinterpret_cast<unsigned long long*>(bad_token), static_cast<unsigned long long>(t + 1));
-    return;
-  }
+  const int64_t slot = checked_slot(a, slots, t, bad_token);
+  if (slot < 0) return;
   const int64_t row = static_cast<int64_t>(a.kv_heads) * a.head_dim;
   const T* ks = k + t * a.k_token_stride;
   const T* vs = v + t * a.v_token_stride;
@@ -71,12 +78,8 @@ template <class T, class C, int VEC>
 __global__ void kv_write_quantized_kernel(KvWriteArgs a, const T* k, const T* v, const int64_t* slots, C* k_cache,
                                           C* v_cache, KvScales scales, int64_t* bad_token) {
   const int64_t t = blockIdx.x;
-  const int64_t slot = slots[t];
-  if (slot == -1) return;
-  if (slot < 0 || slot >= a.num_slots) {
-    if (threadIdx.x == 0) atomicExch(reinterpret_cast<unsigned long long*>(bad_token), static_cast<unsigned long long>(t + 1));
-    return;
-  }
+  const int64_t slot = checked_slot(a, slots, t, bad_token);
+  if (slot < 0) return;
   const int d = a.head_dim;
   const int64_t row = static_cast<int64_t>(a.kv_heads) * d;
   const int warps = static_cast<int>(blockDim.x) / gpu::kWarpSize;
