@@ -6,8 +6,10 @@ continuations in fp32. Needs torch and transformers (the GPU machine has both).
     python3 tools/compare_hf.py --lightwave build/device/src/app/lightwave [--arch llama,qwen3] [--keep DIR]
                                 [--tp N [--nnodes M]] [--quant fp8]
 
---quant fp8 saves the attention and dense-MLP projections as a Hugging Face fp8 checkpoint
-(F8_E4M3 weights, weight_scale_inv per 32 x 32 block, quantization_config quant_method fp8),
+--quant fp8 saves the attention, dense-MLP and routed experts' projections (each expert's own
+matrices; not experts fused into one tensor, nor shared experts) as a Hugging Face fp8
+checkpoint (F8_E4M3 weights, weight_scale_inv per 32 x 32 block, quantization_config
+quant_method fp8),
 quantised by torch (a block's scale is its absolute maximum / 448, values cast to
 float8_e4m3fn), and gives transformers the dequantised weights (fp8 value x scale, in fp32):
 both engines then run the same weights, and the fp32 and bf16 bounds below hold unchanged.
@@ -110,7 +112,7 @@ def save_tokenizer(path):
 
 
 FP8_BLOCK = 32
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "w1", "w2", "w3")
 
 
 def fp8_quantise(w, block):
@@ -128,23 +130,26 @@ def fp8_quantise(w, block):
     return q, scales, q.to(torch.float32) * full
 
 
-def save_fp8(model, d):
-    """Rewrites d's safetensors with the projections (not experts) in fp8 and puts their
-    dequantised values into `model`; adds the quantization_config."""
+def save_fp8(d, deq_dir):
+    """Rewrites d's safetensors with the projections (routed experts' matrices included, shared
+    experts not) in fp8, adds the quantization_config, and writes their dequantised values
+    into deq_dir's copy of the checkpoint (transformers then loads that copy: its own fused
+    expert parameters are filled from the per-expert tensors as from any checkpoint)."""
     from safetensors.torch import load_file, save_file
     path = os.path.join(d, "model.safetensors")
     tensors = load_file(path)
-    params = dict(model.named_parameters())
+    dequantised = dict(tensors)
     for name in list(tensors):
         base = name.rsplit(".", 2)
-        if not name.endswith(".weight") or base[-2] not in PROJECTIONS or ".experts." in name or "shared_expert" in name:
+        if (not name.endswith(".weight") or base[-2] not in PROJECTIONS or "shared_expert" in name
+                or tensors[name].dim() != 2):
             continue
         q, scales, deq = fp8_quantise(tensors[name].float(), FP8_BLOCK)
         tensors[name] = q
         tensors[name + "_scale_inv"] = scales.contiguous()
-        with torch.no_grad():
-            params[name].copy_(deq)
+        dequantised[name] = deq.to(dequantised[name].dtype)
     save_file(tensors, path, metadata={"format": "pt"})
+    save_file(dequantised, os.path.join(deq_dir, "model.safetensors"), metadata={"format": "pt"})
     cfg_path = os.path.join(d, "config.json")
     cfg = json.load(open(cfg_path))
     cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
@@ -172,7 +177,11 @@ def compare(arch, cfg, lightwave, root, rng, tp=1, nnodes=1, quant=""):
     model.generation_config.eos_token_id = None
     model.save_pretrained(d)
     if quant == "fp8":
-        save_fp8(model, d)
+        deq_dir = d + "_dequantised"
+        model.save_pretrained(deq_dir)
+        save_fp8(d, deq_dir)
+        model = transformers.AutoModelForCausalLM.from_pretrained(deq_dir, dtype=torch.float32)
+        model.generation_config.eos_token_id = None
     save_tokenizer(d)
     prompts = [rng.integers(3, VOCAB, size=n).tolist() for n in PROMPT_LENS]
     with open(os.path.join(d, "prompts.json"), "w") as f:
