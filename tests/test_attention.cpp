@@ -58,7 +58,10 @@ struct TestCache {
   Tensor k_host, v_host;
   ops::PagedKv cache;
 };
-TestCache make_cache(DType dt, ops::KvCacheFormat format, int64_t blocks, int64_t bs, int64_t kvh, int64_t hd) {
+// int8 rows' scales are 2^-e for e from k_exponent (K) or v_exponent (V) to 4 more; V's
+// codes are all >= 0 when v_exponent > 5 (small values that add up rather than cancel).
+TestCache make_cache(DType dt, ops::KvCacheFormat format, int64_t blocks, int64_t bs, int64_t kvh, int64_t hd,
+                     int k_exponent = 5, int v_exponent = 5) {
   const std::vector<int64_t> shape{blocks, bs, kvh, hd};
   TestCache t;
   if (format == ops::KvCacheFormat::model) {
@@ -73,16 +76,17 @@ TestCache make_cache(DType dt, ops::KvCacheFormat format, int64_t blocks, int64_
     head_scale_k[h] = std::ldexp(1.0, static_cast<int>(rng()() % 4) - 2);
     head_scale_v[h] = std::ldexp(1.0, static_cast<int>(rng()() % 4) - 2);
   }
-  auto values = [&](const std::vector<double>& head_scale) {
+  auto values = [&](const std::vector<double>& head_scale, int int8_exponent, bool positive) {
     std::vector<double> x(static_cast<size_t>(rows * hd));
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t h = r % kvh;
-      const int e = static_cast<int>(rng()() % 5) + 5;  // int8: this row's scale 2^-e
+      const int e = static_cast<int>(rng()() % 5) + int8_exponent;  // int8: this row's scale 2^-e
       for (int64_t i = 0; i < hd; ++i) {
         double v;
         if (format == ops::KvCacheFormat::int8) {
-          const int code = i == static_cast<int64_t>(r % hd) ? (rng()() % 2 ? 127 : -127)
-                                                             : static_cast<int>(rng()() % 255) - 127;
+          int code = i == static_cast<int64_t>(r % hd) ? (rng()() % 2 ? 127 : -127)
+                                                       : static_cast<int>(rng()() % 255) - 127;
+          if (positive) code = std::abs(code);
           v = std::ldexp(static_cast<double>(code), -e);
         } else {
           uint8_t code;
@@ -94,8 +98,8 @@ TestCache make_cache(DType dt, ops::KvCacheFormat format, int64_t blocks, int64_
     }
     return x;
   };
-  t.k_host = host_of(values(head_scale_k), shape, dt);
-  t.v_host = host_of(values(head_scale_v), shape, dt);
+  t.k_host = host_of(values(head_scale_k, k_exponent, false), shape, dt);
+  t.v_host = host_of(values(head_scale_v, v_exponent, v_exponent > 5), shape, dt);
   const DType i8 = DType::i8;
   t.cache = {ctx().empty(shape, i8), ctx().empty(shape, i8), format, Tensor(), Tensor()};
   if (format == ops::KvCacheFormat::fp8_e4m3) {
@@ -278,7 +282,8 @@ struct PrefillCase {
   ops::AttentionOptions options = {};
 };
 
-void run_prefill_case(DType dt, const PrefillCase& c, ops::KvCacheFormat format = ops::KvCacheFormat::model) {
+void run_prefill_case(DType dt, const PrefillCase& c, ops::KvCacheFormat format = ops::KvCacheFormat::model,
+                      int k_exponent = 5, int v_exponent = 5) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", heads " << c.q_heads << "/" << c.kv_heads << ", dim "
                                     << c.head_dim << ", block " << c.block_size << ", window " << c.options.window
                                     << ", softcap " << c.options.softcap << ", cache " << ops::kv_cache_format_name(format));
@@ -291,7 +296,7 @@ void run_prefill_case(DType dt, const PrefillCase& c, ops::KvCacheFormat format 
   }
   const int bs = c.block_size, max_blocks = (max_ctx + bs - 1) / bs, num_blocks = seqs * max_blocks + 1;
   const int64_t hd = c.head_dim;
-  const TestCache cache = make_cache(dt, format, num_blocks, bs, c.kv_heads, hd);
+  const TestCache cache = make_cache(dt, format, num_blocks, bs, c.kv_heads, hd, k_exponent, v_exponent);
   const Tensor& kh = cache.k_host;
   const Tensor& vh = cache.v_host;
   std::vector<int32_t> perm(num_blocks);
@@ -474,6 +479,16 @@ TEST(KvCache8Bit, AttentionReadsTheCodesTimesTheirScales) {
     DeterministicScope deterministic(ctx());
     run_prefill_case(DType::bf16, {8, 2, 128, 16, {1, 2}, {300, 5}}, format);
   }
+}
+
+// Small int8 V scales (values below 0.008, scales down to 2^-18) under keys large enough to
+// spread the scores over several units, over a long context: most keys' probabilities (relative
+// to the maximum, about 2^-7) times such scales fall below f16's range, so the decode kernel
+// must not fold the V scales into the probabilities it rounds to f16 (they hold most of the
+// weight together).
+TEST(KvCache8Bit, SmallInt8ScalesOverALongContext) {
+  const int n = ctx().caps().emulator() ? 600 : 2000;
+  run_prefill_case(DType::bf16, {4, 1, 64, 16, {1, 1}, {n, n / 2}}, ops::KvCacheFormat::int8, 4, 14);
 }
 
 // kv_write's encodings on values of every magnitude: e4m3 gives the nearest code to value /

@@ -343,7 +343,7 @@ std::string TensorParallelRunner::execute(const std::string& cmd) {
     case kFit: {
       const auto fraction = in.get<double>();
       const auto block_size = in.get<int>();
-      const auto format = static_cast<ops::KvCacheFormat>(in.get<uint8_t>());
+      const auto format = ops::kv_cache_format_from_code(in.get<uint8_t>());
       run([&](Rank& r) { r.fit = kv_blocks_that_fit(*r.ctx, *r.model, fraction, block_size, format); });
       std::vector<int64_t> fits;
       for (const auto& r : ranks_) fits.push_back(r->fit);
@@ -352,7 +352,7 @@ std::string TensorParallelRunner::execute(const std::string& cmd) {
     case kAllocate: {
       const auto blocks = in.get<int64_t>();
       const auto block_size = in.get<int>();
-      const auto format = static_cast<ops::KvCacheFormat>(in.get<uint8_t>());
+      const auto format = ops::kv_cache_format_from_code(in.get<uint8_t>());
       run([&](Rank& r) {
         r.cache.reset();
         r.cache = std::make_unique<model::KvCache>(*r.ctx, r.model->shard_config(), r.model->dtype(), blocks, block_size,

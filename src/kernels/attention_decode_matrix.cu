@@ -115,7 +115,11 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
   auto q_head = [&](int r) { return kvh * group + r % group; };
 
   // bf16 queries computing in f16 are scaled by 2^-8 (undone with the keys' scales), so that
-  // f16's range holds any bf16 query a model produces (up to 2^24).
+  // f16's range holds any bf16 query below 2^24.
+  // 8-bit caches: per-slot scales (int8) or one per head (e4m3), whose V scale multiplies the
+  // output.
+  const bool per_slot_scales = Shared::kQuantized && scales.slot_stride != 0;
+  const float out_factor = Shared::kQuantized && !per_slot_scales ? scales.v[kvh] : 1.0f;
   constexpr float kQueryFactor = std::is_same_v<T, U> || std::is_same_v<T, half> ? 1.0f : 0x1p-8f;
   mma::FragA<U> qa[D / 16];
   attention_tile::load_q(qa, 0, rows, [&](int r) { return q + (q_row(r) * a.q_heads + q_head(r)) * D; }, kQueryFactor);
@@ -186,16 +190,25 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
     gpu::sync_warp();          // ... and every lane's
     const auto k_tile = [&] {
       if constexpr (Shared::kQuantized) {
-        // The entry's codes to the T tile the fragments are loaded from (exact; the scales are
-        // applied to the scores and the probabilities below).
+        // The entry's codes to the U tile the fragments are loaded from (exact but for per-slot
+        // V scales; K's scales are applied to the scores below, a per-head V scale to the output).
         const auto codes = ring + (t % R) * kTile;
+        const auto tile_scales = ring_scales + (t % R) * 2 * kKeys;
         for (int e = lane; e < 2 * kTilePieces; e += gpu::kWarpSize) {
           const int half = e / kTilePieces, rest = e - half * kTilePieces;
           const int r = rest / kRowPieces, c = rest - r * kRowPieces;
           const gpu::Vec<uint32_t, 4> words = kv_words_at<C>(codes, half * kKeys * CS + r * CS + c * VC);
+          // Per-slot V scales go into the V rows (in fp32, one rounding to f16): folded into the
+          // probabilities instead, small scales would push them below f16's range.
+          const bool scale_row = half == 1 && per_slot_scales;
+          const float row_scale = scale_row ? tile_scales[kKeys + r] : 1.0f;
 #pragma unroll
           for (int w = 0; w < 4; ++w) {
-            const gpu::Vec<U, 4> x = kv_codes_as<U, C>(words.v[w]);
+            gpu::Vec<U, 4> x = kv_codes_as<U, C>(words.v[w]);
+            if (scale_row) {
+#pragma unroll
+              for (int i = 0; i < 4; ++i) x.v[i] = gpu::from_float<U>(gpu::to_float(x.v[i]) * row_scale);
+            }
             gpu::store_vec_at<4>(smem_u, half * kKeys * KS + r * KS + c * VC + 4 * w, x);
           }
         }
@@ -236,11 +249,6 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
       }
     }
     attention_tile::online_softmax(sc, m, l, o);
-    if constexpr (Shared::kQuantized) {  // P.V with each key's V scale in its probability
-      const auto tile_scales = ring_scales + (t % R) * 2 * kKeys;
-#pragma unroll
-      for (int i = 0; i < mma::kC; ++i) sc[0].x[i] *= tile_scales[kKeys + mma::c_col(lane, i)];
-    }
     attention_tile::accumulate_pv<U>(o, sc[0], v_tile, KS, staging, PS);
     gpu::sync_warp();  // every lane is done with the entry before a later load refills it
   }
@@ -248,7 +256,7 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
   attention_tile::write_rows<T>(
       o, m, l, a.parts, [&](int r) { return r < rows; }, [&](int r) { return q_row(r) * a.q_heads + q_head(r); },
       [&](int r) { return (part_row(a, blockIdx.x) + (r / group) * a.q_heads + q_head(r)) * a.parts + part; }, out,
-      part_out, part_max, part_sum);
+      part_out, part_max, part_sum, out_factor);
 #else
   __trap();  // no matrix cores in this device compilation: the op never selects this path here
 #endif

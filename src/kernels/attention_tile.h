@@ -148,18 +148,19 @@ LW_DEVICE_INLINE void accumulate_pv(mma::FragC (&o)[DT], const mma::FragC& p, co
 
 // The warp's rows, normalised by their sums, written out: fragment row r (valid(r)) goes to
 // out[out_row(r) * D + d] without a split (parts == 1), else to the partial slot part_at(r):
-// its values, and its maximum (log2 units) and sum for the merge (attention_merge.h).
+// its values, and its maximum (log2 units) and sum for the merge (attention_merge.h). Values are
+// multiplied by `factor` (a scale every V row shares).
 template <class T, int DT, class Valid, class OutRow, class PartAt>
 LW_DEVICE_INLINE void write_rows(const mma::FragC (&o)[DT], const float (&m)[mma::kRowSlots],
                                  const float (&l)[mma::kRowSlots], int parts, Valid valid, OutRow out_row, PartAt part_at,
-                                 T* out, float* part_out, float* part_max, float* part_sum) {
+                                 T* out, float* part_out, float* part_max, float* part_sum, float factor = 1.0f) {
   constexpr int D = DT * 16;
   const int lane = gpu::lane_id();
   float sum[mma::kRowSlots], inv[mma::kRowSlots];
 #pragma unroll
   for (int r = 0; r < mma::kRowSlots; ++r) {
     sum[r] = mma::reduce_row(l[r], gpu::SumOp{});
-    inv[r] = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
+    inv[r] = sum[r] > 0.0f ? factor / sum[r] : 0.0f;
   }
 #pragma unroll
   for (int dt = 0; dt < DT; ++dt) {

@@ -44,14 +44,19 @@ LW_DEVICE_INLINE void encode_head(const T* src, C* dst, float* scale, int d) {
   const int lane = gpu::lane_id(), runs = d / VEC;
   float s;
   if constexpr (std::is_same_v<C, int8_t>) {
-    float amax = 0.0f;
+    float amax = 0.0f, nan = 0.0f;
     for (int r = lane; r < runs; r += gpu::kWarpSize) {
       const gpu::Vec<T, VEC> x = gpu::load_vec<VEC>(src + r * VEC);
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) amax = fmaxf(amax, fabsf(gpu::to_float(x.v[j])));
+      for (int j = 0; j < VEC; ++j) {
+        const float v = gpu::to_float(x.v[j]);
+        amax = fmaxf(amax, fabsf(v));
+        if (v != v) nan = 1.0f;
+      }
     }
     amax = gpu::warp_reduce_max(amax);
-    s = amax / 127.0f;
+    // A NaN in the row makes its scale NaN, so that it reads back as NaN, as from a bf16 cache.
+    s = gpu::warp_reduce_max(nan) > 0.0f ? NAN : amax / 127.0f;
     if (lane == 0) *scale = s;
   } else {
     s = *scale;

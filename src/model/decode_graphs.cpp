@@ -30,11 +30,12 @@ bool DecodeGraphs::applies(const ModelConfig& c, const std::vector<SequenceChunk
 }
 
 Tensor DecodeGraphs::run(Context& ctx, const KvCache& cache, const HostLayout& h, int64_t max_position, const Compute& compute) {
-  const void* cache_id = cache.k(0).data_ptr();
-  if (cache_id != cache_ || cache.num_blocks() != cache_blocks_) {
+  // A cache is its first layer's addresses (values and scales), block count and size, format.
+  const CacheId cache_id{cache.k(0).data_ptr(), cache.layer(0).k_scale.defined() ? cache.layer(0).k_scale.data_ptr() : nullptr,
+                         cache.num_blocks(), cache.block_size(), static_cast<int>(cache.format())};
+  if (!(cache_id == cache_)) {
     entries_.clear();  // the graphs hold the old cache's addresses
     cache_ = cache_id;
-    cache_blocks_ = cache.num_blocks();
   }
   const int64_t n = h.tokens, rows = pow2_at_least(n, 1);
   int64_t longest = 0;

@@ -49,8 +49,15 @@ class DecodeGraphs {
   // By (rows, context bucket, deterministic mode: the attention tables differ).
   std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<Entry>> entries_;
   int group_ = 1;
-  const void* cache_ = nullptr;
-  int64_t cache_blocks_ = 0;
+  struct CacheId {
+    const void* data = nullptr;
+    const void* scales = nullptr;
+    int64_t blocks = 0;
+    int block_size = 0;
+    int format = 0;
+    bool operator==(const CacheId&) const = default;
+  };
+  CacheId cache_;
 };
 
 }  // namespace lw::model

@@ -21,6 +21,12 @@ const char* kv_cache_format_name(KvCacheFormat format) {
   return "?";
 }
 
+KvCacheFormat kv_cache_format_from_code(int code) {
+  LW_CHECK(code >= 0 && code <= static_cast<int>(KvCacheFormat::int8),
+           "KV cache format code " << code << " is not one of 0 (auto), 1 (fp8_e4m3), 2 (int8)");
+  return static_cast<KvCacheFormat>(code);
+}
+
 KvCacheFormat parse_kv_cache_format(const std::string& name) {
   if (name == "auto" || name == "model") return KvCacheFormat::model;
   if (name == "fp8" || name == "fp8_e4m3") return KvCacheFormat::fp8_e4m3;
@@ -78,6 +84,7 @@ void dispatch_cache(const PagedKv& c, F&& f) {
     case KvCacheFormat::int8:
       f.template operator()<int8_t>(kernels::KvScales{c.k_scale.data<float>(), c.v_scale.data<float>(), kv_heads});
       break;
+    default: LW_FAIL("KV cache format " << static_cast<int>(c.format) << " is not one of auto, fp8_e4m3, int8");
   }
 }
 // The cache's data as C (void: the model's dtype T).

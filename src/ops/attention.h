@@ -62,6 +62,8 @@ enum class KvCacheFormat { model, fp8_e4m3, int8 };
 const char* kv_cache_format_name(KvCacheFormat format);
 // "auto" (the model's dtype), "fp8" / "fp8_e4m3", "int8"; anything else is refused by name.
 KvCacheFormat parse_kv_cache_format(const std::string& name);
+// The format of its enumerator's value (as a runner command carries it); others are refused.
+KvCacheFormat kv_cache_format_from_code(int code);
 // Bytes a cache element takes for a model of dtype `model` (scales not counted).
 size_t kv_cache_element_bytes(KvCacheFormat format, DType model);
 

@@ -38,12 +38,16 @@ def test_greedy_matches_the_cli(llm, cli, model):
 
 
 @pytest.mark.parametrize("kv_cache_dtype", ["fp8", "int8"])
-def test_an_8bit_kv_cache_matches_the_cli(model, cli, kv_cache_dtype):
-    llm = lightwave.LLM(model, num_kv_blocks=64, kv_cache_dtype=kv_cache_dtype)
-    (out,) = llm.generate(PROMPT, SamplingParams(temperature=0, max_tokens=8))
+def test_an_8bit_kv_cache_matches_the_cli(llm, model, cli, kv_cache_dtype):
+    eight = lightwave.LLM(model, num_kv_blocks=64, kv_cache_dtype=kv_cache_dtype)
+    params = SamplingParams(temperature=0, max_tokens=8, logprobs=1)
+    (out,) = eight.generate(PROMPT, params)
     expected = run_cli(cli, model, "--prompt", PROMPT, "--max-tokens", "8", "--temperature", "0",
                        "--kv-cache-dtype", kv_cache_dtype)
     assert out.outputs[0].text == expected and len(out.outputs[0].token_ids) == 8
+    # The cache holds codes: the log-probabilities move from those of the model's dtype.
+    (base,) = llm.generate(PROMPT, params)
+    assert out.outputs[0].logprobs != base.outputs[0].logprobs
     with pytest.raises(lightwave.LightwaveError, match="is not one of auto, fp8"):
         lightwave.LLM(model, num_kv_blocks=64, kv_cache_dtype="fp16")
 
