@@ -12,6 +12,9 @@
 // _per_tensor) or int8_per_channel: 8-bit weights with random codes and scales, where "vendor" is
 // the scaled FP8 GEMM over x quantised to e4m3 (W8A8; on a device without one, the expansion and
 // the dense GEMM) or the int8 GEMM over x quantised per token, and "gemv" the fused FP8 GEMV.
+// --weights int4: 4-bit GPTQ weights of group 128 (random values, zero points and scales, packed
+// by ops::int4_weight), where "gemv" is the fused matrix-fragment kernel (up to 64 rows) and
+// "vendor" the expansion followed by the vendor GEMM.
 //     bench_gemm [--dtype bf16] [--weights dense] [--repeats N] [--ms 1,2,4] [--json FILE]
 #include <CLI/CLI.hpp>
 
@@ -28,6 +31,7 @@
 
 #include "core/context.h"
 #include "kernels/gemv.h"
+#include "ops/int4_weight.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/quant.h"
@@ -100,13 +104,31 @@ int main(int argc, char** argv) {
     for (int f = 0; f <= static_cast<int>(lw::ops::WeightFormat::gguf_q6_k); ++f) {
       const auto wf = static_cast<lw::ops::WeightFormat>(f);
       if (weights_name == lw::ops::weight_format_name(wf) &&
-          (wf == lw::ops::WeightFormat::dense || lw::ops::is_gguf_block_format(wf) || lw::ops::is_scaled_8bit_format(wf)))
+          (wf == lw::ops::WeightFormat::dense || wf == lw::ops::WeightFormat::int4 || lw::ops::is_gguf_block_format(wf) ||
+           lw::ops::is_scaled_8bit_format(wf)))
         format = wf;
     }
-    if (!format) throw std::runtime_error("--weights " + weights_name + " is not dense, an 8-bit format or a GGUF block format");
+    if (!format)
+      throw std::runtime_error("--weights " + weights_name + " is not dense, int4, an 8-bit format or a GGUF block format");
     const bool int8 = *format == lw::ops::WeightFormat::int8_per_channel;
     auto random_weight = [&](int64_t n, int64_t k) {
       if (*format == lw::ops::WeightFormat::dense) return lw::ops::Weight::dense(random({n, k}));
+      if (*format == lw::ops::WeightFormat::int4) {
+        constexpr int64_t group = 128;
+        lw::ops::Int4Tensors t;
+        t.n = n, t.k = k, t.group = group;
+        auto words = [&](int64_t rows, int64_t cols) {
+          Tensor h = Tensor::empty_host({rows, cols}, DType::i32);
+          for (int64_t i = 0; i < h.numel(); ++i) h.data<int32_t>()[i] = static_cast<int32_t>(rng());
+          return ctx.to_device(h);
+        };
+        t.qweight = words(k / 8, n);
+        t.qzeros = words((k + group - 1) / group, n / 8);
+        Tensor sc = Tensor::empty_host({(k + group - 1) / group, n}, DType::f32);
+        for (int64_t i = 0; i < sc.numel(); ++i) sc.data<float>()[i] = (1.0f + 0.5f * dist(rng)) / 64.0f;
+        t.scales = ctx.to_device(sc);
+        return lw::ops::int4_weight(ctx, t);
+      }
       if (lw::ops::is_scaled_8bit_format(*format)) {
         // Random codes (no FP8 NaN: 0x7F and 0xFF become 0x7E and 0xFE) and scales near 1/448.
         Tensor q = Tensor::empty_host({n, k}, DType::i8);

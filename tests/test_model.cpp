@@ -170,12 +170,35 @@ TEST(Model, QuantizationConfigIsReadOrRefused) {
       "strategy": "channel"}}}}})");
   EXPECT_EQ(model::ModelConfig::from_hf((d.path() / "config.json").string()).quantization.method, "compressed-tensors");
 
-  expect_error([&] { read(R"({"quant_method": "gptq", "bits": 4})"); },
-               "quant_method 'gptq' is not supported (fp8, compressed-tensors with 8-bit weights");
+  // 4-bit schemes: the group size (-1: one per output row) and GPTQ's zero-point convention.
+  q = read(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": true})").quantization;
+  EXPECT_EQ(q.int4_group, 128);
+  EXPECT_FALSE(q.gptq_v2);
+  q = read(R"({"quant_method": "gptq", "bits": 4, "group_size": -1, "checkpoint_format": "gptq_v2"})").quantization;
+  EXPECT_EQ(q.int4_group, -1);
+  EXPECT_TRUE(q.gptq_v2);
+  EXPECT_EQ(read(R"({"quant_method": "awq", "bits": 4, "group_size": 64, "version": "gemm", "zero_point": true})")
+                .quantization.int4_group,
+            64);
+  EXPECT_EQ(ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32})").int4_group, 32);
+  EXPECT_EQ(ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "channel"})").int4_group, -1);
+  expect_error([&] { read(R"({"quant_method": "gptq", "bits": 8})"); }, "8-bit GPTQ weights are not supported (4-bit)");
+  expect_error([&] { read(R"({"quant_method": "gptq", "bits": 4, "group_size": 0})"); }, "group_size 0 must be positive or -1");
+  expect_error([&] { read(R"({"quant_method": "gptq", "bits": 4, "checkpoint_format": "marlin"})"); },
+               "GPTQ checkpoint_format 'marlin' is not supported (gptq, gptq_v2)");
+  expect_error([&] { read(R"({"quant_method": "awq", "bits": 4, "version": "gemv"})"); },
+               "AWQ 4-bit weights of version 'gemv' are not supported (4-bit, gemm)");
+  expect_error([&] { read(R"({"quant_method": "bitsandbytes"})"); },
+               "quant_method 'bitsandbytes' is not supported (fp8, gptq, awq, compressed-tensors)");
   expect_error([&] { read(R"({"quant_method": "fp8", "weight_block_size": [128]})"); },
                "weight_block_size [128] must be two positive integers");
-  expect_error([&] { ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "group"})"); },
-               "compressed-tensors format 'pack-quantized' is not supported");
+  expect_error([&] { ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "group", "symmetric": false,
+                                           "group_size": 32})"); },
+               "asymmetric 4-bit weights (zero points) are not supported");
+  expect_error([&] { ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "tensor"})"); },
+               "4-bit weight strategy 'tensor' is not supported (group, channel)");
+  expect_error([&] { ct("marlin-24", R"({"num_bits": 4, "type": "int", "strategy": "group"})"); },
+               "compressed-tensors format 'marlin-24' is not supported");
   expect_error([&] { ct("int-quantized", R"({"num_bits": 4, "type": "int", "strategy": "channel"})"); },
                "4-bit int weights are not supported (8-bit float or int)");
   expect_error([&] { ct("int-quantized", R"({"num_bits": 8, "type": "int", "strategy": "group", "group_size": 128})"); },

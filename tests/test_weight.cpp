@@ -190,18 +190,13 @@ TEST(Weight, FactoriesRefuseMalformedTensors) {
                "must be f32[3, 2]");
   EXPECT_ERROR(ops::Weight::fp8_per_block(dev({300, 200}, DType::i8), dev({3, 2}, DType::f32), {0, 128}),
                "positive sides");
-  // int4 GPTQ / AWQ: N = 16, K = 64, group 32
-  const Tensor scales = dev({2, 16}, DType::f16), zeros = dev({2, 2}, DType::i32);
-  EXPECT_ERROR(ops::Weight::int4_gptq(16, 64, dev({8, 16}, DType::i32), zeros, scales, 48), "group_size 48");
-  EXPECT_ERROR(ops::Weight::int4_gptq(16, 64, dev({64, 2}, DType::i32), zeros, scales, 32), "qweight");
-  EXPECT_ERROR(ops::Weight::int4_gptq(16, 64, dev({8, 16}, DType::i32), dev({2, 16}, DType::i32), scales, 32),
-               "qzeros");
-  EXPECT_ERROR(ops::Weight::int4_gptq(16, 64, dev({8, 16}, DType::i32), zeros, scales, 32, dev({63}, DType::i32)),
-               "g_idx");
-  EXPECT_ERROR(ops::Weight::int4_gptq(16, 64, dev({8, 16}, DType::i32), zeros, dev({2, 16}, DType::i32), 32),
-               "must be f16, bf16 or f32[2, 16]");
-  EXPECT_ERROR(ops::Weight::int4_gptq(12, 64, dev({8, 12}, DType::i32), zeros, scales, 32), "multiples of 8");
-  EXPECT_ERROR(ops::Weight::int4_awq(16, 64, dev({8, 16}, DType::i32), zeros, scales, 32), "qweight");
+  // int4 tiles: N = 16, K = 64 is one tile of 512 bytes; group 32 gives two groups
+  const Tensor tiles = dev({512}, DType::i8), scales = dev({16, 2}, DType::f32), zeros = dev({16, 2}, DType::i8);
+  EXPECT_ERROR(ops::Weight::int4(16, 64, dev({511}, DType::i8), scales, zeros, 32), "the 512 bytes of [16, 64]");
+  EXPECT_ERROR(ops::Weight::int4(16, 64, tiles, dev({16, 2}, DType::f16), zeros, 32), "scales f16[16, 2] gpu must be f32[16, 2]");
+  EXPECT_ERROR(ops::Weight::int4(16, 64, tiles, scales, dev({16, 1}, DType::i8), 32), "must be i8[16, 2]");
+  EXPECT_ERROR(ops::Weight::int4(16, 64, tiles, scales, zeros, 32, dev({63}, DType::i32)), "perm");
+  EXPECT_ERROR(ops::Weight::int4(16, 64, tiles, scales, zeros, 0), "group_size 0 must be positive");
   // GGUF blocks: q4_0 is 18 bytes per 32 elements
   EXPECT_ERROR(ops::Weight::gguf(ops::WeightFormat::gguf_q4_0, 4, 64, dev({4 * 2 * 18 - 1}, DType::i8)),
                "the 144 bytes of gguf_q4_0 [4, 64]");
@@ -391,31 +386,15 @@ TEST(Weight, Fp8LinearIsW8A8WhereTheDeviceHasFp8GemmElseW8A16) {
   }
 }
 
-// Formats a later build will run are described and checked now, but linear refuses them.
-TEST(Weight, LinearRefusesFormatsWithoutAKernel) {
+TEST(Weight, FormatNamesAndBlocks) {
   auto dev = [](std::vector<int64_t> shape, DType dt) { return ctx().empty(std::move(shape), dt); };
-  const int64_t n = 16, k = 256;
-  std::vector<ops::Weight> declared = {
-      ops::Weight::int4_gptq(n, k, dev({k / 8, n}, DType::i32), dev({k / 128, n / 8}, DType::i32),
-                             dev({k / 128, n}, DType::f16), 128, dev({k}, DType::i32)),
-      ops::Weight::int4_awq(n, k, dev({k, n / 8}, DType::i32), dev({k / 128, n / 8}, DType::i32),
-                            dev({k / 128, n}, DType::bf16), 128),
-  };
-  const Tensor x = ctx().to_device(random_host({3, k}, DType::bf16));
-  for (const ops::Weight& w : declared) {
-    SCOPED_TRACE(w.name());
-    EXPECT_EQ(w.out_features(), n);
-    EXPECT_EQ(w.in_features(), k);
-    EXPECT_GT(w.device_bytes(), 0u);
-    Tensor out = ctx().empty({3, n}, DType::bf16);
-    const std::string msg = error_of([&] { ops::linear(ctx(), x, w, Tensor(), out); });
-    EXPECT_NE(msg.find(std::string("has format ") + w.name()), std::string::npos) << msg;
-    EXPECT_NE(msg.find("no linear kernel for it yet"), std::string::npos) << msg;
-  }
-  EXPECT_EQ(declared[0].group_size(), 128);
-  EXPECT_TRUE(declared[0].g_idx().defined());
-  EXPECT_EQ(ops::Weight::fp8_per_block(dev({n, k}, DType::i8), dev({1, 2}, DType::f32), {128, 128}).block().rows, 128);
+  EXPECT_EQ(ops::Weight::fp8_per_block(dev({16, 256}, DType::i8), dev({1, 2}, DType::f32), {128, 128}).block().rows, 128);
   EXPECT_EQ(std::string(ops::weight_format_name(ops::WeightFormat::gguf_q6_k)), "gguf_q6_k");
+  const ops::Weight w4 = ops::Weight::int4(16, 256, dev({4 * 512}, DType::i8), dev({16, 2}, DType::f32),
+                                           dev({16, 2}, DType::i8), 128);
+  EXPECT_EQ(std::string(w4.name()), "int4");
+  EXPECT_EQ(w4.group_size(), 128);
+  EXPECT_EQ(w4.device_bytes(), 4u * 512 + 2 * 16 * 4 + 2 * 16);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@ every supported architecture: logits of a batch of prompts in fp32 and bf16, and
 continuations in fp32. Needs torch and transformers (the GPU machine has both).
 
     python3 tools/compare_hf.py --lightwave build/device/src/app/lightwave [--arch llama,qwen3] [--keep DIR]
-                                [--tp N [--nnodes M]] [--quant fp8]
+                                [--tp N [--nnodes M]] [--quant fp8|gptq|awq|w4a16]
 
 --quant fp8 saves the attention, dense-MLP and routed experts' projections (each expert's own
 matrices; not experts fused into one tensor, nor shared experts) as a Hugging Face fp8
@@ -13,6 +13,27 @@ quant_method fp8),
 quantised by torch (a block's scale is its absolute maximum / 448, values cast to
 float8_e4m3fn), and gives transformers the dequantised weights (fp8 value x scale, in fp32):
 both engines then run the same weights, and the fp32 and bf16 bounds below hold unchanged.
+
+--quant gptq, awq and w4a16 save the same projections with 4-bit weights in groups of 32 input
+columns, quantised by round to nearest per output row and group (numpy's rint) with the scales
+rounded to their stored dtype first, and likewise give transformers the dequantised weights
+((q - zero) x scale in fp32):
+  gptq: AutoGPTQ's layout (qweight [K/8, N], qzeros [K/32, N/8] holding zero - 1, scales f16,
+    g_idx [K]), asymmetric (scale (max - min) / 15, zero rint(-min / scale) in 1..15), with act
+    order: each matrix's columns grouped by a random permutation, g_idx naming each column's
+    group; quantization_config {quant_method gptq, desc_act true, sym false, checkpoint_format
+    gptq};
+  awq: AutoAWQ's GEMM layout (qweight [K, N/8] and qzeros [K/32, N/8] packed along N in the
+    order 0, 2, 4, 6, 1, 3, 5, 7; scales f16), asymmetric as gptq (zero in 0..15);
+  w4a16: compressed-tensors pack-quantized (weight_packed [N, K/8] holding q + 8, weight_scale
+    bf16 [N, K/32], weight_shape), symmetric group strategy: scale amax / 7.5 (llm-compressor's
+    rule), q = clamp(rint(w / scale), -8, 7).
+The packed layouts need N a multiple of 8 and K a multiple of the group: a projection that is
+not (every down projection: K = 100, 104, 56 or 48 here; the dense MLPs' gate and up, N = 100)
+stays fp32 as "<p>.weight" in all three formats, and with the router, shared experts and
+lm_head is listed in compressed-tensors' "ignore" and AWQ's "modules_to_not_convert" (GPTQ's
+config has no such list). So the dense models run 4-bit attention, the MoE models 4-bit
+attention and routed experts' gate and up projections.
 
 --tp N runs lightwave with tensor parallelism over N GPUs; --nnodes M splits those ranks over M
 processes on this host (each sees its own GPUs through CUDA_VISIBLE_DEVICES and node 0 meets
@@ -130,30 +151,142 @@ def fp8_quantise(w, block):
     return q, scales, q.to(torch.float32) * full
 
 
-def save_fp8(d, deq_dir):
+INT4_GROUP = 32
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # AutoAWQ GEMM: nibble i of a word holds column 8c + AWQ_ORDER[i]
+
+
+def is_projection(name, t):
+    """The tensors --quant quantises: attention, dense-MLP and routed experts' own [N, K] matrices."""
+    return (name.endswith(".weight") and name.rsplit(".", 2)[-2] in PROJECTIONS and "shared_expert" not in name
+            and t.dim() == 2)
+
+
+def round_scales(s, dtype):
+    """float32 scales rounded to float16 or bfloat16 (to nearest even), as float32; 1 where that is 0."""
+    if dtype == "float16":
+        r = s.astype(np.float16).astype(np.float32)
+    else:
+        u = s.astype(np.float32).view(np.uint32).astype(np.uint64)
+        r = (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+    return np.where(r == 0, np.float32(1), r).astype(np.float32)
+
+
+def int4_quantise(w, g_idx, sym, scale_dtype, zero_min=0):
+    """w [N, K] float32 by round to nearest per output row and group of input columns (g_idx[k]:
+    column k's group; act order scatters a group's columns). Asymmetric: s = (max - min) / 15,
+    z = clamp(rint(-min / s), zero_min, 15); symmetric (compressed-tensors): s = amax / 7.5, z = 8;
+    both with s rounded to scale_dtype first, q = clamp(rint(w / s) + z, 0, 15).
+    -> q [N, K], z [G, N], s float32 [G, N] (values of scale_dtype), (q - z) * s [N, K] float32."""
+    n, k = w.shape
+    groups = int(g_idx.max()) + 1
+    q = np.zeros((n, k), np.int64)
+    z = np.zeros((groups, n), np.int64)
+    s = np.zeros((groups, n), np.float32)
+    for g in range(groups):
+        cols = np.flatnonzero(g_idx == g)
+        blk = w[:, cols]
+        if sym:
+            s[g] = round_scales(np.abs(blk).max(axis=1) / np.float32(7.5), scale_dtype)
+            z[g] = 8
+        else:
+            lo, hi = blk.min(axis=1), blk.max(axis=1)
+            s[g] = round_scales((hi - lo) / np.float32(15), scale_dtype)
+            z[g] = np.clip(np.rint(-lo / s[g]), zero_min, 15)
+        q[:, cols] = np.clip(np.rint(blk / s[g][:, None]) + z[g][:, None], 0, 15)
+    deq = ((q - z[g_idx].T).astype(np.float32) * s[g_idx].T).astype(np.float32)
+    return q, z, s, deq
+
+
+def pack_int4(a, order=tuple(range(8))):
+    """a [R, C] of 0..15 -> int32 [R, C/8]: bits 4i..4i+3 of word [r, c] hold a[r, 8c + order[i]]."""
+    r, c = a.shape
+    a = a.astype(np.uint32).reshape(r, c // 8, 8)[:, :, list(order)]
+    words = np.zeros((r, c // 8), np.uint32)
+    for i in range(8):
+        words |= a[:, :, i] << np.uint32(4 * i)
+    return words.view(np.int32)
+
+
+def int4_tensors(quant, w, rng):
+    """One [N, K] float32 matrix in a 4-bit format: ({suffix: tensor} replacing its "weight",
+    the dequantised values [N, K] float32). gptq: v1 (zero - 1 stored), asymmetric, act order
+    with a random permutation; awq: asymmetric GEMM layout; w4a16: compressed-tensors
+    pack-quantized, symmetric, bf16 scales."""
+    n, k = w.shape
+    g_idx = np.empty(k, np.int32)
+    g_idx[rng.permutation(k) if quant == "gptq" else np.arange(k)] = np.arange(k) // INT4_GROUP
+    t = torch.from_numpy
+    if quant == "gptq":
+        q, z, s, deq = int4_quantise(w, g_idx, False, "float16", zero_min=1)
+        out = {"qweight": t(np.ascontiguousarray(pack_int4(q).T)), "qzeros": t(pack_int4(z - 1)),
+               "scales": t(s).to(torch.float16), "g_idx": t(g_idx)}
+    elif quant == "awq":
+        q, z, s, deq = int4_quantise(w, g_idx, False, "float16")
+        out = {"qweight": t(pack_int4(np.ascontiguousarray(q.T), AWQ_ORDER)), "qzeros": t(pack_int4(z, AWQ_ORDER)),
+               "scales": t(s).to(torch.float16)}
+    else:
+        q, z, s, deq = int4_quantise(w, g_idx, True, "bfloat16")
+        out = {"weight_packed": t(pack_int4(q)), "weight_scale": t(np.ascontiguousarray(s.T)).to(torch.bfloat16),
+               "weight_shape": torch.tensor([n, k], dtype=torch.int64)}
+    return {key: v.contiguous() for key, v in out.items()}, deq
+
+
+def quantization_config(quant, full_precision):
+    """config.json's quantization_config; full_precision: the Linear modules left unquantised."""
+    if quant == "fp8":
+        return {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
+    if quant == "gptq":
+        return {"quant_method": "gptq", "bits": 4, "group_size": INT4_GROUP, "desc_act": True, "sym": False,
+                "checkpoint_format": "gptq"}
+    if quant == "awq":
+        return {"quant_method": "awq", "bits": 4, "group_size": INT4_GROUP, "zero_point": True, "version": "gemm",
+                "modules_to_not_convert": full_precision}
+    return {"quant_method": "compressed-tensors", "format": "pack-quantized",
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+                "num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": INT4_GROUP},
+                "input_activations": None}},
+            "ignore": full_precision}
+
+
+def save_quantised(d, deq_dir, quant):
     """Rewrites d's safetensors with the projections (routed experts' matrices included, shared
-    experts not) in fp8, adds the quantization_config, and writes their dequantised values
-    into deq_dir's copy of the checkpoint (transformers then loads that copy: its own fused
-    expert parameters are filled from the per-expert tensors as from any checkpoint)."""
+    experts not) in the quant format, adds the quantization_config, and writes their dequantised
+    values into deq_dir's copy of the checkpoint (transformers then loads that copy: its own
+    fused expert parameters are filled from the per-expert tensors as from any checkpoint).
+    4-bit formats keep a projection whose N is not a multiple of 8 or whose K is not a multiple
+    of the group in fp32 as "<p>.weight"."""
     from safetensors.torch import load_file, save_file
     path = os.path.join(d, "model.safetensors")
     tensors = load_file(path)
     dequantised = dict(tensors)
+    rng = np.random.default_rng(0)
     for name in list(tensors):
-        base = name.rsplit(".", 2)
-        if (not name.endswith(".weight") or base[-2] not in PROJECTIONS or "shared_expert" in name
-                or tensors[name].dim() != 2):
+        if not is_projection(name, tensors[name]):
             continue
-        q, scales, deq = fp8_quantise(tensors[name].float(), FP8_BLOCK)
-        tensors[name] = q
-        tensors[name + "_scale_inv"] = scales.contiguous()
+        w = tensors[name].float()
+        if quant == "fp8":
+            q, scales, deq = fp8_quantise(w, FP8_BLOCK)
+            tensors[name] = q
+            tensors[name + "_scale_inv"] = scales.contiguous()
+        else:
+            if w.shape[0] % 8 or w.shape[1] % INT4_GROUP:
+                continue
+            packed, deq = int4_tensors(quant, w.numpy(), rng)
+            del tensors[name]
+            tensors.update({name[:-len("weight")] + suffix: v for suffix, v in packed.items()})
+            deq = torch.from_numpy(deq)
         dequantised[name] = deq.to(dequantised[name].dtype)
+    # After a 4-bit rewrite the [N, K] ".weight" tensors left (embeddings aside) are the Linears
+    # kept in full precision (lm_head, routers, shared experts, projections of unfit shapes),
+    # which compressed-tensors' ignore and AWQ's modules_to_not_convert list.
+    full_precision = sorted((n[:-len(".weight")] for n, t in tensors.items()
+                             if n.endswith(".weight") and t.dim() == 2 and "embed_tokens" not in n),
+                            key=lambda m: (m != "lm_head", m))
     save_file(tensors, path, metadata={"format": "pt"})
     save_file(dequantised, os.path.join(deq_dir, "model.safetensors"), metadata={"format": "pt"})
     cfg_path = os.path.join(d, "config.json")
     cfg = json.load(open(cfg_path))
-    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
-                                  "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
+    cfg["quantization_config"] = quantization_config(quant, full_precision)
     json.dump(cfg, open(cfg_path, "w"), indent=2)
 
 
@@ -176,10 +309,10 @@ def compare(arch, cfg, lightwave, root, rng, tp=1, nnodes=1, quant=""):
                 p.normal_(0.0, 0.05)
     model.generation_config.eos_token_id = None
     model.save_pretrained(d)
-    if quant == "fp8":
+    if quant:
         deq_dir = d + "_dequantised"
         model.save_pretrained(deq_dir)
-        save_fp8(d, deq_dir)
+        save_quantised(d, deq_dir, quant)
         model = transformers.AutoModelForCausalLM.from_pretrained(deq_dir, dtype=torch.float32)
         model.generation_config.eos_token_id = None
     save_tokenizer(d)
@@ -234,7 +367,7 @@ def main():
     ap.add_argument("--keep", default="")
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--nnodes", type=int, default=1)
-    ap.add_argument("--quant", default="", choices=["", "fp8"])
+    ap.add_argument("--quant", default="", choices=["", "fp8", "gptq", "awq", "w4a16"])
     a = ap.parse_args()
     cfgs = configs()
     archs = a.arch.split(",") if a.arch else list(cfgs)
@@ -243,8 +376,9 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}; bounds: fp32 max |diff| / max |logit| "
           f"<= 1e-4; bf16 ||logits - fp32 logits|| / ||fp32 logits|| <= 1.5 x transformers' own; "
           f"greedy {GREEDY} tokens identical in fp32; lightwave on {a.tp} rank(s) over {a.nnodes} process(es)"
-          + (f"; projections in {a.quant} ({FP8_BLOCK} x {FP8_BLOCK} blocks), transformers on their dequantised values"
-             if a.quant else ""))
+          + (f"; projections in {a.quant} ("
+             + (f"{FP8_BLOCK} x {FP8_BLOCK} blocks" if a.quant == "fp8" else f"4-bit, groups of {INT4_GROUP}")
+             + "), transformers on their dequantised values" if a.quant else ""))
     failed = 0
     for arch in archs:
         try:

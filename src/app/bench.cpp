@@ -36,13 +36,15 @@ struct BenchArgs {
   ParallelArgs parallel;
 } args;
 
-// --weights: dense, fp8 (128 x 128 block scales), int8 (per-row scales), or the GGML block type
+// --weights: dense, fp8 (128 x 128 block scales), int8 (per-row scales), int4 (GPTQ, group 128),
+// or the GGML block type
 // of the random projections (q4_0 ... q6_k).
 weights::FileDType random_weight_type(const std::string& name) {
   if (name == "dense") return weights::FileDType::f32;
   if (name == "fp8") return weights::FileDType::f8_e4m3;
   if (name == "int8") return weights::FileDType::i8;
-  std::string names = "dense, fp8, int8";
+  if (name == "int4") return weights::FileDType::i32;  // 4-bit GPTQ words, group 128
+  std::string names = "dense, fp8, int8, int4";
   for (int t = 0; t < static_cast<int>(weights::FileDType::unsupported); ++t) {
     const auto type = static_cast<weights::FileDType>(t);
     if (!weights::has_random_blocks(type)) continue;
@@ -250,7 +252,8 @@ void add_bench_command(CLI::App& app) {
   b->add_option("--kv-fraction", args.kv_fraction, "Fraction of free device memory for the KV cache")->check(CLI::Range(0.01, 1.0));
   b->add_option("--seed", args.seed, "Seed of the random weights and prompts");
   b->add_option("--weights", args.weights,
-                "With --shape: dense; fp8 (E4M3, 128 x 128 block scales) or int8 (per-row scales); or the GGML block "
+                "With --shape: dense; fp8 (E4M3, 128 x 128 block scales) or int8 (per-row scales); int4 (GPTQ, group "
+                "128); or the GGML block "
                 "type of the random projections (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k ... q6_k); kept so on the device");
   b->add_flag("--no-latency", args.skip_latency, "Skip the batch-1 run");
   b->add_flag("--no-throughput", args.skip_throughput, "Skip the many-request run");

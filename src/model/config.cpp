@@ -87,13 +87,39 @@ WeightQuantization read_quantization(const ConfigKeys& c) {
     if (qc.has("weight_block_size")) block(qc.raw("weight_block_size"), "weight_block_size");
     return q;
   }
+  auto int4_group = [&](int64_t g, const std::string& at) {
+    LW_CHECK(g == -1 || g > 0, at << ": group_size " << g << " must be positive or -1 (one group per output row)");
+    return g;
+  };
+  if (q.method == "gptq") {
+    const int bits = qc.get<int>("bits");
+    LW_CHECK(bits == 4, where << ": " << bits << "-bit GPTQ weights are not supported (4-bit)");
+    const std::string format = qc.get<std::string>("checkpoint_format", "gptq");
+    LW_CHECK(format == "gptq" || format == "gptq_v2",
+             where << ": GPTQ checkpoint_format '" << format << "' is not supported (gptq, gptq_v2)");
+    q.gptq_v2 = format == "gptq_v2";
+    q.int4_group = int4_group(qc.get<int64_t>("group_size", 128), where);
+    return q;
+  }
+  if (q.method == "awq") {
+    const int bits = qc.get<int>("bits", qc.get<int>("w_bit", 4));
+    const std::string version = qc.get<std::string>("version", "gemm");
+    LW_CHECK(bits == 4 && (version == "gemm" || version == "GEMM"),
+             where << ": AWQ " << bits << "-bit weights of version '" << version << "' are not supported (4-bit, gemm)");
+    LW_CHECK(qc.get<bool>("zero_point", true), where << ": AWQ without zero points is not supported");
+    q.int4_group = int4_group(qc.get<int64_t>("group_size", qc.get<int64_t>("q_group_size", 128)), where);
+    return q;
+  }
   LW_CHECK(q.method == "compressed-tensors",
            where << ": quant_method '" << q.method
-                 << "' is not supported (fp8, compressed-tensors with 8-bit weights; GGUF files for 4-bit weights)");
+                 << "' is not supported (fp8, gptq, awq, compressed-tensors)");
   const std::string format = qc.get<std::string>("format", "");
-  LW_CHECK(format == "float-quantized" || format == "int-quantized" || format == "naive-quantized",
+  LW_CHECK(format == "float-quantized" || format == "int-quantized" || format == "naive-quantized" ||
+               format == "pack-quantized",
            where << ": compressed-tensors format '" << format
-                 << "' is not supported (float-quantized, int-quantized, naive-quantized: 8-bit weights)");
+                 << "' is not supported (float-quantized, int-quantized, naive-quantized: 8-bit weights; pack-quantized: "
+                    "4-bit)");
+  const bool packed = format == "pack-quantized";
   LW_CHECK(qc.has("config_groups") && qc.raw("config_groups").is_object() && !qc.raw("config_groups").empty(),
            where << ": compressed-tensors needs config_groups");
   for (const auto& [name, group] : qc.raw("config_groups").items()) {
@@ -102,6 +128,17 @@ WeightQuantization read_quantization(const ConfigKeys& c) {
     const ConfigKeys w(group["weights"], at + ".weights");
     const int bits = w.get<int>("num_bits");
     const std::string type = w.get<std::string>("type"), strategy = w.get<std::string>("strategy");
+    if (packed) {
+      LW_CHECK(bits == 4 && type == "int", at << ": pack-quantized " << bits << "-bit " << type
+                                               << " weights are not supported (4-bit int)");
+      LW_CHECK(w.get<bool>("symmetric", true), at << ": asymmetric 4-bit weights (zero points) are not supported");
+      LW_CHECK(strategy == "group" || strategy == "channel",
+               at << ": 4-bit weight strategy '" << strategy << "' is not supported (group, channel)");
+      const int64_t g = strategy == "channel" ? -1 : int4_group(w.get<int64_t>("group_size"), at);
+      LW_CHECK(q.int4_group == 0 || q.int4_group == g, where << ": config groups with different group sizes are not supported");
+      q.int4_group = g;
+      continue;
+    }
     LW_CHECK(bits == 8 && (type == "float" || type == "int"),
              at << ": " << bits << "-bit " << type << " weights are not supported (8-bit float or int)");
     LW_CHECK(w.get<bool>("symmetric", true), at << ": asymmetric weights (zero points) are not supported");

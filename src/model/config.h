@@ -15,7 +15,8 @@ class GgufFile;
 
 namespace lw::model {
 
-// A Hugging Face checkpoint's quantization_config, for projections stored as 8-bit values with
+// A Hugging Face checkpoint's quantization_config, for projections stored as 4-bit values (GPTQ,
+// AWQ, compressed-tensors pack-quantized) or as 8-bit values with
 // scales: quant_method "fp8" (F8_E4M3 weights; weight_scale_inv per 128 x 128 block in
 // DeepSeek-V3 / Qwen3-FP8 checkpoints, or one weight_scale) and "compressed-tensors" with 8-bit
 // weights (float-quantized: F8_E4M3; int-quantized / naive-quantized: I8; weight_scale per
@@ -27,6 +28,11 @@ struct WeightQuantization {
   // Whether int8 weights go with int8 activations (W8A8: compressed-tensors input_activations);
   // false for weight-only int8 (W8A16), whose weights the loader expands.
   bool int8_activations = true;
+  // 4-bit weights: quant_method "gptq" (qweight, qzeros, scales, g_idx), "awq" (GEMM packing) or
+  // compressed-tensors "pack-quantized" (weight_packed, weight_scale): input columns per scale,
+  // -1 for one group per output row; 0 when the checkpoint has no 4-bit weights.
+  int64_t int4_group = 0;
+  bool gptq_v2 = false;  // GPTQ's qzeros hold the zero points (checkpoint_format gptq_v2), not zero - 1
 };
 
 struct ModelConfig {

@@ -7,13 +7,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <random>
 #include <string>
 
 #include "gpu/runtime.h"
 #include "core/logging.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
+#include "ops/int4_weight.h"
 #include "kernels/quant/fp8.h"
+#include "kernels/quant/int4.h"
 #include "weights/load.h"
 #include "weights/random_blocks.h"
 
@@ -79,9 +82,11 @@ WeightLoader::WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType 
                            weights::FileDType random_blocks)
     : ctx_(ctx), ckpt_(ckpt), dtype_(dtype), dry_(dry), total_(total), bar_(total > 0 && isatty(STDERR_FILENO)), seed_(seed),
       random_blocks_(random_blocks) {
-  LW_CHECK(random_blocks == weights::FileDType::f32 || weights::has_random_blocks(random_blocks) ||
+  LW_CHECK(random_blocks == weights::FileDType::f32 || random_blocks == weights::FileDType::i32 ||
+               weights::has_random_blocks(random_blocks) ||
                weights::has_random_scaled(random_blocks),
-           "random weights of " << weights::file_dtype_name(random_blocks) << ": not a quantised GGML type, f8_e4m3 or i8");
+           "random weights of " << weights::file_dtype_name(random_blocks)
+                                << ": not a quantised GGML type, f8_e4m3, i8 or i32 (4-bit GPTQ)");
   if (!ckpt && random_blocks == weights::FileDType::f8_e4m3) quantization_ = {"fp8", 128, 128};
   const WeightStorage storage = weight_storage_from_env();
   keep_quantized_ = storage == WeightStorage::quantized || (storage == WeightStorage::automatic && !ctx.caps().emulator());
@@ -91,7 +96,132 @@ WeightLoader::~WeightLoader() {
   if (bar_ && drawn_) std::fprintf(stderr, "\n");
 }
 
-bool WeightLoader::has(const std::string& name) const { return !ckpt_ || ckpt_->find(name) != nullptr; }
+bool WeightLoader::has(const std::string& name) const { return !ckpt_ || ckpt_->find(name) != nullptr || has_int4(name); }
+
+namespace {
+
+// "<prefix>.weight" -> "<prefix>", or "" for other names.
+std::string weight_prefix(const std::string& name) {
+  const std::string suffix = ".weight";
+  if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return "";
+  return name.substr(0, name.size() - suffix.size());
+}
+
+}  // namespace
+
+bool WeightLoader::has_int4(const std::string& name) const {
+  const std::string prefix = weight_prefix(name);
+  return ckpt_ && !prefix.empty() && !ckpt_->find(name) &&
+         (ckpt_->find(prefix + ".qweight") || ckpt_->find(prefix + ".weight_packed"));
+}
+
+ops::Weight WeightLoader::random_int4(const std::string& name, const std::vector<int64_t>& shape, Part part) {
+  constexpr int64_t kGroup = 128;
+  const int64_t n = shape[0], k = shape[1];
+  LW_CHECK(n % 8 == 0 && k % 8 == 0, "random 4-bit weights: tensor '" << name << "' " << shape_str(shape)
+                                                                      << " needs sizes that are multiples of 8");
+  int64_t r0 = 0, r1 = n, c0 = 0, c1 = k;
+  if (part.dim == 0) r0 = part.start, r1 = part.end;
+  if (part.dim == 1) c0 = part.start, c1 = part.end;
+  const int64_t pn = r1 - r0, pk = c1 - c0, groups = (k + kGroup - 1) / kGroup;
+  const size_t before = bytes_;
+  if (keep_quantized_) {
+    bytes_ += static_cast<size_t>(kernels::int4_tile_count(pn, pk) * kernels::kInt4TileBytes +
+                                  5 * pn * ((pk + kGroup - 1) / kGroup));
+    kept_format_ = ops::WeightFormat::int4;
+  } else {
+    bytes_ += static_cast<size_t>(pn * pk) * dtype_size(dtype_);
+  }
+  if (dry_) return ops::Weight();
+  // The whole matrix from a seed of its name (a shard takes its part of what the model holds);
+  // weights (q - z) * s within about +-1/sqrt(fan-in), as dense random weights are.
+  std::mt19937_64 rng(seed_ ^ std::hash<std::string>{}(name));
+  auto words = [&](int64_t rows, int64_t cols) {
+    Tensor h = Tensor::empty_host({rows, cols}, DType::i32);
+    for (int64_t i = 0; i < h.numel(); ++i) h.data<int32_t>()[i] = static_cast<int32_t>(rng());
+    return ctx_.to_device(h);
+  };
+  ops::Int4Tensors t;
+  t.n = n, t.k = k, t.group = kGroup;
+  t.qweight = words(k / 8, n);
+  t.qzeros = words(groups, n / 8);
+  Tensor s = Tensor::empty_host({groups, n}, DType::f32);
+  std::uniform_real_distribution<float> size(0.5f, 1.5f);
+  for (int64_t i = 0; i < s.numel(); ++i) s.data<float>()[i] = size(rng) / (8.0f * std::sqrt(static_cast<float>(k)));
+  t.scales = ctx_.to_device(s);
+  ops::Weight w = keep_quantized_ ? ops::int4_weight(ctx_, t, {part.dim, part.start, part.end}) : ops::Weight();
+  if (!w.defined()) {  // expanded: the storage's choice, or a shard's columns cut a group
+    bytes_ = before + static_cast<size_t>(pn * pk) * dtype_size(dtype_);
+    kept_format_ = ops::WeightFormat::dense;
+    const Tensor dense = ops::expand(ctx_, ops::int4_weight(ctx_, t), dtype_);
+    w = projection(ops::contiguous(ctx_, dense.slice(0, r0, r1).slice(1, c0, c1)));
+  }
+  draw();
+  return w;
+}
+
+ops::Weight WeightLoader::int4_weight(const std::string& name, const std::vector<int64_t>& shape, Part part) {
+  const std::string prefix = weight_prefix(name);
+  const bool packed = ckpt_->find(prefix + ".weight_packed") != nullptr;
+  const std::string where = "tensor '" + prefix + "' in " + ckpt_->description();
+  const WeightQuantization& q = quantization_;
+  LW_CHECK(shape.size() == 2, where << " holds 4-bit values, but the model reads it as " << shape_str(shape)
+                                    << " (4-bit tensors load as matrices)");
+  LW_CHECK(q.int4_group != 0 && (packed ? q.method == "compressed-tensors" : q.method == "gptq" || q.method == "awq"),
+           where << " holds 4-bit " << (packed ? "pack-quantized" : "GPTQ/AWQ")
+                 << " values, but the config's quantization_config ('" << q.method << "') does not describe them");
+  const int64_t n = shape[0], k = shape[1], group = q.int4_group < 0 ? k : q.int4_group;
+  int64_t r0 = 0, r1 = n, c0 = 0, c1 = k;
+  if (part.dim == 0) r0 = part.start, r1 = part.end;
+  if (part.dim == 1) c0 = part.start, c1 = part.end;
+  const int64_t pn = r1 - r0, pk = c1 - c0, groups = (pk + group - 1) / group;
+  // Act-order shards with cut columns are found only once g_idx is read: counted as kept here.
+  const bool whole_groups = part.dim != 1 || (c0 % group == 0 && (c1 % group == 0 || c1 == k));
+  const bool keep = keep_quantized_ && whole_groups;
+  const size_t before = bytes_;
+  const size_t dense_bytes = static_cast<size_t>(pn * pk) * dtype_size(dtype_);
+  if (keep) {
+    bytes_ += static_cast<size_t>(kernels::int4_tile_count(pn, pk) * kernels::kInt4TileBytes + 5 * groups * pn + 4 * pk);
+    kept_format_ = ops::WeightFormat::int4;
+  } else {
+    bytes_ += dense_bytes;
+  }
+  if (dry_) return ops::Weight();
+
+  // (integer tensors load as stored; f32 is the scales' compute dtype)
+  auto load = [&](const std::string& suffix) { return weights::load_tensor(ctx_, ckpt_->get(prefix + suffix), DType::f32); };
+  ops::Int4Tensors t;
+  t.layout = packed ? ops::Int4Layout::packed_rows
+             : q.method == "awq" ? ops::Int4Layout::awq
+             : q.gptq_v2 ? ops::Int4Layout::gptq_v2
+                         : ops::Int4Layout::gptq;
+  t.n = n, t.k = k, t.group = group;
+  t.qweight = load(packed ? ".weight_packed" : ".qweight");
+  t.scales = load(packed ? ".weight_scale" : ".scales");
+  if (!packed) t.qzeros = load(".qzeros");
+  const std::string g_idx = prefix + (packed ? ".weight_g_idx" : ".g_idx");
+  if (ckpt_->find(g_idx)) t.g_idx = load(packed ? ".weight_g_idx" : ".g_idx");
+  if (const weights::TensorRecord* ws = packed ? ckpt_->find(prefix + ".weight_shape") : nullptr) {
+    const Tensor h = ctx_.to_host(weights::load_tensor(ctx_, *ws, DType::f32));
+    LW_CHECK(ws->numel() == 2 && h.data<int64_t>()[0] == n && h.data<int64_t>()[1] == k,
+             where << ": weight_shape " << shape_str(ws->shape) << " does not say [" << n << ", " << k
+                   << "], the model config's shape");
+  }
+  ops::Weight w = keep ? ops::int4_weight(ctx_, t, {part.dim, part.start, part.end}) : ops::Weight();
+  if (w.defined()) {
+    draw();
+    return w;
+  }
+  if (keep) {
+    log().info("{}: a shard's columns [{}, {}) are not whole groups of the act-order weight: expanded to {}", where, c0,
+               c1, dtype_name(dtype_));
+    bytes_ = before + dense_bytes;
+    kept_format_ = ops::WeightFormat::dense;
+  }
+  const Tensor dense = ops::expand(ctx_, ops::int4_weight(ctx_, t), dtype_);
+  draw();
+  return projection(ops::contiguous(ctx_, dense.slice(0, r0, r1).slice(1, c0, c1)));
+}
 
 Tensor WeightLoader::head_scales(const std::string& name, int64_t heads, int64_t first, int64_t count) {
   const weights::TensorRecord* rec = ckpt_ ? ckpt_->find(name) : nullptr;
@@ -136,6 +266,23 @@ Tensor WeightLoader::get_padded(const std::string& name, const std::vector<int64
 
 Tensor WeightLoader::get(const std::string& name, const std::vector<int64_t>& shape) {
   if (!ckpt_) return random_tensor(name, shape);
+  if (has_int4(name)) {
+    // 4-bit matrices outside the projections (MoE experts, run as a grouped GEMM of one dtype).
+    if (!dry_ && !logged_expanded_int4_) {
+      log().info("tensor '{}' in {}: 4-bit values outside the attention and dense MLP projections (MoE experts and the "
+                 "like) expanded to {} at load: the grouped expert GEMM has no 4-bit path",
+                 name, ckpt_->description(), dtype_name(dtype_));
+      logged_expanded_int4_ = true;
+    }
+    struct Restore {
+      bool& flag;
+      bool was;
+      ~Restore() { flag = was; }
+    } restore{keep_quantized_, keep_quantized_};
+    keep_quantized_ = false;
+    const ops::Weight w = int4_weight(name, shape, Part{});
+    return dry_ ? Tensor() : w.data();
+  }
   const weights::TensorRecord& rec = ckpt_->get(name);
   LW_CHECK(rec.shape == shape, "tensor '" << name << "' in " << ckpt_->description() << " has shape " << shape_str(rec.shape)
                                           << "; the model config needs " << shape_str(shape));
@@ -200,6 +347,7 @@ ops::Weight WeightLoader::get_weight_as_stored(const std::string& name, const st
   if (shape.size() != 2) return projection(get(name, shape, part));
   if (!ckpt_) {
     if (random_blocks_ == weights::FileDType::f32) return projection(get(name, shape, part));
+    if (random_blocks_ == weights::FileDType::i32) return random_int4(name, shape, part);
     if (weights::has_random_scaled(random_blocks_)) {
       // 8-bit values and their scales from a seed of the name, generated only when the real run
       // needs them (the dry run reads shapes and types only).
@@ -252,6 +400,7 @@ ops::Weight WeightLoader::get_weight_as_stored(const std::string& name, const st
       return projection(part.dim < 0 ? t : ops::contiguous(ctx_, t.slice(part.dim, part.start, part.end)));
     });
   }
+  if (has_int4(name)) return int4_weight(name, shape, part);
   const weights::TensorRecord& rec = ckpt_->get(name);
   if (rec.shape == shape && (rec.dtype == weights::FileDType::f8_e4m3 || rec.dtype == weights::FileDType::i8)) {
     const weights::TensorRecord* scale = ckpt_->find(name + "_scale_inv");
@@ -490,6 +639,10 @@ ops::Weight WeightLoader::fuse_weights(const std::vector<ops::Weight>& parts) {
   if (same && format == ops::WeightFormat::dense) return ops::Weight::dense(ops::concat(ctx_, data, 0));
   if (ops::is_scaled_8bit_format(format)) {
     ops::Weight w = fuse_scaled(parts);
+    if (w.defined()) return w;
+  }
+  if (same && format == ops::WeightFormat::int4) {
+    ops::Weight w = ops::int4_stack_rows(ctx_, parts);
     if (w.defined()) return w;
   }
   if (same && ops::is_gguf_block_format(format))  // whole rows of blocks: the bytes one after another

@@ -30,8 +30,9 @@ class WeightLoader {
   // ckpt null: random weights from `seed` (benchmarks of named shapes). total: the bytes the
   // dry run counted; with it (and a terminal on stderr) the real run draws a progress bar.
   // random_blocks: for random weights, the GGML type of the projection matrices, or f8_e4m3
-  // (128 x 128 block scales) or i8 (per-row scales) (weights/random_blocks.h); f32 makes them
-  // dense in `dtype` like every other tensor.
+  // (128 x 128 block scales) or i8 (per-row scales) (weights/random_blocks.h), or i32 for 4-bit
+  // GPTQ words of group 128 (random values, zero points and scales); f32 makes them dense in
+  // `dtype` like every other tensor.
   WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType dtype, bool dry, size_t total = 0, uint64_t seed = 0,
                weights::FileDType random_blocks = weights::FileDType::f32);
   ~WeightLoader();
@@ -102,6 +103,14 @@ class WeightLoader {
   // an error) as a Weight; `block`: the size of block scales.
   ops::Weight scaled_weight(const weights::TensorRecord& rec, const weights::TensorRecord* scale, ops::WeightBlock block,
                             Part part);
+  // Whether the checkpoint holds projection `name` ("<prefix>.weight") as 4-bit tensors
+  // ("<prefix>.qweight": GPTQ, AWQ; "<prefix>.weight_packed": compressed-tensors).
+  bool has_int4(const std::string& name) const;
+  // Rows/columns `part` of that projection [N, K] (`shape`): int4 where the storage keeps
+  // quantised weights and the part stays whole groups, else expanded to the model dtype.
+  ops::Weight int4_weight(const std::string& name, const std::vector<int64_t>& shape, Part part);
+  // Random 4-bit GPTQ weights of group 128 (random_blocks i32), packed as a checkpoint's are.
+  ops::Weight random_int4(const std::string& name, const std::vector<int64_t>& shape, Part part);
   // Scaled 8-bit parts stacked by rows, or an undefined Weight where their formats do not stack.
   ops::Weight fuse_scaled(const std::vector<ops::Weight>& parts);
 
@@ -128,6 +137,7 @@ class WeightLoader {
   WeightQuantization quantization_;
   bool logged_w8a16_ = false;
   bool logged_expanded_8bit_ = false;
+  bool logged_expanded_int4_ = false;
 };
 
 }  // namespace lw::model

@@ -11,6 +11,7 @@
 #include "gpu/vector.h"
 #include "kernels/quant/fp8_mma_gemv.h"
 #include "kernels/quant/gguf_gemv.h"
+#include "kernels/quant/int4.h"
 #include "kernels/quant/quantize.h"
 #include "ops/check.h"
 #include "ops/copy.h"
@@ -62,18 +63,6 @@ std::pair<int64_t, int64_t> check_matrix(const char* op, const char* name, const
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The shared checks of GPTQ and AWQ: sizes, group size, and the scales [K / group, N].
-void check_int4(const char* op, int64_t n, int64_t k, const Tensor& scales, int64_t group_size) {
-  LW_CHECK(n > 0 && k > 0 && n % 8 == 0 && k % 8 == 0,
-           op << ": [N, K] = [" << n << ", " << k << "] must be positive multiples of 8 (eight 4-bit values per int32)");
-  LW_CHECK(group_size > 0 && k % group_size == 0,
-           op << ": group_size " << group_size << " must be positive and divide K = " << k
-              << " (K itself for one group per output channel)");
-  check_stored(op, "scales", scales);
-  LW_CHECK(is_float(scales.dtype()) && scales.shape() == std::vector<int64_t>({k / group_size, n}),
-           op << ": scales " << scales.describe() << " must be f16, bf16 or f32" << shape_str({k / group_size, n}));
-}
-
 }  // namespace
 
 bool has_fp8_gemm(const gpu::DeviceCaps& caps) { return caps.vendor == gpu::Vendor::cuda && caps.arch_number >= 89; }
@@ -85,8 +74,7 @@ const char* weight_format_name(WeightFormat format) {
     case WeightFormat::fp8_e4m3_per_channel: return "fp8_e4m3_per_channel";
     case WeightFormat::fp8_e4m3_per_block: return "fp8_e4m3_per_block";
     case WeightFormat::int8_per_channel: return "int8_per_channel";
-    case WeightFormat::int4_gptq: return "int4_gptq";
-    case WeightFormat::int4_awq: return "int4_awq";
+    case WeightFormat::int4: return "int4";
     case WeightFormat::gguf_q4_0: return "gguf_q4_0";
     case WeightFormat::gguf_q4_1: return "gguf_q4_1";
     case WeightFormat::gguf_q5_0: return "gguf_q5_0";
@@ -180,31 +168,24 @@ Weight Weight::fp8_per_block(Tensor q, Tensor scales, WeightBlock block) {
   return r;
 }
 
-Weight Weight::int4_gptq(int64_t n, int64_t k, Tensor qweight, Tensor qzeros, Tensor scales, int64_t group_size,
-                         Tensor g_idx) {
-  const char* op = "Weight::int4_gptq";
-  check_int4(op, n, k, scales, group_size);
-  check_tensor(op, "qweight", qweight, DType::i32, {k / 8, n});
-  check_tensor(op, "qzeros", qzeros, DType::i32, {k / group_size, n / 8});
-  if (g_idx.defined()) check_tensor(op, "g_idx", g_idx, DType::i32, {k});
-  Weight r(WeightFormat::int4_gptq, n, k);
-  r.data_ = std::move(qweight);
-  r.zeros_ = std::move(qzeros);
+Weight Weight::int4(int64_t n, int64_t k, Tensor tiles, Tensor scales, Tensor zeros, int64_t group_size, Tensor perm) {
+  const char* op = "Weight::int4";
+  LW_CHECK(n > 0 && k > 0 && group_size > 0,
+           op << ": [N, K] = [" << n << ", " << k << "] and group_size " << group_size << " must be positive");
+  const int64_t groups = ceil_div(k, group_size);
+  check_stored(op, "tiles", tiles);
+  const int64_t bytes = kernels::int4_tile_count(n, k) * kernels::kInt4TileBytes;
+  LW_CHECK(tiles.dtype() == DType::i8 && tiles.numel() == bytes,
+           op << ": tiles " << tiles.describe() << " must be i8 holding the " << bytes << " bytes of [" << n << ", " << k
+              << "] in tiles of " << kernels::kInt4TileRows << " x " << kernels::kInt4TileCols);
+  check_tensor(op, "scales", scales, DType::f32, {n, groups});
+  check_tensor(op, "zeros", zeros, DType::i8, {n, groups});
+  if (perm.defined()) check_tensor(op, "perm", perm, DType::i32, {k});
+  Weight r(WeightFormat::int4, n, k);
+  r.data_ = std::move(tiles);
   r.scales_ = std::move(scales);
-  r.g_idx_ = std::move(g_idx);
-  r.group_size_ = group_size;
-  return r;
-}
-
-Weight Weight::int4_awq(int64_t n, int64_t k, Tensor qweight, Tensor qzeros, Tensor scales, int64_t group_size) {
-  const char* op = "Weight::int4_awq";
-  check_int4(op, n, k, scales, group_size);
-  check_tensor(op, "qweight", qweight, DType::i32, {k, n / 8});
-  check_tensor(op, "qzeros", qzeros, DType::i32, {k / group_size, n / 8});
-  Weight r(WeightFormat::int4_awq, n, k);
-  r.data_ = std::move(qweight);
-  r.zeros_ = std::move(qzeros);
-  r.scales_ = std::move(scales);
+  r.zeros_ = std::move(zeros);
+  r.perm_ = std::move(perm);
   r.group_size_ = group_size;
   return r;
 }
@@ -228,7 +209,7 @@ Weight Weight::gguf(WeightFormat format, int64_t n, int64_t k, Tensor blocks) {
 
 size_t Weight::device_bytes() const {
   size_t bytes = 0;
-  for (const Tensor* t : {&data_, &scales_, &zeros_, &g_idx_})
+  for (const Tensor* t : {&data_, &scales_, &zeros_, &perm_})
     if (t->defined()) bytes += t->nbytes();
   return bytes;
 }
@@ -257,6 +238,11 @@ kernels::ScaledMatrix scaled_matrix(const Weight& w) {
           w.block().cols};
 }
 
+kernels::Int4Matrix int4_matrix(const Weight& w) {
+  return {w.data().data_ptr(), w.scales().data<float>(), static_cast<const uint8_t*>(w.zeros().data_ptr()),
+          w.out_features(), w.in_features(), w.group_size()};
+}
+
 }  // namespace
 
 Tensor expand(Context& ctx, const Weight& w, DType dtype) {
@@ -274,6 +260,11 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype) {
     dispatch_float(dtype, op, [&]<class T>() {
       kernels::dequantize_scaled<T>(out.data<T>(), m, ctx.warp_size(), ctx.stream().get());
     });
+    return out;
+  }
+  if (w.format() == WeightFormat::int4) {
+    const int32_t* perm = w.perm().defined() ? w.perm().data<int32_t>() : nullptr;
+    dispatch_float(dtype, op, [&]<class T>() { kernels::int4_expand<T>(out.data<T>(), int4_matrix(w), perm, ctx.stream().get()); });
     return out;
   }
   const std::optional<BlockFormat> block = gguf_block(w.format());
@@ -419,6 +410,50 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   });
 }
 
+// 4-bit weights: the fused kernel on the matrix-fragment layer for decode-sized batches of f16
+// or bf16 rows where the device has matrix cores (the emulator runs the layer too), else the
+// weights expanded to x's dtype and the dense linear (deterministic mode always: one summation
+// order, the dense path's batch-invariant one).
+void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, GemmPath path) {
+  const int64_t n = w.out_features(), k = w.in_features();
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  const GemmShape shape{GemmOp::linear, rows, n, k, 1, ctx.deterministic()};
+  const Selection<GemmPath> sel = select<GemmPaths>(ctx.caps(), shape, path);
+  const gpu::DeviceCaps& caps = ctx.caps();
+  const kernels::Int4Matrix m = int4_matrix(w);
+  const bool runs = x.dtype() != DType::f32 && kernels::int4_gemm_supports(m) && k % 8 == 0 && x.is_contiguous() &&
+                    out.is_contiguous() && (caps.emulator() || caps.matrix.mma_sync || caps.matrix.mfma || caps.matrix.wmma);
+  const bool fused = runs && (sel.forced() ? sel.path == GemmPath::gemv
+                                           : !ctx.deterministic() && rows <= kernels::kInt4GemmMaxRows);
+  if (!fused) {
+    linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, sel.forced() ? sel.path : GemmPath::automatic);
+    return;
+  }
+  Tensor xs = x.view({rows, k});
+  if (w.perm().defined()) {
+    Tensor gathered = ctx.empty({rows, k}, x.dtype());
+    dispatch_float(x.dtype(), "linear", [&]<class T>() {
+      kernels::gather_columns<T>(gathered.data<T>(), xs.data<T>(), w.perm().data<int32_t>(), rows, k, k, ctx.stream().get());
+    });
+    xs = gathered;
+  }
+  // Rows beyond the kernel's tiles of x run in passes of kInt4GemmMaxRows (the forced path).
+  const int splits = kernels::int4_gemm_splits(m, caps.multiprocessors);
+  Tensor workspace = splits > 1 ? ctx.empty({splits * std::min(rows, kernels::kInt4GemmMaxRows) * n}, DType::f32) : Tensor();
+  Tensor ys = out.view({rows, n});
+  for (int64_t r0 = 0; r0 < rows; r0 += kernels::kInt4GemmMaxRows) {
+    const int64_t count = std::min(rows - r0, kernels::kInt4GemmMaxRows);
+    auto run = [&]<class T>() {
+      kernels::int4_gemm<T>(ys.data<T>() + r0 * n, xs.data<T>() + r0 * k, m, bias.defined() ? bias.data<T>() : nullptr,
+                            count, k, n, splits, splits > 1 ? workspace.data<float>() : nullptr, ctx.warp_size(),
+                            ctx.stream().get());
+    };
+    if (x.dtype() == DType::bf16) run.operator()<bfloat16>();
+    else run.operator()<half>();
+  }
+}
+
 }  // namespace
 
 void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, GemmPath path) {
@@ -428,10 +463,6 @@ void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, 
     linear(ctx, x, w.data(), bias, out, path);
     return;
   }
-  LW_CHECK(is_scaled_8bit_format(w.format()) || is_gguf_block_format(w.format()),
-           op << ": weight " << w.describe() << " has format " << w.name()
-              << ": this build has no linear kernel for it yet (formats that run: dense, int8_per_channel, fp8_e4m3_*, "
-                 "gguf_*)");
   check_float_input(op, "x", x);
   check_float_input(op, "out", out);
   check_same_dtype(op, "x", x, "out", out);
@@ -446,6 +477,10 @@ void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, 
     check_same_dtype(op, "x", x, "bias", bias);
     LW_CHECK(bias.is_contiguous() && bias.shape() == std::vector<int64_t>({n}),
              op << ": bias " << bias.describe() << " must be contiguous [" << n << "]");
+  }
+  if (w.format() == WeightFormat::int4) {
+    linear_int4(ctx, x, w, bias, out, path);
+    return;
   }
   if (w.format() != WeightFormat::int8_per_channel) {
     linear_decoded(ctx, x, w, bias, out, path);

@@ -3,9 +3,7 @@
 // scales, zero points, group indices). `linear` over a Weight dispatches on the format.
 //
 // Each factory checks what its format's kernels will rely on (dtypes, shapes, scale counts,
-// device, contiguity) and says what is wrong. Formats marked "declared" below are described
-// and checked, but this build has no linear kernel for them yet: `linear` refuses them with a
-// message naming the format, never computing a wrong answer.
+// device, contiguity) and says what is wrong.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -24,8 +22,7 @@ enum class WeightFormat : uint8_t {
   fp8_e4m3_per_channel,  // e4m3 bytes (i8) [N, K], f32 scales [N]
   fp8_e4m3_per_block,    // e4m3 bytes (i8) [N, K], f32 scales [ceil(N/bn), ceil(K/bk)]
   int8_per_channel,      // symmetric int8 [N, K], f32 scales [N]: w = q * scale[n]
-  int4_gptq,             // declared: GPTQ (AutoGPTQ/exllama layout), optional g_idx
-  int4_awq,              // declared: AWQ (AutoAWQ GEMM layout)
+  int4,                  // 4-bit values in matrix-fragment tiles, f32 scales and zero points per (group, row)
   gguf_q4_0,             // GGML blocks (llama.cpp layout), rows of whole blocks
   gguf_q4_1,
   gguf_q5_0,
@@ -70,15 +67,14 @@ class Weight {
   static Weight fp8_per_channel(Tensor q, Tensor scales);
   // scales f32 [ceil(N / block.rows), ceil(K / block.cols)]; block sides positive.
   static Weight fp8_per_block(Tensor q, Tensor scales, WeightBlock block);
-  // GPTQ, 4 bits packed eight to an int32 along K (low nibble first): qweight i32 [K / 8, N],
-  // qzeros i32 [K / group, N / 8] (packed along N), scales f16/bf16/f32 [K / group, N];
-  // g_idx (optional) i32 [K], the group of each input column (act-order checkpoints).
-  // group_size divides K (K itself for one group per output channel); 8 divides K and N.
-  static Weight int4_gptq(int64_t n, int64_t k, Tensor qweight, Tensor qzeros, Tensor scales, int64_t group_size,
-                          Tensor g_idx = Tensor());
-  // AWQ, 4 bits packed eight to an int32 along N (AutoAWQ's interleaved order): qweight i32
-  // [K, N / 8], qzeros i32 [K / group, N / 8], scales f16/bf16/f32 [K / group, N].
-  static Weight int4_awq(int64_t n, int64_t k, Tensor qweight, Tensor qzeros, Tensor scales, int64_t group_size);
+  // 4-bit values with a zero point and a scale per group of input columns and output row:
+  // w[n, k'] = (q - zeros[n, g]) * scales[n, g] with g = k' / group_size, where k' is the tiles'
+  // column: tiles i8 holding kernels::int4_tile_count(N, K) tiles of kernels::kInt4TileBytes
+  // (kernels/quant/int4.h, made by ops::int4_weight), scales f32 [N, G], zeros i8 [N, G] (0..16),
+  // G = ceil(K / group_size); perm (optional) i32 [K]: tile column k' is the matrix's column
+  // perm[k'] (act-order checkpoints, whose groups are scattered over K).
+  static Weight int4(int64_t n, int64_t k, Tensor tiles, Tensor scales, Tensor zeros, int64_t group_size,
+                     Tensor perm = Tensor());
   // GGML blocks as llama.cpp stores them, row by row: blocks i8 holding exactly
   // N * (K / block elements) * block bytes bytes (any shape, contiguous); K whole blocks.
   static Weight gguf(WeightFormat format, int64_t n, int64_t k, Tensor blocks);
@@ -92,7 +88,8 @@ class Weight {
   const Tensor& data() const { return data_; }
   const Tensor& scales() const { return scales_; }
   const Tensor& zeros() const { return zeros_; }
-  const Tensor& g_idx() const { return g_idx_; }
+  // int4: the column permutation (undefined where the columns are in order).
+  const Tensor& perm() const { return perm_; }
   // Input columns per scale group (int4), 0 where the format has no groups.
   int64_t group_size() const { return group_size_; }
   // The fp8 scale block (per-block fp8 only; {0, 0} otherwise).
@@ -107,7 +104,7 @@ class Weight {
 
   WeightFormat format_ = WeightFormat::dense;
   int64_t n_ = 0, k_ = 0;
-  Tensor data_, scales_, zeros_, g_idx_;
+  Tensor data_, scales_, zeros_, perm_;
   int64_t group_size_ = 0;
   WeightBlock block_;
 };
@@ -121,8 +118,8 @@ inline constexpr int64_t kGgufGemvMaxRows = 4;
 // HIP: hipBLASLt's gfx942 FP8 reads e4m3fnuz codes, nor the host).
 bool has_fp8_gemm(const gpu::DeviceCaps& caps);
 
-// The weight as a dense [N, K] tensor of `dtype` (dense, GGUF, fp8 and int8 formats; the int4
-// formats refused): each value decoded in fp32, times its scale, rounded once.
+// The weight as a dense [N, K] tensor of `dtype` (every format): each value decoded in fp32,
+// times its scale, rounded once.
 Tensor expand(Context& ctx, const Weight& w, DType dtype);
 
 // out[..., N] = x[..., K] @ W^T + bias[N] for W in any format this build has a kernel for:
@@ -147,8 +144,14 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //                     (kernels::scaled_gemv; K a multiple of 16) up to kGgufGemvMaxRows rows and
 //                     on the forced gemv path, else the weights expanded to x's dtype and the
 //                     dense linear.
+//   int4              f16/bf16 x on a device with matrix cores (and the emulator), up to
+//                     kernels::kInt4GemmMaxRows rows and on the forced gemv path: the fused
+//                     kernel on the matrix-fragment layer (kernels::int4_gemm; x's columns
+//                     gathered first where the weight has a permutation); more rows, f32 x,
+//                     another forced path, deterministic mode, groups that are not whole
+//                     16-column steps or no matrix cores: the expansion and the dense linear.
 // x, out contiguous with the same leading dimensions and x's dtype (f32/f16/bf16); bias
-// optional, [N] in that dtype. Any other format is an error naming it.
+// optional, [N] in that dtype.
 void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out,
             GemmPath path = GemmPath::automatic);
 

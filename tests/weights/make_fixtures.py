@@ -3,7 +3,10 @@
 GGUF files come from the gguf package's GGUFWriter (quantized with gguf.quants.quantize, the
 reference values from gguf.quants.dequantize); safetensors files from the safetensors package.
 numpy has no bfloat16 and safetensors.numpy needs ml_dtypes for one, so bf16 tensors go
-through the package's own serialize_file with TensorSpec(dtype="bfloat16") instead.
+through the package's own serialize_file with TensorSpec(dtype="bfloat16") instead. 8-bit
+(st_scaled) and 4-bit (st_int4: GPTQ, AWQ, compressed-tensors) weights are quantised here by the
+formats' published rules; the 4-bit tensors are unpacked again element by element and must give
+the reference values.
 
 usage: make_fixtures.py OUTDIR
 """
@@ -327,6 +330,202 @@ os.makedirs(os.path.join(out, "st_scaled"))
 specs = {k: TensorSpec(dtype=dt, shape=list(shape), data_ptr=a.ctypes.data, data_len=a.nbytes)
          for k, (dt, a, shape) in scaled.items()}
 serialize_file(specs, os.path.join(out, "st_scaled/model.safetensors"), metadata={"format": "pt"})
+
+# --- 4-bit weights with group scales (GPTQ, AWQ, compressed-tensors pack-quantized) ----------
+# The logical weight W [N, K] (out, in), quantised by round to nearest (numpy's rint: ties to
+# even) per output row and group of input columns (g_idx[k] is column k's group):
+#   asymmetric (GPTQ, AWQ): s = (max - min) / 15 over the group's values, rounded to the stored
+#     scale dtype (s = 1 where that is 0); z = clamp(rint(-min / s), 0, 15) with the stored s
+#     (GPTQ v1: clamped to 1..15, since it stores z - 1 in four bits);
+#     q = clamp(rint(w / s) + z, 0, 15);
+#   symmetric GPTQ: s = amax / 7, z = 8; compressed-tensors: s = amax / 7.5 (llm-compressor's
+#     symmetric range, amax / ((7 - (-8)) / 2)), signed q = clamp(rint(w / s), -8, 7), stored as
+#     q + 8 (so also z = 8, q = clamp(rint(w / s) + 8, 0, 15)).
+# The reference values are (q - z) * s in float32 with s the stored scale as float32. The packed
+# tensors (int32 words, eight 4-bit values each, value j at bits 4j..4j+3 unless reordered):
+#   GPTQ (AutoGPTQ / GPTQModel): qweight [K/8, N] packed along K, qzeros [G, N/8] packed along N
+#     (format "gptq": z - 1 stored; "gptq_v2": z), scales f16 [G, N], g_idx i32 [K];
+#   AWQ (AutoAWQ GEMM): qweight [K, N/8] and qzeros [G, N/8] packed along N with nibble i holding
+#     column 8c + AWQ_ORDER[i]; scales f16 [G, N]; w = (q - z) * s;
+#   compressed-tensors pack-quantized: weight_packed [N, K/8] packed along K, weight_scale f16 or
+#     bf16 [N, G] ([N, 1] for strategy "channel"), weight_shape i64 [2] = [N, K].
+# Every case is unpacked again by int4_unpack, written from the layouts above element by
+# element, and must give the reference values exactly.
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+def int4_g_idx(k, group_size, perm=None):
+    """The group of each of the K input columns: k // g, or with act order (perm, a permutation
+    of K) g_idx[perm[i]] = i // g. group_size -1: one group of K columns."""
+    g = k if group_size == -1 else group_size
+    g_idx = np.empty(k, np.int32)
+    g_idx[np.arange(k) if perm is None else perm] = np.arange(k) // g
+    return g_idx
+
+
+def round_scale(s, scale_dtype):
+    """float32 scales -> (as stored: float16 array or bfloat16 bits, their float32 values)."""
+    if scale_dtype == "float16":
+        stored = s.astype(np.float16)
+        f = stored.astype(np.float32)
+    else:
+        stored = to_bf16_bits(s)
+        f = bf16_bits_to_f32(stored)
+    if (f == 0).any():  # a constant group (or one below the dtype's range): scale 1
+        return round_scale(np.where(f == 0, np.float32(1), s).astype(np.float32), scale_dtype)
+    return stored, f
+
+
+def int4_quantise(w, g_idx, sym_div=None, scale_dtype="float16", zero_min=0):
+    """w [N, K] float32 quantised per (row, group) over the group's own (possibly scattered)
+    columns. sym_div: None for asymmetric, else the divisor of amax (7 or 7.5) with zero 8.
+    Returns q [N, K] (0..15), z [G, N], the scales as stored [G, N] and as float32 [G, N], and
+    the reference values [N, K]."""
+    n, k = w.shape
+    groups = int(g_idx.max()) + 1
+    q = np.zeros((n, k), np.int64)
+    z = np.zeros((groups, n), np.int64)
+    stored = np.zeros((groups, n), np.float16 if scale_dtype == "float16" else np.uint16)
+    s32 = np.zeros((groups, n), np.float32)
+    for grp in range(groups):
+        cols = np.flatnonzero(g_idx == grp)
+        blk = w[:, cols]
+        if sym_div is None:
+            lo, hi = blk.min(axis=1), blk.max(axis=1)
+            st, s = round_scale(((hi - lo) / np.float32(15)).astype(np.float32), scale_dtype)
+            zg = np.clip(np.rint(-lo / s), zero_min, 15).astype(np.int64)
+        else:
+            st, s = round_scale((np.abs(blk).max(axis=1) / np.float32(sym_div)).astype(np.float32), scale_dtype)
+            zg = np.full(n, 8, np.int64)
+        q[:, cols] = np.clip(np.rint(blk / s[:, None]) + zg[:, None], 0, 15).astype(np.int64)
+        z[grp], s32[grp], stored[grp] = zg, s, st
+    values = ((q - z[g_idx].T).astype(np.float32) * s32[g_idx].T).astype(np.float32)
+    # Within one step of the weight: a wrong group or scale shows here before any packing.
+    assert np.all(np.abs(values - w) <= s32[g_idx].T * np.float32(1.01)), "quantisation error above one step"
+    return q, z, stored, s32, values
+
+
+def pack_nibbles(a, order=tuple(range(8))):
+    """a [R, C] of 0..15 -> int32 [R, C/8]: bits 4i..4i+3 of word [r, c] hold a[r, 8c + order[i]]."""
+    r, c = a.shape
+    a = a.astype(np.uint32).reshape(r, c // 8, 8)[:, :, list(order)]
+    words = np.zeros((r, c // 8), np.uint32)
+    for i in range(8):
+        words |= a[:, :, i] << np.uint32(4 * i)
+    return words.view(np.int32)
+
+
+def nibble(word, j):
+    return (int(word) >> (4 * j)) & 15
+
+
+def scale_f32(t, dtype):
+    return np.float32(t) if dtype == "float16" else bf16_bits_to_f32(np.array([t], np.uint16))[0]
+
+
+def int4_unpack(method, t, n, k, group_size, checkpoint_format="", scale_dtype="float16"):
+    """The dequantised [N, K] of one case's tensors t, element by element from the layouts."""
+    out = np.full((n, k), np.nan, np.float32)
+    g = k if group_size == -1 else group_size
+    if method == "gptq":
+        qweight, qzeros, scales, g_idx = t["qweight"], t["qzeros"], t["scales"], t["g_idx"]
+        for kk in range(k):
+            grp = int(g_idx[kk])
+            for nn in range(n):
+                q = nibble(qweight[kk // 8, nn], kk % 8)
+                zero = nibble(qzeros[grp, nn // 8], nn % 8) + (1 if checkpoint_format == "gptq" else 0)
+                out[nn, kk] = np.float32(q - zero) * np.float32(scales[grp, nn])
+    elif method == "awq":
+        qweight, qzeros, scales = t["qweight"], t["qzeros"], t["scales"]
+        for kk in range(k):
+            for c in range(n // 8):
+                for i in range(8):
+                    nn = 8 * c + AWQ_ORDER[i]
+                    q, zero = nibble(qweight[kk, c], i), nibble(qzeros[kk // g, c], i)
+                    out[nn, kk] = np.float32(q - zero) * np.float32(scales[kk // g, nn])
+    else:
+        packed, scale = t["weight_packed"], t["weight_scale"]
+        assert list(t["weight_shape"]) == [n, k]
+        for nn in range(n):
+            for kk in range(k):
+                q = nibble(packed[nn, kk // 8], kk % 8) - 8
+                out[nn, kk] = np.float32(q) * scale_f32(scale[nn, kk // g], scale_dtype)
+    assert not np.isnan(out).any()
+    return out
+
+
+int4 = {}  # name -> (safetensors dtype, array, shape)
+
+
+def int4_case(prefix, method, n, k, group_size, sym=False, desc_act=False, checkpoint_format="",
+              scale_dtype="float16", corrupt=None):
+    """Quantises a random [N, K] weight into one format's tensors under prefix and records the
+    reference values (or, with corrupt, breaks one tensor and records no values)."""
+    w = randf((n, k))
+    perm = rng.permutation(k) if desc_act else None
+    g_idx = int4_g_idx(k, group_size, perm)
+    if method == "compressed-tensors":
+        q, z, stored, s32, values = int4_quantise(w, g_idx, 7.5, scale_dtype)
+        t = {"weight_packed": pack_nibbles(q), "weight_scale": np.ascontiguousarray(stored.T),
+             "weight_shape": np.array([n, k], np.int64)}
+    elif method == "gptq":
+        q, z, stored, s32, values = int4_quantise(w, g_idx, 7 if sym else None, scale_dtype,
+                                                  zero_min=1 if checkpoint_format == "gptq" else 0)
+        t = {"qweight": np.ascontiguousarray(pack_nibbles(q).T),
+             "qzeros": pack_nibbles(z - 1 if checkpoint_format == "gptq" else z), "scales": stored, "g_idx": g_idx}
+    else:
+        q, z, stored, s32, values = int4_quantise(w, g_idx, None, scale_dtype)
+        t = {"qweight": pack_nibbles(np.ascontiguousarray(q.T), AWQ_ORDER), "qzeros": pack_nibbles(z, AWQ_ORDER),
+             "scales": stored}
+    if sym and method == "gptq" and checkpoint_format == "gptq":
+        assert np.all(t["qzeros"].view(np.uint32) == 0x77777777)  # symmetric v1 stores 7 everywhere
+    name = prefix + ".weight"
+    if corrupt is None:
+        got = int4_unpack(method, t, n, k, group_size, checkpoint_format, scale_dtype)
+        assert np.array_equal(got, values), f"{prefix}: the packed tensors do not unpack to the reference"
+        expect("st_int4", name, (n, k), "int4", values)
+    else:
+        corrupt(t, int(g_idx.max()) + 1)
+        manifest.setdefault("st_int4", {})[name] = {"shape": [n, k], "type": "int4", "expected": None}
+    manifest["st_int4"][name].update({"method": method, "bits": 4, "group_size": group_size, "sym": sym,
+                                      "desc_act": desc_act, "checkpoint_format": checkpoint_format,
+                                      "prefix": prefix})
+    for suffix, a in t.items():
+        dt = "bfloat16" if a.dtype == np.uint16 else a.dtype.name
+        int4[f"{prefix}.{suffix}"] = (dt, np.ascontiguousarray(a), a.shape)
+
+
+int4_case("gptq_asym_g128", "gptq", 48, 256, 128, checkpoint_format="gptq")
+int4_case("gptq_sym_g32", "gptq", 40, 96, 32, sym=True, checkpoint_format="gptq")
+int4_case("gptq_act_g64", "gptq", 64, 320, 64, desc_act=True, checkpoint_format="gptq")
+int4_case("gptq_channel", "gptq", 24, 136, -1, checkpoint_format="gptq")
+int4_case("gptq_v2_g64", "gptq", 32, 192, 64, checkpoint_format="gptq_v2")
+int4_case("awq_g128", "awq", 64, 256, 128)
+int4_case("awq_g64", "awq", 40, 128, 64)
+int4_case("ct_g128", "compressed-tensors", 48, 256, 128, sym=True)
+int4_case("ct_channel_bf16", "compressed-tensors", 24, 64, -1, sym=True, scale_dtype="bfloat16")
+
+
+# Refused: qweight one packed row short of K/8; scales one group short; a g_idx value of G.
+def truncate(key):
+    def f(t, groups):
+        t[key] = t[key][:-1]
+    return f
+
+
+def bad_gidx(t, groups):
+    t["g_idx"] = t["g_idx"].copy()
+    t["g_idx"][5] = groups
+
+
+int4_case("bad_qweight", "gptq", 16, 64, 32, checkpoint_format="gptq", corrupt=truncate("qweight"))
+int4_case("bad_scales", "gptq", 16, 64, 32, checkpoint_format="gptq", corrupt=truncate("scales"))
+int4_case("bad_gidx", "gptq", 16, 64, 32, checkpoint_format="gptq", corrupt=bad_gidx)
+
+os.makedirs(os.path.join(out, "st_int4"))
+specs = {k: TensorSpec(dtype=dt, shape=list(shape), data_ptr=a.ctypes.data, data_len=a.nbytes)
+         for k, (dt, a, shape) in int4.items()}
+serialize_file(specs, os.path.join(out, "st_int4/model.safetensors"), metadata={"format": "pt"})
 
 with open(os.path.join(out, "manifest.json"), "w") as f:
     json.dump(manifest, f, indent=1)

@@ -1,0 +1,345 @@
+#include "kernels/quant/int4.h"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "base/error.h"
+#include "gpu/launch.h"
+#include "gpu/matrix_fragment.h"
+#include "gpu/numeric.h"
+#include "gpu/vector.h"
+#include "gpu/warp.h"
+
+namespace lw::kernels {
+
+namespace {
+
+namespace mma = gpu::mma;
+
+// Lanes holding distinct A data (RDNA3's WMMA repeats lanes 0..15 in 16..31), the bytes and
+// 32-bit words each holds per tile (four steps of kA elements at half a byte each).
+constexpr int kDataLanes = 256 / mma::kA;
+constexpr int kLaneBytes = 2 * mma::kA;
+constexpr int kLaneWords = kLaneBytes / 4;
+constexpr int kSteps = kInt4TileCols / 16;
+constexpr int kTileWords = static_cast<int>(kInt4TileBytes / 4);
+static_assert(kDataLanes * kLaneBytes == kInt4TileBytes, "a tile is every data lane's run");
+
+// Element e (0 .. 4 kA - 1) of a lane's run: word e / 8, nibble (e % 8) / 2 + 4 ((e % 8) odd).
+LW_DEVICE_INLINE constexpr int nibble_of(int e) { return ((e & 7) >> 1) + 4 * (e & 1); }
+
+constexpr int64_t kThreads = 256;
+int64_t grid_for(int64_t n) { return std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+
+__global__ void unpack_kernel(uint8_t* out, const int32_t* src, Int4Unpack u) {
+  const int64_t total = u.rows * u.cols, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
+    const int64_t i = idx / u.cols + u.row0, j = idx % u.cols + u.col0;
+    const int64_t c = u.col_perm ? u.col_perm[j] : j;
+    const int64_t word = (i / u.row_div) * u.row_stride + (c / u.col_div) * u.col_stride;
+    const int slot = static_cast<int>((u.pack_cols ? c : i) & 7);
+    const uint32_t bits = word >= 0 && word < u.words ? static_cast<uint32_t>(src[word]) : 0u;
+    out[idx] = static_cast<uint8_t>(((bits >> (4 * u.order[slot])) & 15u) + static_cast<uint32_t>(u.add));
+  }
+}
+
+// A thread per word of the tiles.
+__global__ void pack_kernel(uint32_t* tiles, const uint8_t* q, int64_t n, int64_t k, int64_t tiles_k, int64_t words) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < words; idx += stride) {
+    const int64_t tile = idx / kTileWords;
+    const int w = static_cast<int>(idx - tile * kTileWords);
+    const int64_t row0 = (tile / tiles_k) * kInt4TileRows, col0 = (tile % tiles_k) * kInt4TileCols;
+    const int lane = w / kLaneWords;
+    uint32_t word = 0;
+#pragma unroll
+    for (int slot = 0; slot < 8; ++slot) {
+      const int e = (w % kLaneWords) * 8 + slot, step = e / mma::kA, i = e % mma::kA;
+      const int64_t r = row0 + mma::a_row(lane, i), c = col0 + 16 * step + mma::a_col(lane, i);
+      const uint32_t v = r < n && c < k ? (q[r * k + c] & 15u) : 0u;
+      word |= v << (4 * nibble_of(slot));
+    }
+    tiles[idx] = word;
+  }
+}
+
+template <class T>
+__global__ void expand_kernel(T* out, Int4Matrix w, const int32_t* perm, int64_t tiles_k, int64_t words) {
+  const auto* tiles = static_cast<const uint32_t*>(w.tiles);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < words; idx += stride) {
+    const int64_t tile = idx / kTileWords;
+    const int wi = static_cast<int>(idx - tile * kTileWords);
+    const int64_t row0 = (tile / tiles_k) * kInt4TileRows, col0 = (tile % tiles_k) * kInt4TileCols;
+    const int lane = wi / kLaneWords;
+    const uint32_t word = tiles[idx];
+#pragma unroll
+    for (int slot = 0; slot < 8; ++slot) {
+      const int e = (wi % kLaneWords) * 8 + slot, step = e / mma::kA, i = e % mma::kA;
+      const int64_t r = row0 + mma::a_row(lane, i), c = col0 + 16 * step + mma::a_col(lane, i);
+      if (r >= w.n || c >= w.k) continue;
+      const int64_t g = r * ((w.k + w.group - 1) / w.group) + c / w.group;
+      const int q = static_cast<int>((word >> (4 * nibble_of(slot))) & 15u);
+      out[r * w.k + (perm ? perm[c] : c)] = gpu::from_float<T>(static_cast<float>(q - w.zeros[g]) * w.scales[g]);
+    }
+  }
+}
+
+// 1024 + q (f16) or 128 + q (bf16) for a nibble q in the low bits: exact, and one subtraction of
+// (magic + zero) leaves q - zero exactly.
+template <class T>
+constexpr uint32_t kMagic = std::is_same_v<T, half> ? 0x6400u : 0x4300u;
+
+// Fragment elements i and i + 1 from the word holding them (nibbles p and p + 4) minus the zero
+// point: zbias holds (magic + zero) in both 16-bit halves.
+template <class T>
+LW_DEVICE_INLINE void decode_pair(uint32_t word, int p, uint32_t zbias, T& lo, T& hi) {
+  const uint32_t bits = ((word >> (4 * p)) & 0x000f000fu) | (kMagic<T> * 0x10001u);
+#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using Pair = std::conditional_t<std::is_same_v<T, half>, __half2, __nv_bfloat162>;
+  Pair v, z;
+  memcpy(&v, &bits, 4);
+  memcpy(&z, &zbias, 4);
+  const Pair r = __hsub2(v, z);
+  lo = r.x;
+  hi = r.y;
+#else
+  const float z = static_cast<float>(static_cast<int>(zbias & 0xffffu) - static_cast<int>(kMagic<T>));
+  lo = gpu::from_float<T>(static_cast<float>(bits & 15u) - z);
+  hi = gpu::from_float<T>(static_cast<float>((bits >> 16) & 15u) - z);
+#endif
+}
+
+constexpr int kGemmWarps = 4;
+constexpr int kFragElems = 256;  // a 16 x 16 C tile: kC elements in each lane on every layout
+
+// A block per 16 weight rows and k split (blockIdx.y of gridDim.y); its warps take consecutive
+// parts of the split's tiles. NT tiles of 16 rows of x (the MMA's N). A warp's partial sums go
+// through shared memory to warp 0, which adds them in warp order and writes y (one split) or
+// the split's partial sums.
+template <class T, int NT>
+__global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64_t m, int64_t ldx, int64_t ldy,
+                            int64_t tiles_per_warp, float* workspace) {
+  LW_SHARED(float, partial, [kGemmWarps * NT * kFragElems]);
+#if LW_MATRIX_CORES
+  const int warp = gpu::warp_id(), lane = gpu::lane_id();
+  const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kInt4TileRows, groups = (w.k + w.group - 1) / w.group;
+  const int64_t first = (static_cast<int64_t>(blockIdx.y) * kGemmWarps + warp) * tiles_per_warp;
+  const int64_t last = first + tiles_per_warp < tiles_k ? first + tiles_per_warp : tiles_k;
+  const auto* tile_row = static_cast<const uint8_t*>(w.tiles) + blockIdx.x * tiles_k * kInt4TileBytes +
+                         (lane % kDataLanes) * kLaneBytes;
+  auto clamp_row = [&](int r) { return row0 + r < w.n ? row0 + r : w.n - 1; };
+  auto load_words = [&](int64_t t, uint32_t (&words)[kLaneWords]) {
+    const auto* p = reinterpret_cast<const uint32_t*>(tile_row + t * kInt4TileBytes);
+#pragma unroll
+    for (int c = 0; c < kLaneWords; c += 4) {
+      const auto v = gpu::load_vec<(kLaneWords < 4 ? kLaneWords : 4)>(p + c);
+#pragma unroll
+      for (int e = 0; e < (kLaneWords < 4 ? kLaneWords : 4); ++e) words[c + e] = v.v[e];
+    }
+  };
+
+  mma::FragC total[NT], sums[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    mma::fill(total[nt], 0.0f);
+    mma::fill(sums[nt], 0.0f);
+  }
+  uint32_t zbias[mma::kA / 2];
+  int64_t group = -1;
+  auto fold = [&]() {  // the group's sums times their rows' scales
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) {
+      const float s = w.scales[clamp_row(mma::c_row(lane, i)) * groups + group];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        total[nt].x[i] += s * sums[nt].x[i];
+        sums[nt].x[i] = 0.0f;
+      }
+    }
+  };
+  uint32_t words[kLaneWords], next[kLaneWords];
+  if (first < last) load_words(first, next);
+  for (int64_t t = first; t < last; ++t) {
+#pragma unroll
+    for (int i = 0; i < kLaneWords; ++i) words[i] = next[i];
+    if (t + 1 < last) load_words(t + 1, next);
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step) {
+      const int64_t k0 = t * kInt4TileCols + 16 * step;
+      if (k0 >= w.k) break;
+      if (const int64_t g = k0 / w.group; g != group) {
+        if (group >= 0) fold();
+        group = g;
+#pragma unroll
+        for (int p = 0; p < mma::kA / 2; ++p) {
+          const uint32_t z = w.zeros[clamp_row(mma::a_row(lane, 2 * p)) * groups + g];
+          zbias[p] = (kMagic<T> + z) * 0x10001u;
+        }
+      }
+      mma::FragA<T> a;
+#pragma unroll
+      for (int i = 0; i < mma::kA; i += 2) {
+        const int e = step * mma::kA + i;
+        decode_pair<T>(words[e >> 3], (e & 7) >> 1, zbias[i / 2], a.x[i], a.x[i + 1]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        mma::FragB<T> b;
+#pragma unroll
+        for (int i = 0; i < mma::kB; i += 2) {
+          const int64_t row = nt * 16 + mma::b_col(lane, i), k = k0 + mma::b_row(lane, i);
+          if (row < m && k < w.k) {  // k even and w.k a multiple of 8: k + 1 < w.k too
+            const auto pair = *reinterpret_cast<const uint32_t*>(x + row * ldx + k);
+            b.x[i] = __builtin_bit_cast(T, static_cast<uint16_t>(pair & 0xffffu));
+            b.x[i + 1] = __builtin_bit_cast(T, static_cast<uint16_t>(pair >> 16));
+          } else {
+            b.x[i] = b.x[i + 1] = gpu::from_float<T>(0.0f);
+          }
+        }
+        mma::mma(sums[nt], a, b, sums[nt]);
+      }
+    }
+  }
+  if (group >= 0) fold();
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) partial[(warp * NT + nt) * kFragElems + lane * mma::kC + i] = total[nt].x[i];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) {
+      float v = 0.0f;
+      for (int wp = 0; wp < kGemmWarps; ++wp) v += partial[(wp * NT + nt) * kFragElems + lane * mma::kC + i];
+      const int64_t row = row0 + mma::c_row(lane, i), tok = nt * 16 + mma::c_col(lane, i);
+      // WMMA's C holds each element once; lanes of a repeated A do not repeat C.
+      if (row >= w.n || tok >= m) continue;
+      if (gridDim.y == 1) {
+        y[tok * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
+      } else {
+        workspace[(static_cast<int64_t>(blockIdx.y) * m + tok) * w.n + row] = v;
+      }
+    }
+#else
+  (void)partial, (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_warp, (void)workspace;
+#endif
+}
+
+// y = the splits' partial sums added in split order (+ bias).
+template <class T>
+__global__ void reduce_splits_kernel(T* y, const float* workspace, const T* bias, int64_t m, int64_t n, int64_t ldy,
+                                     int splits) {
+  const int64_t total = m * n, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
+    const int64_t tok = idx / n, row = idx - tok * n;
+    float v = 0.0f;
+    for (int s = 0; s < splits; ++s) v += workspace[s * total + idx];
+    y[tok * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
+  }
+}
+
+template <class T>
+__global__ void gather_columns_kernel(T* out, const T* x, const int32_t* perm, int64_t rows, int64_t k, int64_t ldx) {
+  const int64_t total = rows * k, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
+    const int64_t r = idx / k, j = idx - r * k;
+    out[idx] = x[r * ldx + perm[j]];
+  }
+}
+
+void check_matrix(const char* op, const Int4Matrix& w) {
+  LW_CHECK(w.n > 0 && w.k > 0 && w.group > 0 && w.tiles && w.scales && w.zeros,
+           op << ": a 4-bit matrix of [" << w.n << ", " << w.k << "], group " << w.group << " is incomplete");
+}
+
+}  // namespace
+
+void int4_unpack(uint8_t* out, const int32_t* src, const Int4Unpack& u, cudaStream_t stream) {
+  LW_CHECK(u.rows > 0 && u.cols > 0 && (u.row_div == 1 || u.row_div == 8) && (u.col_div == 1 || u.col_div == 8),
+           "int4_unpack: [" << u.rows << ", " << u.cols << "] with divisors " << u.row_div << ", " << u.col_div);
+  const int64_t total = u.rows * u.cols;
+  gpu::launch("int4_unpack", unpack_kernel, {dim3(static_cast<unsigned>(grid_for(total))), dim3(kThreads), 0, stream}, out,
+              src, u);
+}
+
+void int4_pack_tiles(void* tiles, const uint8_t* q, int64_t n, int64_t k, cudaStream_t stream) {
+  LW_CHECK(n > 0 && k > 0, "int4_pack_tiles: [" << n << ", " << k << "]");
+  const int64_t tiles_k = (k + kInt4TileCols - 1) / kInt4TileCols, words = int4_tile_count(n, k) * kTileWords;
+  gpu::launch("int4_pack_tiles", pack_kernel, {dim3(static_cast<unsigned>(grid_for(words))), dim3(kThreads), 0, stream},
+              static_cast<uint32_t*>(tiles), q, n, k, tiles_k, words);
+}
+
+template <class T>
+void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, cudaStream_t stream) {
+  check_matrix("int4_expand", w);
+  const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols, words = int4_tile_count(w.n, w.k) * kTileWords;
+  gpu::launch("int4_expand", expand_kernel<T>, {dim3(static_cast<unsigned>(grid_for(words))), dim3(kThreads), 0, stream},
+              out, w, perm, tiles_k, words);
+}
+
+bool int4_gemm_supports(const Int4Matrix& w) { return w.group % 16 == 0 || w.group >= w.k; }
+
+int int4_gemm_splits(const Int4Matrix& w, int multiprocessors) {
+  // Enough warps for about 16 per multiprocessor, each with at least four tiles of k.
+  const int64_t row_tiles = (w.n + kInt4TileRows - 1) / kInt4TileRows;
+  const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols;
+  const int64_t want = std::max<int64_t>(1, (16 * std::max(multiprocessors, 1)) / (row_tiles * kGemmWarps));
+  const int64_t most = std::max<int64_t>(1, tiles_k / (4 * kGemmWarps));
+  constexpr int64_t kMostSplits = 64;  // lint: not-a-warp (a bound on the workspace)
+  return static_cast<int>(std::min<int64_t>({want, most, kMostSplits}));
+}
+
+template <class T>
+void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, int64_t ldx, int64_t ldy, int splits,
+               float* workspace, int warp_size, cudaStream_t stream) {
+  check_matrix("int4_gemm", w);
+  LW_CHECK(m >= 0 && m <= kInt4GemmMaxRows, "int4_gemm: " << m << " rows; at most " << kInt4GemmMaxRows);
+  LW_CHECK(int4_gemm_supports(w), "int4_gemm: groups of " << w.group << " columns are not whole 16-column steps");
+  LW_CHECK(w.k % 8 == 0 && ldx % 2 == 0 && gpu::aligned_to(4, x),
+           "int4_gemm: K = " << w.k << " must be a multiple of 8 and x's rows 4-byte aligned (ldx " << ldx << ")");
+  LW_CHECK(splits >= 1 && (splits == 1 || workspace), "int4_gemm: " << splits << " splits need a workspace");
+  if (m == 0) return;
+  const int64_t row_tiles = (w.n + kInt4TileRows - 1) / kInt4TileRows;
+  const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols;
+  const int64_t per_warp = (tiles_k + splits * kGemmWarps - 1) / (splits * kGemmWarps);
+  LW_CHECK(row_tiles <= 0x7fffffff, "int4_gemm: " << w.n << " rows exceed the grid limit");
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(splits)),
+                              dim3(kGemmWarps * warp_size), 0, stream};
+  const int nt = static_cast<int>((m + 15) / 16);
+  switch (nt) {
+    case 1: gpu::launch("int4_gemm", gemm_kernel<T, 1>, cfg, y, x, w, bias, m, ldx, ldy, per_warp, workspace); break;
+    case 2: gpu::launch("int4_gemm", gemm_kernel<T, 2>, cfg, y, x, w, bias, m, ldx, ldy, per_warp, workspace); break;
+    default: gpu::launch("int4_gemm", gemm_kernel<T, 4>, cfg, y, x, w, bias, m, ldx, ldy, per_warp, workspace); break;
+  }
+  if (splits > 1) {
+    gpu::launch("int4_reduce_splits", reduce_splits_kernel<T>,
+                {dim3(static_cast<unsigned>(grid_for(m * w.n))), dim3(kThreads), 0, stream}, y, workspace, bias, m, w.n, ldy,
+                splits);
+  }
+}
+
+template <class T>
+void gather_columns(T* out, const T* x, const int32_t* perm, int64_t rows, int64_t k, int64_t ldx, cudaStream_t stream) {
+  if (rows == 0 || k == 0) return;
+  gpu::launch("gather_columns", gather_columns_kernel<T>,
+              {dim3(static_cast<unsigned>(grid_for(rows * k))), dim3(kThreads), 0, stream}, out, x, perm, rows, k, ldx);
+}
+
+#define LW_INT4_INSTANTIATE(T)                                                                                          \
+  template void int4_expand<T>(T*, const Int4Matrix&, const int32_t*, cudaStream_t);                                    \
+  template void gather_columns<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, cudaStream_t);
+LW_INT4_INSTANTIATE(float)
+LW_INT4_INSTANTIATE(half)
+LW_INT4_INSTANTIATE(bfloat16)
+#undef LW_INT4_INSTANTIATE
+template void int4_gemm<half>(half*, const half*, const Int4Matrix&, const half*, int64_t, int64_t, int64_t, int, float*,
+                              int, cudaStream_t);
+template void int4_gemm<bfloat16>(bfloat16*, const bfloat16*, const Int4Matrix&, const bfloat16*, int64_t, int64_t,
+                                  int64_t, int, float*, int, cudaStream_t);
+
+}  // namespace lw::kernels

@@ -1,0 +1,80 @@
+// 4-bit weights with a scale and a zero point per (output row, group of input columns), the
+// form GPTQ, AWQ and compressed-tensors checkpoints share:
+//   w[n, k] = (q[n, k] - zero[n, g]) * scale[n, g],  g = k / group,  q and zero in 0..16.
+//
+// On the device the values are kept in tiles of 16 rows x 64 columns (512 bytes), each laid out
+// for the matrix-fragment layer of the code's target (gpu/matrix_fragment.h): a lane's A
+// fragments of the tile's four 16x16x16 steps are one run of bytes (16 on NVIDIA, 8 on MFMA,
+// 32 on WMMA), and within each 32-bit word fragment elements 2p and 2p + 1 sit in nibbles p and
+// p + 4, so one mask yields them as a pair of 16-bit lanes. The tiles are made on the device by
+// int4_pack_tiles, compiled for the same target as the kernels that read them: the layout is
+// the device's, never assumed by the host.
+#pragma once
+#include <cstdint>
+
+#include "gpu/compat.h"
+
+namespace lw::kernels {
+
+inline constexpr int64_t kInt4TileRows = 16;
+inline constexpr int64_t kInt4TileCols = 64;  // lint: not-a-warp (four 16-column fragment steps)
+inline constexpr int64_t kInt4TileBytes = kInt4TileRows * kInt4TileCols / 2;
+// The fused kernel serves up to this many rows of x; more expand the weights (ops::linear).
+inline constexpr int64_t kInt4GemmMaxRows = 64;  // lint: not-a-warp (four 16-row fragment tiles of x)
+
+struct Int4Matrix {
+  const void* tiles = nullptr;      // ceil(n / 16) x ceil(k / 64) tiles, row-major
+  const float* scales = nullptr;    // [n, groups]
+  const uint8_t* zeros = nullptr;   // [n, groups]
+  int64_t n = 0, k = 0, group = 0;  // groups = ceil(k / group)
+};
+
+inline int64_t int4_tile_count(int64_t n, int64_t k) {
+  return ((n + kInt4TileRows - 1) / kInt4TileRows) * ((k + kInt4TileCols - 1) / kInt4TileCols);
+}
+
+// Where the 4-bit values of a checkpoint's int32 words are: out[i, j] (rows x cols bytes, one
+// value per byte) = the value of word (r / row_div) * row_stride + (c / col_div) * col_stride at
+// nibble order[(pack_cols ? c : r) % 8], plus `add`, with r = row0 + i and c = col_perm[col0 + j]
+// (or col0 + j): a part of the stored matrix.
+struct Int4Unpack {
+  int64_t rows = 0, cols = 0;
+  int64_t row0 = 0, col0 = 0;
+  int row_div = 1, col_div = 1;  // 1 or 8
+  int64_t row_stride = 0, col_stride = 0;
+  bool pack_cols = true;  // eight consecutive columns (else rows) share a word
+  uint8_t order[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  int add = 0;
+  const int32_t* col_perm = nullptr;  // [cols], or null
+  int64_t words = 0;                  // int32 words of the source (every index is checked against it)
+};
+void int4_unpack(uint8_t* out, const int32_t* src, const Int4Unpack& u, cudaStream_t stream);
+
+// The tiles of q [n, k] (one value 0..15 per byte, row-major); rows and columns past the matrix
+// hold 0.
+void int4_pack_tiles(void* tiles, const uint8_t* q, int64_t n, int64_t k, cudaStream_t stream);
+
+// out [n, k] row-major: every weight in fp32 rounded once to T. perm (optional, [k]): the tiles'
+// column j is the matrix's column perm[j] (act-order checkpoints).
+template <class T>
+void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, cudaStream_t stream);
+
+// y[m, n] = x[m, k] @ W^T (+ bias) on the matrix-fragment layer, m <= kInt4GemmMaxRows: the
+// zero points are subtracted exactly in T (integers), each group's products accumulate in fp32
+// and are multiplied by their scales there. x rows ldx elements apart (even, 4-byte aligned),
+// y rows ldy. `splits` > 1 divides k over that many blocks per row tile, whose fp32 partial sums
+// go to `workspace` ([splits, m, n] floats) and are added in a fixed order: the result does not
+// depend on m or on other rows of x. Needs matrix cores (int4_gemm_available).
+template <class T>
+void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, int64_t ldx, int64_t ldy, int splits,
+               float* workspace, int warp_size, cudaStream_t stream);
+// How many k splits fill the device: `multiprocessors` of it.
+int int4_gemm_splits(const Int4Matrix& w, int multiprocessors);
+// Whether int4_gemm reads this matrix: groups of whole 16-column steps (or one group).
+bool int4_gemm_supports(const Int4Matrix& w);
+
+// out[r, j] = x[r, perm[j]] (rows ldx apart in, k apart out).
+template <class T>
+void gather_columns(T* out, const T* x, const int32_t* perm, int64_t rows, int64_t k, int64_t ldx, cudaStream_t stream);
+
+}  // namespace lw::kernels

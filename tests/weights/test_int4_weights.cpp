@@ -1,0 +1,218 @@
+// 4-bit weights (ops::Weight::int4) from make_fixtures.py's st_int4 checkpoint: GPTQ (v1 and v2
+// zero points, symmetric, act-order, one group per row), AWQ and compressed-tensors
+// pack-quantized, quantised and packed in Python by the formats' published rules. Each loads to
+// exactly the reference values; linear on the fused matrix-fragment kernel and on the expansion
+// matches a float64 reference; shards and stacked parts keep (or expand) what they should; and
+// broken tensors are refused by name.
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kernels/quant/int4.h"
+#include "model/weight_loader.h"
+#include "ops/gemm.h"
+#include "ops/weight.h"
+#include "test_util.h"
+#include "weights/checkpoint.h"
+#include "weights/fixture_values.h"
+
+namespace lw::test {
+namespace {
+
+const std::string kDir = LW_WEIGHTS_FIXTURES;
+
+struct Fixture {
+  std::unique_ptr<weights::Checkpoint> ckpt = weights::open_checkpoint(kDir + "/st_int4");
+  nlohmann::json manifest = [] {
+    std::ifstream f(kDir + "/manifest.json");
+    EXPECT_TRUE(f.good()) << "run the weights.make_fixtures test first (ctest -L weights)";
+    return nlohmann::json::parse(f)["st_int4"];
+  }();
+  std::vector<float> values(const std::string& name) const {
+    return read_values<float>(kDir + "/" + manifest[name]["expected"].get<std::string>());
+  }
+  std::vector<int64_t> shape(const std::string& name) const { return manifest[name]["shape"].get<std::vector<int64_t>>(); }
+  // A loader set up as the case's config.json would set it.
+  std::unique_ptr<model::WeightLoader> loader(const std::string& name, const char* storage = "quantized") const {
+    const auto& info = manifest[name];
+    ScopedEnv env("LW_WEIGHT_STORAGE", storage);
+    auto ld = std::make_unique<model::WeightLoader>(ctx(), ckpt.get(), DType::f32, false);
+    model::WeightQuantization q;
+    q.method = info["method"].get<std::string>();
+    q.int4_group = info["group_size"].get<int64_t>();
+    q.gptq_v2 = info["checkpoint_format"].get<std::string>() == "gptq_v2";
+    ld->set_quantization(q);
+    return ld;
+  }
+  std::vector<std::string> cases() const {
+    std::vector<std::string> names;
+    for (const auto& [name, info] : manifest.items())
+      if (!info["expected"].is_null()) names.push_back(name);
+    return names;
+  }
+};
+
+// The weight expanded to f32 equals rows [r0, r1) and columns [c0, c1) of the reference.
+void expect_values(const ops::Weight& w, const std::vector<float>& ref, int64_t k, int64_t r0, int64_t r1, int64_t c0,
+                   int64_t c1) {
+  ASSERT_EQ(w.out_features(), r1 - r0);
+  ASSERT_EQ(w.in_features(), c1 - c0);
+  const Tensor got = ctx().to_host(ops::expand(ctx(), w, DType::f32));
+  for (int64_t i = r0; i < r1; ++i)
+    for (int64_t j = c0; j < c1; ++j)
+      ASSERT_EQ(got.data<float>()[(i - r0) * (c1 - c0) + (j - c0)], ref[i * k + j]) << "element [" << i << ", " << j << "]";
+}
+
+TEST(Int4Weights, EveryLayoutLoadsToTheReferenceValues) {
+  Fixture fx;
+  ASSERT_EQ(fx.cases().size(), 9u);
+  for (const std::string& name : fx.cases()) {
+    SCOPED_TRACE(name);
+    const std::vector<int64_t> shape = fx.shape(name);
+    const int64_t n = shape[0], k = shape[1];
+    const ops::Weight w = fx.loader(name)->get_weight(name, shape);
+    ASSERT_EQ(w.format(), ops::WeightFormat::int4);
+    EXPECT_EQ(w.data().nbytes(), static_cast<size_t>(kernels::int4_tile_count(n, k) * kernels::kInt4TileBytes));
+    EXPECT_EQ(w.perm().defined(), fx.manifest[name]["desc_act"].get<bool>());
+    const std::vector<float> ref = fx.values(name);
+    expect_values(w, ref, k, 0, n, 0, k);
+    const ops::Weight dense = fx.loader(name, "dense")->get_weight(name, shape);
+    EXPECT_EQ(dense.format(), ops::WeightFormat::dense);
+    expect_values(dense, ref, k, 0, n, 0, k);
+    for (DType dt : {DType::f16, DType::bf16}) {
+      const Tensor got = ctx().to_host(ops::expand(ctx(), w, dt));
+      for (int64_t i = 0; i < n * k; ++i)
+        ASSERT_EQ(element(got, i), rounded_to(ref[i], dt)) << dtype_name(dt) << " element " << i;
+    }
+  }
+}
+
+// y = x W^T + b against float64 over the reference values: the fused kernel (one, two and four
+// 16-row tiles of x, partial tiles; several passes on the forced path) and the expansion (more
+// rows, f32, the tiled GEMM). The fused kernel multiplies exact weights (zero points subtracted
+// in integers, scales in fp32); the expansion rounds each weight to x's dtype once.
+TEST(Int4Weights, LinearMatchesTheFloat64Reference) {
+  Fixture fx;
+  struct Case {
+    int64_t m;
+    ops::GemmPath path;
+  };
+  const Case cases[] = {{1, ops::GemmPath::automatic},  {5, ops::GemmPath::automatic}, {17, ops::GemmPath::automatic},
+                        {40, ops::GemmPath::automatic}, {70, ops::GemmPath::automatic}, {70, ops::GemmPath::gemv},
+                        {3, ops::GemmPath::tiled}};
+  for (const std::string& name : fx.cases()) {
+    const std::vector<int64_t> shape = fx.shape(name);
+    const int64_t n = shape[0], k = shape[1];
+    const ops::Weight w = fx.loader(name)->get_weight(name, shape);
+    const std::vector<float> wref = fx.values(name);
+    for (DType dt : {DType::f32, DType::f16, DType::bf16})
+      for (const Case& c : cases) {
+        const bool with_bias = c.m % 2 == 1;
+        SCOPED_TRACE(::testing::Message() << name << " " << dtype_name(dt) << " M=" << c.m << " "
+                                          << ops::gemm_path_name(c.path) << (with_bias ? " bias" : ""));
+        const Tensor xh = random_host({c.m, k}, dt);
+        const Tensor bh = random_host({n}, dt);
+        Tensor out = ctx().empty({c.m, n}, dt);
+        poison(out);
+        if (dt == DType::f32 && c.path == ops::GemmPath::gemv && c.m > 16) {
+          // f32 rows take the expansion, whose dense GEMV serves 16 rows.
+          expect_error([&] { ops::linear(ctx(), ctx().to_device(xh), w, Tensor(), out, c.path); },
+                       "the gemv path takes at most 16 rows");
+          continue;
+        }
+        ops::linear(ctx(), ctx().to_device(xh), w, with_bias ? ctx().to_device(bh) : Tensor(), out, c.path);
+        const Tensor got = ctx().to_host(out);
+        // fp32 sums (K * 2^-24 of sum |x w|), the weights rounded to dt on the expansion (eps of
+        // sum |x w|), one rounding of the result and, with a bias, of the product.
+        const double eps = epsilon(dt), acc_eps = static_cast<double>(k) * std::ldexp(1.0, -24);
+        for (int64_t i = 0; i < c.m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double ref = with_bias ? element(bh, j) : 0.0, mag = std::abs(ref), product = 0.0;
+            for (int64_t l = 0; l < k; ++l) {
+              const double p = element(xh, i * k + l) * static_cast<double>(wref[j * k + l]);
+              product += p;
+              mag += std::abs(p);
+            }
+            ref += product;
+            const double v = element(got, i * n + j);
+            ASSERT_LE(std::abs(v - ref), eps * (std::abs(ref) + std::abs(product)) + (acc_eps + eps) * mag + 1e-6)
+                << "element [" << i << ", " << j << "]: " << v << " vs " << ref;
+          }
+      }
+  }
+}
+
+// A row's result does not depend on the other rows of the call: on the fused kernel (whose k
+// splits depend on the weight only) and in deterministic mode (the expansion at every M).
+TEST(Int4Weights, RowsDoNotDependOnTheBatch) {
+  Fixture fx;
+  const std::string name = "gptq_act_g64.weight";
+  const ops::Weight w = fx.loader(name)->get_weight(name, fx.shape(name));
+  const int64_t n = w.out_features(), k = w.in_features();
+  const Tensor x = ctx().to_device(random_host({24, k}, DType::bf16));
+  for (bool deterministic : {false, true}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "automatic");
+    std::optional<DeterministicScope> det;
+    if (deterministic) det.emplace(ctx());
+    Tensor all = ctx().empty({24, n}, DType::bf16), one = ctx().empty({1, n}, DType::bf16);
+    ops::linear(ctx(), x, w, Tensor(), all);
+    ops::linear(ctx(), x.slice(0, 5, 6), w, Tensor(), one);
+    EXPECT_TRUE(bitwise_equal(ctx().to_host(one), ctx().to_host(all.slice(0, 5, 6))));
+  }
+}
+
+// A rank's rows stay 4-bit; columns stay 4-bit on group edges and are expanded where they cut a
+// group or the weight is act-order; parts stack by rows where whole tiles allow.
+TEST(Int4Weights, ShardsAndStackedParts) {
+  Fixture fx;
+  const std::string name = "gptq_asym_g128.weight";  // [48, 256], groups of 128
+  const std::vector<float> ref = fx.values(name);
+  auto part = [&](const std::string& which, model::WeightLoader::Part p) {
+    return fx.loader(which)->get_weight(which, fx.shape(which), p);
+  };
+  ops::Weight rows = part(name, {0, 16, 48});
+  EXPECT_EQ(rows.format(), ops::WeightFormat::int4);
+  expect_values(rows, ref, 256, 16, 48, 0, 256);
+  ops::Weight cols = part(name, {1, 128, 256});
+  EXPECT_EQ(cols.format(), ops::WeightFormat::int4);
+  expect_values(cols, ref, 256, 0, 48, 128, 256);
+  ops::Weight cut = part(name, {1, 64, 192});
+  EXPECT_EQ(cut.format(), ops::WeightFormat::dense);
+  expect_values(cut, ref, 256, 0, 48, 64, 192);
+  const std::string act = "gptq_act_g64.weight";  // [64, 320], act-order
+  ops::Weight act_cols = part(act, {1, 64, 128});
+  EXPECT_EQ(act_cols.format(), ops::WeightFormat::dense);
+  expect_values(act_cols, fx.values(act), 320, 0, 64, 64, 128);
+  ops::Weight act_rows = part(act, {0, 16, 40});
+  EXPECT_EQ(act_rows.format(), ops::WeightFormat::int4);
+  expect_values(act_rows, fx.values(act), 320, 16, 40, 0, 320);
+
+  // Stacked: whole tiles of rows stay one int4 weight; a first part of 40 rows does not.
+  auto ld = fx.loader(name);
+  const ops::Weight stacked = ld->fuse_weights({part(name, {0, 0, 16}), part(name, {0, 16, 48})});
+  EXPECT_EQ(stacked.format(), ops::WeightFormat::int4);
+  expect_values(stacked, ref, 256, 0, 48, 0, 256);
+  const ops::Weight uneven = ld->fuse_weights({part(name, {0, 0, 40}), part(name, {0, 40, 48})});
+  EXPECT_EQ(uneven.format(), ops::WeightFormat::dense);
+  expect_values(uneven, ref, 256, 0, 48, 0, 256);
+}
+
+TEST(Int4Weights, BrokenTensorsAreRefusedByName) {
+  Fixture fx;
+  const std::vector<int64_t> shape{16, 64};
+  expect_error([&] { fx.loader("bad_qweight.weight")->get_weight("bad_qweight.weight", shape); },
+               "qweight i32[7, 16] gpu must be contiguous i32[8, 16]");
+  expect_error([&] { fx.loader("bad_scales.weight")->get_weight("bad_scales.weight", shape); }, "scales");
+  expect_error([&] { fx.loader("bad_gidx.weight")->get_weight("bad_gidx.weight", shape); },
+               "g_idx[5] = 2 is not a group of 0..1");
+  // The model's shape must be the checkpoint's.
+  expect_error([&] { fx.loader("awq_g128.weight")->get_weight("awq_g128.weight", {64, 128}); }, "qweight");
+  // 4-bit tensors without a config that describes them.
+  ScopedEnv env("LW_WEIGHT_STORAGE", "quantized");
+  model::WeightLoader plain(ctx(), fx.ckpt.get(), DType::f32, false);
+  expect_error([&] { plain.get_weight("awq_g128.weight", {64, 256}); },
+               "does not describe them");
+}
+
+}  // namespace
+}  // namespace lw::test
