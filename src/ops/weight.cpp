@@ -425,7 +425,7 @@ void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
   const bool runs = x.dtype() != DType::f32 && kernels::int4_gemm_supports(m) && k % 8 == 0 && x.is_contiguous() &&
                     out.is_contiguous() && (caps.emulator() || caps.matrix.mma_sync || caps.matrix.mfma || caps.matrix.wmma);
   const bool fused = runs && (sel.forced() ? sel.path == GemmPath::gemv
-                                           : !ctx.deterministic() && rows <= kernels::kInt4GemmMaxRows);
+                                           : !ctx.deterministic() && rows <= kInt4FusedMaxRows);
   if (!fused) {
     linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, sel.forced() ? sel.path : GemmPath::automatic);
     return;

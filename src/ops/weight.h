@@ -114,6 +114,10 @@ class Weight {
 // weights"; FP8 takes the crossover of Q8_0, its nearest GGUF kin, until measured itself).
 inline constexpr int64_t kGgufGemvMaxRows = 4;
 
+// An automatic linear over int4 weights of at most this many rows runs the fused kernel; above it
+// the expansion and the vendor GEMM (H200, docs/PERFORMANCE.md "4-bit weights").
+inline constexpr int64_t kInt4FusedMaxRows = 16;
+
 // Whether linear over FP8 weights may run W8A8 on this device (NVIDIA sm_89 and later; not on
 // HIP: hipBLASLt's gfx942 FP8 reads e4m3fnuz codes, nor the host).
 bool has_fp8_gemm(const gpu::DeviceCaps& caps);
@@ -145,7 +149,8 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //                     on the forced gemv path, else the weights expanded to x's dtype and the
 //                     dense linear.
 //   int4              f16/bf16 x on a device with matrix cores (and the emulator), up to
-//                     kernels::kInt4GemmMaxRows rows and on the forced gemv path: the fused
+//                     kInt4FusedMaxRows rows and on the forced gemv path (any rows, in passes of
+//                     kernels::kInt4GemmMaxRows): the fused
 //                     kernel on the matrix-fragment layer (kernels::int4_gemm; x's columns
 //                     gathered first where the weight has a permutation); more rows, f32 x,
 //                     another forced path, deterministic mode, groups that are not whole

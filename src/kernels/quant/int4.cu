@@ -64,9 +64,12 @@ __global__ void pack_kernel(uint32_t* tiles, const uint8_t* q, int64_t n, int64_
   }
 }
 
+// A thread per word of the tiles; the two elements of a pair share a row (and so a scale and a
+// zero point) and sit in adjacent columns: one store of both where the columns are in order.
 template <class T>
 __global__ void expand_kernel(T* out, Int4Matrix w, const int32_t* perm, int64_t tiles_k, int64_t words) {
   const auto* tiles = static_cast<const uint32_t*>(w.tiles);
+  const int64_t groups = (w.k + w.group - 1) / w.group;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < words; idx += stride) {
     const int64_t tile = idx / kTileWords;
@@ -75,13 +78,21 @@ __global__ void expand_kernel(T* out, Int4Matrix w, const int32_t* perm, int64_t
     const int lane = wi / kLaneWords;
     const uint32_t word = tiles[idx];
 #pragma unroll
-    for (int slot = 0; slot < 8; ++slot) {
+    for (int slot = 0; slot < 8; slot += 2) {
       const int e = (wi % kLaneWords) * 8 + slot, step = e / mma::kA, i = e % mma::kA;
       const int64_t r = row0 + mma::a_row(lane, i), c = col0 + 16 * step + mma::a_col(lane, i);
-      if (r >= w.n || c >= w.k) continue;
-      const int64_t g = r * ((w.k + w.group - 1) / w.group) + c / w.group;
-      const int q = static_cast<int>((word >> (4 * nibble_of(slot))) & 15u);
-      out[r * w.k + (perm ? perm[c] : c)] = gpu::from_float<T>(static_cast<float>(q - w.zeros[g]) * w.scales[g]);
+      if (r >= w.n || c >= w.k) continue;  // K is a multiple of 8: c + 1 < K too
+      const int64_t g = r * groups + static_cast<int>(c) / static_cast<int>(w.group);
+      const float s = w.scales[g], z = static_cast<float>(w.zeros[g]);
+      gpu::Vec<T, 2> v;
+      v.v[0] = gpu::from_float<T>((static_cast<float>((word >> (4 * nibble_of(slot))) & 15u) - z) * s);
+      v.v[1] = gpu::from_float<T>((static_cast<float>((word >> (4 * nibble_of(slot + 1))) & 15u) - z) * s);
+      if (perm) {
+        out[r * w.k + perm[c]] = v.v[0];
+        out[r * w.k + perm[c + 1]] = v.v[1];
+      } else {
+        gpu::store_vec<2>(out + r * w.k + c, v);
+      }
     }
   }
 }
@@ -113,118 +124,161 @@ LW_DEVICE_INLINE void decode_pair(uint32_t word, int p, uint32_t zbias, T& lo, T
 
 constexpr int kGemmWarps = 4;
 constexpr int kFragElems = 256;  // a 16 x 16 C tile: kC elements in each lane on every layout
+// Row tiles of 16 weight rows a warp multiplies with each fragment of x it loads: fewer as x
+// takes more tiles (NT), so that the accumulators fit in registers.
+template <int NT>
+constexpr int kRowTiles = NT == 1 ? 4 : NT == 2 ? 2 : 1;
 
-// A block per 16 weight rows and k split (blockIdx.y of gridDim.y); its warps take consecutive
-// parts of the split's tiles. NT tiles of 16 rows of x (the MMA's N). A warp's partial sums go
-// through shared memory to warp 0, which adds them in warp order and writes y (one split) or
-// the split's partial sums.
+// A block per kRowTiles x 16 weight rows and k split (blockIdx.y of gridDim.y); its warps take
+// consecutive parts of the split's 64-column tiles. NT tiles of 16 rows of x (the MMA's N),
+// each fragment of x loaded once per step and multiplied with every row tile's fragment. A
+// warp's partial sums go through shared memory to warp 0, which adds them in warp order and
+// writes y (one split) or the split's partial sums.
 template <class T, int NT>
 __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64_t m, int64_t ldx, int64_t ldy,
                             int64_t tiles_per_warp, float* workspace) {
-  LW_SHARED(float, partial, [kGemmWarps * NT * kFragElems]);
+  constexpr int R = kRowTiles<NT>;
+  LW_SHARED(float, partial, [kGemmWarps * R * NT * kFragElems]);
 #if LW_MATRIX_CORES
   const int warp = gpu::warp_id(), lane = gpu::lane_id();
-  const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kInt4TileRows, groups = (w.k + w.group - 1) / w.group;
+  const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols, row_tiles = (w.n + kInt4TileRows - 1) / kInt4TileRows;
+  const int64_t groups = (w.k + w.group - 1) / w.group;
   const int64_t first = (static_cast<int64_t>(blockIdx.y) * kGemmWarps + warp) * tiles_per_warp;
   const int64_t last = first + tiles_per_warp < tiles_k ? first + tiles_per_warp : tiles_k;
-  const auto* tile_row = static_cast<const uint8_t*>(w.tiles) + blockIdx.x * tiles_k * kInt4TileBytes +
-                         (lane % kDataLanes) * kLaneBytes;
-  auto clamp_row = [&](int r) { return row0 + r < w.n ? row0 + r : w.n - 1; };
-  auto load_words = [&](int64_t t, uint32_t (&words)[kLaneWords]) {
-    const auto* p = reinterpret_cast<const uint32_t*>(tile_row + t * kInt4TileBytes);
+  // Row tiles past the matrix read the last one again (their results are not written).
+  const uint8_t* tile_row[R];
+  int64_t row0[R];
 #pragma unroll
-    for (int c = 0; c < kLaneWords; c += 4) {
-      const auto v = gpu::load_vec<(kLaneWords < 4 ? kLaneWords : 4)>(p + c);
-#pragma unroll
-      for (int e = 0; e < (kLaneWords < 4 ? kLaneWords : 4); ++e) words[c + e] = v.v[e];
-    }
-  };
-
-  mma::FragC total[NT], sums[NT];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    mma::fill(total[nt], 0.0f);
-    mma::fill(sums[nt], 0.0f);
+  for (int r = 0; r < R; ++r) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * R + r;
+    row0[r] = t * kInt4TileRows;
+    tile_row[r] = static_cast<const uint8_t*>(w.tiles) + (t < row_tiles ? t : row_tiles - 1) * tiles_k * kInt4TileBytes +
+                  (lane % kDataLanes) * kLaneBytes;
   }
-  uint32_t zbias[mma::kA / 2];
-  int64_t group = -1;
-  auto fold = [&]() {  // the group's sums times their rows' scales
+  auto clamp_row = [&](int r, int i) { return row0[r] + i < w.n ? row0[r] + i : w.n - 1; };
+  auto load_words = [&](int64_t t, uint32_t (&words)[R][kLaneWords]) {
 #pragma unroll
-    for (int i = 0; i < mma::kC; ++i) {
-      const float s = w.scales[clamp_row(mma::c_row(lane, i)) * groups + group];
+    for (int r = 0; r < R; ++r) {
+      const auto* p = reinterpret_cast<const uint32_t*>(tile_row[r] + t * kInt4TileBytes);
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        total[nt].x[i] += s * sums[nt].x[i];
-        sums[nt].x[i] = 0.0f;
+      for (int c = 0; c < kLaneWords; c += 4) {
+        const auto v = gpu::load_vec<(kLaneWords < 4 ? kLaneWords : 4)>(p + c);
+#pragma unroll
+        for (int e = 0; e < (kLaneWords < 4 ? kLaneWords : 4); ++e) words[r][c + e] = v.v[e];
       }
     }
   };
-  uint32_t words[kLaneWords], next[kLaneWords];
+  // The rows of x behind each pair of this lane's B elements (null past m: zeros).
+  const T* xrow[NT][mma::kB / 2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < mma::kB; i += 2) {
+      const int64_t row = nt * 16 + mma::b_col(lane, i);
+      xrow[nt][i / 2] = row < m ? x + row * ldx + mma::b_row(lane, i) : nullptr;
+    }
+
+  mma::FragC total[R][NT], sums[R][NT];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      mma::fill(total[r][nt], 0.0f);
+      mma::fill(sums[r][nt], 0.0f);
+    }
+  uint32_t zbias[R][mma::kA / 2];
+  // The current group and the column where the next begins (no division per step).
+  int64_t group = -1, next_group_at = 0;
+  auto fold = [&]() {  // the group's sums times their rows' scales
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i) {
+        const float s = w.scales[clamp_row(r, mma::c_row(lane, i)) * groups + group];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          total[r][nt].x[i] += s * sums[r][nt].x[i];
+          sums[r][nt].x[i] = 0.0f;
+        }
+      }
+  };
+  uint32_t words[R][kLaneWords], next[R][kLaneWords];
   if (first < last) load_words(first, next);
   for (int64_t t = first; t < last; ++t) {
 #pragma unroll
-    for (int i = 0; i < kLaneWords; ++i) words[i] = next[i];
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < kLaneWords; ++i) words[r][i] = next[r][i];
     if (t + 1 < last) load_words(t + 1, next);
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) {
       const int64_t k0 = t * kInt4TileCols + 16 * step;
       if (k0 >= w.k) break;
-      if (const int64_t g = k0 / w.group; g != group) {
+      if (k0 >= next_group_at) {
         if (group >= 0) fold();
+        const int64_t g = group >= 0 ? group + 1 : k0 / w.group;
         group = g;
+        next_group_at = (g + 1) * w.group;
 #pragma unroll
-        for (int p = 0; p < mma::kA / 2; ++p) {
-          const uint32_t z = w.zeros[clamp_row(mma::a_row(lane, 2 * p)) * groups + g];
-          zbias[p] = (kMagic<T> + z) * 0x10001u;
-        }
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int p = 0; p < mma::kA / 2; ++p) {
+            const uint32_t z = w.zeros[clamp_row(r, mma::a_row(lane, 2 * p)) * groups + g];
+            zbias[r][p] = (kMagic<T> + z) * 0x10001u;
+          }
       }
-      mma::FragA<T> a;
+      // This step's fragments of x (k even and K a multiple of 8: a pair never crosses K).
+      mma::FragB<T> b[NT];
+      const bool whole = k0 + 16 <= w.k;
 #pragma unroll
-      for (int i = 0; i < mma::kA; i += 2) {
-        const int e = step * mma::kA + i;
-        decode_pair<T>(words[e >> 3], (e & 7) >> 1, zbias[i / 2], a.x[i], a.x[i + 1]);
-      }
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        mma::FragB<T> b;
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int i = 0; i < mma::kB; i += 2) {
-          const int64_t row = nt * 16 + mma::b_col(lane, i), k = k0 + mma::b_row(lane, i);
-          if (row < m && k < w.k) {  // k even and w.k a multiple of 8: k + 1 < w.k too
-            const auto pair = *reinterpret_cast<const uint32_t*>(x + row * ldx + k);
-            b.x[i] = __builtin_bit_cast(T, static_cast<uint16_t>(pair & 0xffffu));
-            b.x[i + 1] = __builtin_bit_cast(T, static_cast<uint16_t>(pair >> 16));
-          } else {
-            b.x[i] = b.x[i + 1] = gpu::from_float<T>(0.0f);
-          }
+          const T* p = xrow[nt][i / 2];
+          uint32_t pair = 0;
+          if (p && (whole || k0 + mma::b_row(lane, i) < w.k)) pair = *reinterpret_cast<const uint32_t*>(p + k0);
+          b[nt].x[i] = __builtin_bit_cast(T, static_cast<uint16_t>(pair & 0xffffu));
+          b[nt].x[i + 1] = __builtin_bit_cast(T, static_cast<uint16_t>(pair >> 16));
         }
-        mma::mma(sums[nt], a, b, sums[nt]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        mma::FragA<T> a;
+#pragma unroll
+        for (int i = 0; i < mma::kA; i += 2) {
+          const int e = step * mma::kA + i;
+          decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, zbias[r][i / 2], a.x[i], a.x[i + 1]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma::mma(sums[r][nt], a, b[nt], sums[r][nt]);
       }
     }
   }
   if (group >= 0) fold();
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int r = 0; r < R; ++r)
 #pragma unroll
-    for (int i = 0; i < mma::kC; ++i) partial[(warp * NT + nt) * kFragElems + lane * mma::kC + i] = total[nt].x[i];
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i)
+        partial[((warp * R + r) * NT + nt) * kFragElems + lane * mma::kC + i] = total[r][nt].x[i];
   __syncthreads();
   if (warp != 0) return;
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int r = 0; r < R; ++r)
 #pragma unroll
-    for (int i = 0; i < mma::kC; ++i) {
-      float v = 0.0f;
-      for (int wp = 0; wp < kGemmWarps; ++wp) v += partial[(wp * NT + nt) * kFragElems + lane * mma::kC + i];
-      const int64_t row = row0 + mma::c_row(lane, i), tok = nt * 16 + mma::c_col(lane, i);
-      // WMMA's C holds each element once; lanes of a repeated A do not repeat C.
-      if (row >= w.n || tok >= m) continue;
-      if (gridDim.y == 1) {
-        y[tok * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
-      } else {
-        workspace[(static_cast<int64_t>(blockIdx.y) * m + tok) * w.n + row] = v;
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i) {
+        float v = 0.0f;
+        for (int wp = 0; wp < kGemmWarps; ++wp) v += partial[((wp * R + r) * NT + nt) * kFragElems + lane * mma::kC + i];
+        const int64_t row = row0[r] + mma::c_row(lane, i), tok = nt * 16 + mma::c_col(lane, i);
+        if (row >= w.n || tok >= m) continue;
+        if (gridDim.y == 1) {
+          y[tok * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
+        } else {
+          workspace[(static_cast<int64_t>(blockIdx.y) * m + tok) * w.n + row] = v;
+        }
       }
-    }
 #else
   (void)partial, (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_warp, (void)workspace;
 #endif
@@ -253,7 +307,7 @@ __global__ void gather_columns_kernel(T* out, const T* x, const int32_t* perm, i
 }
 
 void check_matrix(const char* op, const Int4Matrix& w) {
-  LW_CHECK(w.n > 0 && w.k > 0 && w.group > 0 && w.tiles && w.scales && w.zeros,
+  LW_CHECK(w.n > 0 && w.k > 0 && w.k % 8 == 0 && w.group > 0 && w.tiles && w.scales && w.zeros,
            op << ": a 4-bit matrix of [" << w.n << ", " << w.k << "], group " << w.group << " is incomplete");
 }
 
@@ -277,6 +331,7 @@ void int4_pack_tiles(void* tiles, const uint8_t* q, int64_t n, int64_t k, cudaSt
 template <class T>
 void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, cudaStream_t stream) {
   check_matrix("int4_expand", w);
+  LW_CHECK(w.k < 0x7fffffff, "int4_expand: K = " << w.k << " exceeds 32-bit columns");
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols, words = int4_tile_count(w.n, w.k) * kTileWords;
   gpu::launch("int4_expand", expand_kernel<T>, {dim3(static_cast<unsigned>(grid_for(words))), dim3(kThreads), 0, stream},
               out, w, perm, tiles_k, words);
@@ -288,7 +343,8 @@ int int4_gemm_splits(const Int4Matrix& w, int multiprocessors) {
   // Enough warps for about 16 per multiprocessor, each with at least four tiles of k.
   const int64_t row_tiles = (w.n + kInt4TileRows - 1) / kInt4TileRows;
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols;
-  const int64_t want = std::max<int64_t>(1, (16 * std::max(multiprocessors, 1)) / (row_tiles * kGemmWarps));
+  const int64_t blocks = (row_tiles + kRowTiles<1> - 1) / kRowTiles<1>;
+  const int64_t want = std::max<int64_t>(1, (16 * std::max(multiprocessors, 1)) / (blocks * kGemmWarps));
   const int64_t most = std::max<int64_t>(1, tiles_k / (4 * kGemmWarps));
   constexpr int64_t kMostSplits = 64;  // lint: not-a-warp (a bound on the workspace)
   return static_cast<int>(std::min<int64_t>({want, most, kMostSplits}));
@@ -308,13 +364,16 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols;
   const int64_t per_warp = (tiles_k + splits * kGemmWarps - 1) / (splits * kGemmWarps);
   LW_CHECK(row_tiles <= 0x7fffffff, "int4_gemm: " << w.n << " rows exceed the grid limit");
-  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(splits)),
-                              dim3(kGemmWarps * warp_size), 0, stream};
+  auto cfg = [&](int row_tiles_per_block) {
+    return gpu::LaunchConfig{
+        dim3(static_cast<unsigned>((row_tiles + row_tiles_per_block - 1) / row_tiles_per_block), static_cast<unsigned>(splits)),
+        dim3(kGemmWarps * warp_size), 0, stream};
+  };
   const int nt = static_cast<int>((m + 15) / 16);
   switch (nt) {
-    case 1: gpu::launch("int4_gemm", gemm_kernel<T, 1>, cfg, y, x, w, bias, m, ldx, ldy, per_warp, workspace); break;
-    case 2: gpu::launch("int4_gemm", gemm_kernel<T, 2>, cfg, y, x, w, bias, m, ldx, ldy, per_warp, workspace); break;
-    default: gpu::launch("int4_gemm", gemm_kernel<T, 4>, cfg, y, x, w, bias, m, ldx, ldy, per_warp, workspace); break;
+    case 1: gpu::launch("int4_gemm", gemm_kernel<T, 1>, cfg(kRowTiles<1>), y, x, w, bias, m, ldx, ldy, per_warp, workspace); break;
+    case 2: gpu::launch("int4_gemm", gemm_kernel<T, 2>, cfg(kRowTiles<2>), y, x, w, bias, m, ldx, ldy, per_warp, workspace); break;
+    default: gpu::launch("int4_gemm", gemm_kernel<T, 4>, cfg(kRowTiles<4>), y, x, w, bias, m, ldx, ldy, per_warp, workspace); break;
   }
   if (splits > 1) {
     gpu::launch("int4_reduce_splits", reduce_splits_kernel<T>,
