@@ -124,10 +124,15 @@ LW_DEVICE_INLINE void decode_pair(uint32_t word, int p, uint32_t zbias, T& lo, T
 
 constexpr int kGemmWarps = 4;
 constexpr int kFragElems = 256;  // a 16 x 16 C tile: kC elements in each lane on every layout
-// Row tiles of 16 weight rows a warp multiplies with each fragment of x it loads: fewer as x
-// takes more tiles (NT), so that the accumulators fit in registers.
+
+// Row tiles of 16 weight rows a warp multiplies with each fragment of x it loads (fewer as x
+// takes more tiles, so that the accumulators stay in registers), and the tiles of weights each
+// warp has in flight beyond the one it multiplies. Measured on the H200 (docs/PERFORMANCE.md
+// "4-bit weights"): 4 row tiles or 2 and 4 tiles ahead were slower at one and 16 rows of x
+// than 2 row tiles and one ahead (more registers, fewer warps).
 template <int NT>
-constexpr int kRowTiles = NT == 1 ? 4 : NT == 2 ? 2 : 1;
+constexpr int kRowTiles = NT <= 2 ? 2 : 1;
+constexpr int kTilesAhead = 1;
 
 // A block per kRowTiles x 16 weight rows and k split (blockIdx.y of gridDim.y); its warps take
 // consecutive parts of the split's 64-column tiles. NT tiles of 16 rows of x (the MMA's N),
@@ -137,7 +142,7 @@ constexpr int kRowTiles = NT == 1 ? 4 : NT == 2 ? 2 : 1;
 template <class T, int NT>
 __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64_t m, int64_t ldx, int64_t ldy,
                             int64_t tiles_per_warp, float* workspace) {
-  constexpr int R = kRowTiles<NT>;
+  constexpr int R = kRowTiles<NT>, D = kTilesAhead;
   LW_SHARED(float, partial, [kGemmWarps * R * NT * kFragElems]);
 #if LW_MATRIX_CORES
   const int warp = gpu::warp_id(), lane = gpu::lane_id();
@@ -178,6 +183,22 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
       xrow[nt][i / 2] = row < m ? x + row * ldx + mma::b_row(lane, i) : nullptr;
     }
 
+  // This group's scales (one per row slot of C) and zero points (one per pair of A elements);
+  // where groups are whole tiles, the next group's are loaded with the tile before it starts.
+  float scale[R][mma::kRowSlots], next_scale[R][mma::kRowSlots];
+  uint32_t zbias[R][mma::kA / 2], next_zbias[R][mma::kA / 2];
+  auto load_group = [&](int64_t g, float (&s)[R][mma::kRowSlots], uint32_t (&z)[R][mma::kA / 2]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int sl = 0; sl < mma::kRowSlots; ++sl) s[r][sl] = w.scales[clamp_row(r, mma::slot_row(lane, sl)) * groups + g];
+#pragma unroll
+      for (int p = 0; p < mma::kA / 2; ++p)
+        z[r][p] = (kMagic<T> + w.zeros[clamp_row(r, mma::a_row(lane, 2 * p)) * groups + g]) * 0x10001u;
+    }
+  };
+  const bool ahead = w.group % kInt4TileCols == 0 || w.group >= w.k;
+
   mma::FragC total[R][NT], sums[R][NT];
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -186,15 +207,15 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
       mma::fill(total[r][nt], 0.0f);
       mma::fill(sums[r][nt], 0.0f);
     }
-  uint32_t zbias[R][mma::kA / 2];
   // The current group and the column where the next begins (no division per step).
-  int64_t group = -1, next_group_at = 0;
+  int64_t group = first * kInt4TileCols / w.group, next_group_at = (group + 1) * w.group;
+  if (first < last) load_group(group, scale, zbias);
   auto fold = [&]() {  // the group's sums times their rows' scales
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int i = 0; i < mma::kC; ++i) {
-        const float s = w.scales[clamp_row(r, mma::c_row(lane, i)) * groups + group];
+        const float s = scale[r][mma::c_slot(i)];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           total[r][nt].x[i] += s * sums[r][nt].x[i];
@@ -202,30 +223,42 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
         }
       }
   };
-  uint32_t words[R][kLaneWords], next[R][kLaneWords];
-  if (first < last) load_words(first, next);
-  for (int64_t t = first; t < last; ++t) {
+  // A ring of D tiles in flight: tile t's slot is refilled with tile t + D as t is taken.
+  uint32_t ring[D][R][kLaneWords];
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+    if (first + d < last) load_words(first + d, ring[d]);
+  for (int64_t t0 = first; t0 < last; t0 += D)
+#pragma unroll
+  for (int d = 0; d < D; ++d) {
+    const int64_t t = t0 + d;
+    if (t >= last) break;
+    uint32_t words[R][kLaneWords];
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int i = 0; i < kLaneWords; ++i) words[r][i] = next[r][i];
-    if (t + 1 < last) load_words(t + 1, next);
+      for (int i = 0; i < kLaneWords; ++i) words[r][i] = ring[d][r][i];
+    if (t + D < last) load_words(t + D, ring[d]);
+    if (ahead && t + 1 < last && (t + 1) * kInt4TileCols >= next_group_at) load_group(group + 1, next_scale, next_zbias);
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) {
       const int64_t k0 = t * kInt4TileCols + 16 * step;
       if (k0 >= w.k) break;
       if (k0 >= next_group_at) {
-        if (group >= 0) fold();
-        const int64_t g = group >= 0 ? group + 1 : k0 / w.group;
-        group = g;
-        next_group_at = (g + 1) * w.group;
+        fold();
+        ++group;
+        next_group_at += w.group;
+        if (ahead) {
 #pragma unroll
-        for (int r = 0; r < R; ++r)
+          for (int r = 0; r < R; ++r) {
 #pragma unroll
-          for (int p = 0; p < mma::kA / 2; ++p) {
-            const uint32_t z = w.zeros[clamp_row(r, mma::a_row(lane, 2 * p)) * groups + g];
-            zbias[r][p] = (kMagic<T> + z) * 0x10001u;
+            for (int sl = 0; sl < mma::kRowSlots; ++sl) scale[r][sl] = next_scale[r][sl];
+#pragma unroll
+            for (int p = 0; p < mma::kA / 2; ++p) zbias[r][p] = next_zbias[r][p];
           }
+        } else {
+          load_group(group, scale, zbias);
+        }
       }
       // This step's fragments of x (k even and K a multiple of 8: a pair never crosses K).
       mma::FragB<T> b[NT];
@@ -253,7 +286,7 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
       }
     }
   }
-  if (group >= 0) fold();
+  if (first < last) fold();
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
