@@ -51,15 +51,22 @@ ops::WeightFormat stacked_format(const std::vector<std::pair<ops::WeightFormat, 
 
 // The bytes of `parts` one after another, as an i8 [rows, width] (rows x width: their total).
 Tensor stack_bytes(Context& ctx, const std::vector<Tensor>& parts, int64_t rows, int64_t width) {
-  Tensor out = ctx.empty({rows, width}, DType::i8);
-  size_t at = 0;
-  for (const Tensor& p : parts) {
-    LW_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(out.data_ptr()) + at, p.data_ptr(), p.nbytes(),
-                                  cudaMemcpyDeviceToDevice, ctx.stream().get()));
-    at += p.nbytes();
-  }
-  return out;
+  std::vector<Tensor> flat;
+  for (const Tensor& p : parts) flat.push_back(p.view({p.numel()}));
+  return ops::stack_rows(ctx, flat).view({rows, width});
 }
+
+// Sets a flag for a scope, restoring its value after.
+struct ScopedFlag {
+  ScopedFlag(bool& flag, bool value) : flag_(flag), was_(flag) { flag_ = value; }
+  ~ScopedFlag() { flag_ = was_; }
+  ScopedFlag(const ScopedFlag&) = delete;
+  ScopedFlag& operator=(const ScopedFlag&) = delete;
+
+ private:
+  bool& flag_;
+  bool was_;
+};
 
 // f32 [n] holding `value` n times, on the device.
 Tensor filled(Context& ctx, int64_t n, float value) {
@@ -274,12 +281,7 @@ Tensor WeightLoader::get(const std::string& name, const std::vector<int64_t>& sh
                  name, ckpt_->description(), dtype_name(dtype_));
       logged_expanded_int4_ = true;
     }
-    struct Restore {
-      bool& flag;
-      bool was;
-      ~Restore() { flag = was; }
-    } restore{keep_quantized_, keep_quantized_};
-    keep_quantized_ = false;
+    const ScopedFlag expand(keep_quantized_, false);
     const ops::Weight w = int4_weight(name, shape, Part{});
     return dry_ ? Tensor() : w.data();
   }
@@ -299,12 +301,7 @@ Tensor WeightLoader::get(const std::string& name, const std::vector<int64_t>& sh
       logged_expanded_8bit_ = true;
     }
     const weights::TensorRecord* scale = ckpt_->find(name + "_scale_inv");
-    struct Restore {
-      bool& flag;
-      bool was;
-      ~Restore() { flag = was; }
-    } restore{keep_quantized_, keep_quantized_};
-    keep_quantized_ = false;
+    const ScopedFlag expand(keep_quantized_, false);
     const ops::Weight w = scaled_weight(rec, scale ? scale : ckpt_->find(name + "_scale"),
                                         {quantization_.block_rows, quantization_.block_cols}, Part{});
     return dry_ ? Tensor() : w.data();

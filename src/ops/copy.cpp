@@ -1,5 +1,6 @@
 #include "ops/copy.h"
 
+#include "gpu/runtime.h"
 #include "kernels/copy.h"
 #include "ops/check.h"
 
@@ -54,6 +55,29 @@ Tensor concat(Context& ctx, const std::vector<Tensor>& parts, int dim) {
   for (const Tensor& p : parts) {
     copy(ctx, p, out.slice(d, at, at + p.size(d)));
     at += p.size(d);
+  }
+  return out;
+}
+
+Tensor stack_rows(Context& ctx, const std::vector<Tensor>& parts) {
+  LW_CHECK(!parts.empty(), "stack_rows: no tensors");
+  std::vector<int64_t> shape = parts.front().shape();
+  LW_CHECK(!shape.empty(), "stack_rows: " << parts.front().describe() << " has no rows");
+  shape[0] = 0;
+  for (const Tensor& p : parts) {
+    check_on_device("stack_rows", "part", p);
+    std::vector<int64_t> a = p.shape(), b = parts.front().shape();
+    a[0] = b[0] = 0;
+    LW_CHECK(p.is_contiguous() && p.dtype() == parts.front().dtype() && a == b,
+             "stack_rows: " << p.describe() << " is not contiguous or does not match " << parts.front().describe());
+    shape[0] += p.size(0);
+  }
+  Tensor out = ctx.empty(shape, parts.front().dtype());
+  size_t at = 0;
+  for (const Tensor& p : parts) {
+    LW_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(out.data_ptr()) + at, p.data_ptr(), p.nbytes(),
+                                  cudaMemcpyDeviceToDevice, ctx.stream().get()));
+    at += p.nbytes();
   }
   return out;
 }

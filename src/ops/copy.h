@@ -17,4 +17,8 @@ Tensor contiguous(Context& ctx, const Tensor& src);
 // Concatenation along dimension dim into a new contiguous tensor.
 Tensor concat(Context& ctx, const std::vector<Tensor>& parts, int dim);
 
+// Contiguous tensors of one dtype (any, integers too) and one shape past dimension 0, one after
+// another along it: their bytes in order.
+Tensor stack_rows(Context& ctx, const std::vector<Tensor>& parts);
+
 }  // namespace lw::ops

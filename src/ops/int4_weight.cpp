@@ -4,7 +4,6 @@
 #include <cmath>
 #include <numeric>
 
-#include "gpu/runtime.h"
 #include "kernels/quant/int4.h"
 #include "ops/check.h"
 #include "ops/copy.h"
@@ -55,21 +54,6 @@ Tensor unpack(Context& ctx, const Tensor& src, kernels::Int4Unpack u) {
   u.words = src.numel();
   Tensor out = ctx.empty({u.rows, u.cols}, DType::i8);
   kernels::int4_unpack(static_cast<uint8_t*>(out.data_ptr()), src.data<int32_t>(), u, ctx.stream().get());
-  return out;
-}
-
-// Contiguous tensors of one dtype and row length, one after another along their first dimension.
-Tensor stack_rows(Context& ctx, const std::vector<Tensor>& parts) {
-  std::vector<int64_t> shape = parts.front().shape();
-  shape[0] = 0;
-  for (const Tensor& p : parts) shape[0] += p.size(0);
-  Tensor out = ctx.empty(shape, parts.front().dtype());
-  size_t at = 0;
-  for (const Tensor& p : parts) {
-    LW_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::byte*>(out.data_ptr()) + at, p.data_ptr(), p.nbytes(),
-                                  cudaMemcpyDeviceToDevice, ctx.stream().get()));
-    at += p.nbytes();
-  }
   return out;
 }
 
