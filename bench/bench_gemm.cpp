@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
     auto random_weight = [&](int64_t n, int64_t k) {
       if (*format == lw::ops::WeightFormat::dense) return lw::ops::Weight::dense(random({n, k}));
       if (*format == lw::ops::WeightFormat::int4) {
-        constexpr int64_t group = 128;
+        const int64_t group = std::min<int64_t>(128, k);
         lw::ops::Int4Tensors t;
         t.n = n, t.k = k, t.group = group;
         auto words = [&](int64_t rows, int64_t cols) {

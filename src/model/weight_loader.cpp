@@ -41,11 +41,14 @@ ops::WeightFormat stacked_format(const std::vector<std::pair<ops::WeightFormat, 
     const auto [f, rows] = parts[i];
     same = same && f == first;
     fp8_rows = fp8_rows && (f == ops::WeightFormat::fp8_e4m3_per_tensor || f == ops::WeightFormat::fp8_e4m3_per_channel);
-    whole_blocks = whole_blocks && (i + 1 == parts.size() || (block_rows > 0 && rows % block_rows == 0));
+    // fp8 block scales stack in whole blocks of rows, int4 tiles in whole tiles
+    const int64_t unit = f == ops::WeightFormat::int4 ? kernels::kInt4TileRows : block_rows;
+    whole_blocks = whole_blocks && (i + 1 == parts.size() || (unit > 0 && rows % unit == 0));
   }
   if (parts.size() == 1) return first;
   if (fp8_rows) return ops::WeightFormat::fp8_e4m3_per_channel;
-  if (same && (first != ops::WeightFormat::fp8_e4m3_per_block || whole_blocks)) return first;
+  const bool by_rows = first == ops::WeightFormat::fp8_e4m3_per_block || first == ops::WeightFormat::int4;
+  if (same && (!by_rows || whole_blocks)) return first;
   return ops::WeightFormat::dense;
 }
 
@@ -123,16 +126,15 @@ bool WeightLoader::has_int4(const std::string& name) const {
 }
 
 ops::Weight WeightLoader::random_int4(const std::string& name, const std::vector<int64_t>& shape, Part part) {
-  constexpr int64_t kGroup = 128;
-  const int64_t n = shape[0], k = shape[1];
+  const int64_t n = shape[0], k = shape[1], kGroup = std::min<int64_t>(128, k);
   LW_CHECK(n % 8 == 0 && k % 8 == 0, "random 4-bit weights: tensor '" << name << "' " << shape_str(shape)
                                                                       << " needs sizes that are multiples of 8");
   int64_t r0 = 0, r1 = n, c0 = 0, c1 = k;
   if (part.dim == 0) r0 = part.start, r1 = part.end;
   if (part.dim == 1) c0 = part.start, c1 = part.end;
   const int64_t pn = r1 - r0, pk = c1 - c0, groups = (k + kGroup - 1) / kGroup;
-  const size_t before = bytes_;
-  if (keep_quantized_) {
+  const bool keep = keep_quantized_ && (part.dim != 1 || (c0 % kGroup == 0 && (c1 % kGroup == 0 || c1 == k)));
+  if (keep) {
     bytes_ += static_cast<size_t>(kernels::int4_tile_count(pn, pk) * kernels::kInt4TileBytes +
                                   5 * pn * ((pk + kGroup - 1) / kGroup));
     kept_format_ = ops::WeightFormat::int4;
@@ -156,10 +158,8 @@ ops::Weight WeightLoader::random_int4(const std::string& name, const std::vector
   std::uniform_real_distribution<float> size(0.5f, 1.5f);
   for (int64_t i = 0; i < s.numel(); ++i) s.data<float>()[i] = size(rng) / (8.0f * std::sqrt(static_cast<float>(k)));
   t.scales = ctx_.to_device(s);
-  ops::Weight w = keep_quantized_ ? ops::int4_weight(ctx_, t, {part.dim, part.start, part.end}) : ops::Weight();
+  ops::Weight w = keep ? ops::int4_weight(ctx_, t, {part.dim, part.start, part.end}) : ops::Weight();
   if (!w.defined()) {  // expanded: the storage's choice, or a shard's columns cut a group
-    bytes_ = before + static_cast<size_t>(pn * pk) * dtype_size(dtype_);
-    kept_format_ = ops::WeightFormat::dense;
     const Tensor dense = ops::expand(ctx_, ops::int4_weight(ctx_, t), dtype_);
     w = projection(ops::contiguous(ctx_, dense.slice(0, r0, r1).slice(1, c0, c1)));
   }
@@ -177,21 +177,34 @@ ops::Weight WeightLoader::int4_weight(const std::string& name, const std::vector
   LW_CHECK(q.int4_group != 0 && (packed ? q.method == "compressed-tensors" : q.method == "gptq" || q.method == "awq"),
            where << " holds 4-bit " << (packed ? "pack-quantized" : "GPTQ/AWQ")
                  << " values, but the config's quantization_config ('" << q.method << "') does not describe them");
-  const int64_t n = shape[0], k = shape[1], group = q.int4_group < 0 ? k : q.int4_group;
+  // A group wider than K (a small layer of a checkpoint quantised with groups of 128) is one group.
+  const int64_t n = shape[0], k = shape[1], group = q.int4_group < 0 ? k : std::min(q.int4_group, k);
   int64_t r0 = 0, r1 = n, c0 = 0, c1 = k;
   if (part.dim == 0) r0 = part.start, r1 = part.end;
   if (part.dim == 1) c0 = part.start, c1 = part.end;
   const int64_t pn = r1 - r0, pk = c1 - c0, groups = (pk + group - 1) / group;
-  // Act-order shards with cut columns are found only once g_idx is read: counted as kept here.
-  const bool whole_groups = part.dim != 1 || (c0 % group == 0 && (c1 % group == 0 || c1 == k));
+  // Act-order (g_idx other than column / group), read from the file's mapping so that the dry
+  // run counts what the load keeps: its columns cannot be cut for a shard.
+  const std::string g_idx = prefix + (packed ? ".weight_g_idx" : ".g_idx");
+  bool act_order = false;
+  if (const weights::TensorRecord* gr = ckpt_->find(g_idx)) {
+    LW_CHECK(gr->dtype == weights::FileDType::i32 && gr->numel() == k,
+             where << ": " << g_idx << " " << gr->type_name << shape_str(gr->shape) << " must be I32[" << k << "]");
+    const auto* g = reinterpret_cast<const int32_t*>(gr->data);
+    for (int64_t col = 0; col < k && !act_order; ++col) act_order = g[col] != col / group;
+  }
+  const bool whole_groups =
+      part.dim != 1 || (!act_order && c0 % group == 0 && (c1 % group == 0 || c1 == k));
   const bool keep = keep_quantized_ && whole_groups;
-  const size_t before = bytes_;
-  const size_t dense_bytes = static_cast<size_t>(pn * pk) * dtype_size(dtype_);
+  if (keep_quantized_ && !whole_groups && !dry_)
+    log().info("{}: a shard's columns [{}, {}) {}: expanded to {}", where, c0, c1,
+               act_order ? "of an act-order weight (groups scattered over K)" : "cut its groups", dtype_name(dtype_));
   if (keep) {
-    bytes_ += static_cast<size_t>(kernels::int4_tile_count(pn, pk) * kernels::kInt4TileBytes + 5 * groups * pn + 4 * pk);
+    bytes_ += static_cast<size_t>(kernels::int4_tile_count(pn, pk) * kernels::kInt4TileBytes + 5 * groups * pn +
+                                  (act_order ? 4 * pk : 0));
     kept_format_ = ops::WeightFormat::int4;
   } else {
-    bytes_ += dense_bytes;
+    bytes_ += static_cast<size_t>(pn * pk) * dtype_size(dtype_);
   }
   if (dry_) return ops::Weight();
 
@@ -206,24 +219,20 @@ ops::Weight WeightLoader::int4_weight(const std::string& name, const std::vector
   t.qweight = load(packed ? ".weight_packed" : ".qweight");
   t.scales = load(packed ? ".weight_scale" : ".scales");
   if (!packed) t.qzeros = load(".qzeros");
-  const std::string g_idx = prefix + (packed ? ".weight_g_idx" : ".g_idx");
   if (ckpt_->find(g_idx)) t.g_idx = load(packed ? ".weight_g_idx" : ".g_idx");
   if (const weights::TensorRecord* ws = packed ? ckpt_->find(prefix + ".weight_shape") : nullptr) {
-    const Tensor h = ctx_.to_host(weights::load_tensor(ctx_, *ws, DType::f32));
-    LW_CHECK(ws->numel() == 2 && h.data<int64_t>()[0] == n && h.data<int64_t>()[1] == k,
-             where << ": weight_shape " << shape_str(ws->shape) << " does not say [" << n << ", " << k
-                   << "], the model config's shape");
-  }
-  ops::Weight w = keep ? ops::int4_weight(ctx_, t, {part.dim, part.start, part.end}) : ops::Weight();
-  if (w.defined()) {
-    draw();
-    return w;
+    LW_CHECK(ws->dtype == weights::FileDType::i64 && ws->numel() == 2,
+             where << ": weight_shape " << ws->type_name << shape_str(ws->shape) << " must be I64[2]");
+    const auto* d = reinterpret_cast<const int64_t*>(ws->data);
+    LW_CHECK(d[0] == n && d[1] == k, where << ": weight_shape [" << d[0] << ", " << d[1] << "] does not say [" << n << ", "
+                                           << k << "], the model config's shape");
   }
   if (keep) {
-    log().info("{}: a shard's columns [{}, {}) are not whole groups of the act-order weight: expanded to {}", where, c0,
-               c1, dtype_name(dtype_));
-    bytes_ = before + dense_bytes;
-    kept_format_ = ops::WeightFormat::dense;
+    const ops::Weight w = ops::int4_weight(ctx_, t, {part.dim, part.start, part.end});
+    LW_CHECK(w.defined(), where << ": the part [" << r0 << ", " << r1 << ") x [" << c0 << ", " << c1
+                                << ") could not stay 4-bit");  // whole_groups said it would
+    draw();
+    return w;
   }
   const Tensor dense = ops::expand(ctx_, ops::int4_weight(ctx_, t), dtype_);
   draw();

@@ -72,11 +72,12 @@ const char* int4_layout_name(Int4Layout layout) {
 }
 
 Weight int4_weight(Context& ctx, const Int4Tensors& t, Int4Part part) {
-  const int64_t n = t.n, k = t.k, group = t.group;
+  // A group wider than K is one group per row (checkpoints store G = 1 for it).
+  const int64_t n = t.n, k = t.k, group = std::min(t.group, t.k);
   const std::string what = std::string("int4 weight (") + int4_layout_name(t.layout) + ", [" + std::to_string(n) + ", " +
-                           std::to_string(k) + "], group " + std::to_string(group) + ")";
-  LW_CHECK(n > 0 && k > 0 && k % 8 == 0 && group > 0 && group <= k,
-           what << ": sizes must be positive, K a multiple of 8 (eight values per int32) and the group at most K");
+                           std::to_string(k) + "], group " + std::to_string(t.group) + ")";
+  LW_CHECK(n > 0 && k > 0 && k % 8 == 0 && group > 0 && group % 8 == 0,
+           what << ": sizes must be positive, K a multiple of 8 (eight values per int32) and the group a multiple of 8");
   const int64_t groups = ceil_div(k, group);
   const bool gptq = t.layout == Int4Layout::gptq || t.layout == Int4Layout::gptq_v2;
   if (t.layout != Int4Layout::packed_rows)

@@ -423,7 +423,7 @@ void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
   const gpu::DeviceCaps& caps = ctx.caps();
   const kernels::Int4Matrix m = int4_matrix(w);
   const bool runs = x.dtype() != DType::f32 && kernels::int4_gemm_supports(m) && k % 8 == 0 && x.is_contiguous() &&
-                    out.is_contiguous() && (caps.emulator() || caps.matrix.mma_sync || caps.matrix.mfma || caps.matrix.wmma);
+                    out.is_contiguous() && gpu::aligned_to(4, x.data_ptr()) && (caps.emulator() || caps.matrix.mma_sync || caps.matrix.mfma || caps.matrix.wmma);
   const bool fused = runs && (sel.forced() ? sel.path == GemmPath::gemv
                                            : !ctx.deterministic() && rows <= kInt4FusedMaxRows);
   if (!fused) {

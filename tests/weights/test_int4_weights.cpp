@@ -6,10 +6,14 @@
 // broken tensors are refused by name.
 #include <cmath>
 #include <fstream>
+#include <functional>
+#include <numeric>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "kernels/quant/int4.h"
 #include "model/weight_loader.h"
+#include "ops/int4_weight.h"
 #include "ops/gemm.h"
 #include "ops/weight.h"
 #include "test_util.h"
@@ -197,6 +201,105 @@ TEST(Int4Weights, ShardsAndStackedParts) {
   const ops::Weight uneven = ld->fuse_weights({part(name, {0, 0, 40}), part(name, {0, 40, 48})});
   EXPECT_EQ(uneven.format(), ops::WeightFormat::dense);
   expect_values(uneven, ref, 256, 0, 48, 0, 256);
+}
+
+// Random GPTQ tensors of a shape the fixtures do not reach: K split over several blocks (the
+// fp32 workspace and its reduction), groups of 128 and of 64 (one tile) over several tiles per
+// warp (the next group's parameters loaded a tile ahead), K not a multiple of 16 with groups of
+// 32, act-order. The
+// fused kernel against float64 over the expansion (exact against the Python references above),
+// and a row alone against the same row among 40 (another kernel variant).
+TEST(Int4Weights, FusedKernelOnLargerShapes) {
+  std::mt19937_64& gen = rng();
+  struct Shape {
+    int64_t n, k, group;
+    bool act_order;
+  };
+  for (const Shape& sh : {Shape{32, 2048, 128, false}, Shape{24, 104, 32, false}, Shape{48, 1024, 64, true}}) {
+    SCOPED_TRACE(::testing::Message() << "[" << sh.n << ", " << sh.k << "] group " << sh.group
+                                      << (sh.act_order ? " act-order" : ""));
+    const int64_t groups = (sh.k + sh.group - 1) / sh.group;
+    auto words = [&](int64_t rows, int64_t cols) {
+      Tensor h = Tensor::empty_host({rows, cols}, DType::i32);
+      for (int64_t i = 0; i < h.numel(); ++i) h.data<int32_t>()[i] = static_cast<int32_t>(gen());
+      return ctx().to_device(h);
+    };
+    ops::Int4Tensors t;
+    t.n = sh.n, t.k = sh.k, t.group = sh.group;
+    t.qweight = words(sh.k / 8, sh.n);
+    t.qzeros = words(groups, sh.n / 8);
+    t.scales = ctx().to_device(random_host({groups, sh.n}, DType::f16, 0.01, 0.1));
+    if (sh.act_order) {
+      std::vector<int32_t> perm(static_cast<size_t>(sh.k));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), gen);
+      Tensor g = Tensor::empty_host({sh.k}, DType::i32);
+      for (int64_t i = 0; i < sh.k; ++i) g.data<int32_t>()[perm[static_cast<size_t>(i)]] = static_cast<int32_t>(i / sh.group);
+      t.g_idx = ctx().to_device(g);
+    }
+    const ops::Weight w = ops::int4_weight(ctx(), t);
+    EXPECT_EQ(w.perm().defined(), sh.act_order);
+    const Tensor wref = ctx().to_host(ops::expand(ctx(), w, DType::f32));
+    if (sh.k == 2048)
+      EXPECT_GT(kernels::int4_gemm_splits({w.data().data_ptr(), nullptr, nullptr, sh.n, sh.k, sh.group}, 2), 1);
+    for (DType dt : {DType::f16, DType::bf16}) {
+      const int64_t m = 40;
+      const Tensor xh = random_host({m, sh.k}, dt);
+      const Tensor x = ctx().to_device(xh);
+      Tensor out = ctx().empty({m, sh.n}, dt), one = ctx().empty({1, sh.n}, dt);
+      ops::linear(ctx(), x, w, Tensor(), out, ops::GemmPath::gemv);
+      ops::linear(ctx(), x.slice(0, 5, 6), w, Tensor(), one, ops::GemmPath::gemv);
+      EXPECT_TRUE(bitwise_equal(ctx().to_host(one), ctx().to_host(out.slice(0, 5, 6)))) << dtype_name(dt);
+      const Tensor got = ctx().to_host(out);
+      const double eps = epsilon(dt), acc_eps = static_cast<double>(sh.k) * std::ldexp(1.0, -24);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < sh.n; ++j) {
+          double ref = 0.0, mag = 0.0;
+          for (int64_t l = 0; l < sh.k; ++l) {
+            const double p = element(xh, i * sh.k + l) * static_cast<double>(wref.data<float>()[j * sh.k + l]);
+            ref += p;
+            mag += std::abs(p);
+          }
+          ASSERT_LE(std::abs(element(got, i * sh.n + j) - ref), eps * std::abs(ref) + acc_eps * mag + 1e-6)
+              << dtype_name(dt) << " element [" << i << ", " << j << "]";
+        }
+    }
+  }
+}
+
+// The dry run counts what the load keeps: whole, a rank's rows, columns of an act-order weight
+// (expanded), parts stacked in whole tiles (4-bit) and not (expanded).
+TEST(Int4Weights, TheDryRunCountsWhatTheLoadKeeps) {
+  Fixture fx;
+  auto both = [&](const std::string& name, const std::function<void(model::WeightLoader&)>& load) {
+    auto real = fx.loader(name);
+    ScopedEnv env("LW_WEIGHT_STORAGE", "quantized");
+    model::WeightLoader d(ctx(), fx.ckpt.get(), DType::f32, true);
+    d.set_quantization([&] {
+      model::WeightQuantization q;
+      q.method = fx.manifest[name]["method"].get<std::string>();
+      q.int4_group = fx.manifest[name]["group_size"].get<int64_t>();
+      q.gptq_v2 = fx.manifest[name]["checkpoint_format"].get<std::string>() == "gptq_v2";
+      return q;
+    }());
+    load(d);
+    load(*real);
+    EXPECT_EQ(d.bytes(), real->bytes());
+  };
+  const std::string g128 = "gptq_asym_g128.weight", act = "gptq_act_g64.weight";
+  both(g128, [&](model::WeightLoader& ld) { ld.get_weight(g128, fx.shape(g128)); });
+  both(g128, [&](model::WeightLoader& ld) { ld.get_weight(g128, fx.shape(g128), {0, 16, 48}); });
+  both(act, [&](model::WeightLoader& ld) { ld.get_weight(act, fx.shape(act)); });
+  both(act, [&](model::WeightLoader& ld) { ld.get_weight(act, fx.shape(act), {1, 64, 128}); });
+  for (int64_t cut : {16, 40}) {
+    both(g128, [&](model::WeightLoader& ld) {
+      ld.fuse_weights({ld.get_weight(g128, fx.shape(g128), {0, 0, cut}), ld.get_weight(g128, fx.shape(g128), {0, cut, 48})});
+    });
+  }
+  // The real count is the device bytes of what was kept.
+  auto ld = fx.loader(g128);
+  const ops::Weight w = ld->get_weight(g128, fx.shape(g128));
+  EXPECT_EQ(ld->bytes(), w.device_bytes());
 }
 
 TEST(Int4Weights, BrokenTensorsAreRefusedByName) {

@@ -238,27 +238,31 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int i = 0; i < kLaneWords; ++i) words[r][i] = ring[d][r][i];
+    // Where groups are whole tiles they begin with a tile: the parameters loaded a tile ago
+    // take over before the next group's are loaded into their place.
+    if (ahead && t * kInt4TileCols >= next_group_at) {
+      fold();
+      ++group;
+      next_group_at += w.group;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int sl = 0; sl < mma::kRowSlots; ++sl) scale[r][sl] = next_scale[r][sl];
+#pragma unroll
+        for (int p = 0; p < mma::kA / 2; ++p) zbias[r][p] = next_zbias[r][p];
+      }
+    }
     if (t + D < last) load_words(t + D, ring[d]);
     if (ahead && t + 1 < last && (t + 1) * kInt4TileCols >= next_group_at) load_group(group + 1, next_scale, next_zbias);
 #pragma unroll
     for (int step = 0; step < kSteps; ++step) {
       const int64_t k0 = t * kInt4TileCols + 16 * step;
       if (k0 >= w.k) break;
-      if (k0 >= next_group_at) {
+      if (!ahead && k0 >= next_group_at) {  // a group that begins inside the tile
         fold();
         ++group;
         next_group_at += w.group;
-        if (ahead) {
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-#pragma unroll
-            for (int sl = 0; sl < mma::kRowSlots; ++sl) scale[r][sl] = next_scale[r][sl];
-#pragma unroll
-            for (int p = 0; p < mma::kA / 2; ++p) zbias[r][p] = next_zbias[r][p];
-          }
-        } else {
-          load_group(group, scale, zbias);
-        }
+        load_group(group, scale, zbias);
       }
       // This step's fragments of x (k even and K a multiple of 8: a pair never crosses K).
       mma::FragB<T> b[NT];
