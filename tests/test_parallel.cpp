@@ -292,7 +292,7 @@ TEST(TensorParallel, ScaledWeightsKeptMatchTheExpandedModel) {
   }
 }
 
-// Random quantised weights (`lightwave bench --shape ... --weights q4_k|fp8|int8`): kept as
+// Random quantised weights (`lightwave bench --shape ... --weights q4_k|fp8|int8|int4`): kept as
 // they are generated, they give the logits of their expansion, whole and split (each rank
 // slices what the whole model holds); int8 (W8A8) within its activations' rounding.
 TEST(TensorParallel, RandomQuantisedWeightsMatchTheirExpansion) {
@@ -305,7 +305,8 @@ TEST(TensorParallel, RandomQuantisedWeightsMatchTheirExpansion) {
   const std::pair<weights::FileDType, ops::WeightFormat> types[] = {
       {weights::FileDType::q4_k, ops::WeightFormat::gguf_q4_k},
       {weights::FileDType::f8_e4m3, ops::WeightFormat::fp8_e4m3_per_block},
-      {weights::FileDType::i8, ops::WeightFormat::int8_per_channel}};
+      {weights::FileDType::i8, ops::WeightFormat::int8_per_channel},
+      {weights::FileDType::i32, ops::WeightFormat::int4}};  // GPTQ words, groups of 128
   for (const auto& [type, format] : types) {
     SCOPED_TRACE(weights::file_dtype_name(type));
     auto logits = [&](const char* storage, int ranks) {

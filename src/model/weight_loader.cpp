@@ -127,8 +127,8 @@ bool WeightLoader::has_int4(const std::string& name) const {
 
 ops::Weight WeightLoader::random_int4(const std::string& name, const std::vector<int64_t>& shape, Part part) {
   const int64_t n = shape[0], k = shape[1], kGroup = std::min<int64_t>(128, k);
-  LW_CHECK(n % 8 == 0 && k % 8 == 0, "random 4-bit weights: tensor '" << name << "' " << shape_str(shape)
-                                                                      << " needs sizes that are multiples of 8");
+  // Sizes 4-bit checkpoints cannot hold (an odd vocabulary's LM head) stay dense, as they do there.
+  if (n % 8 != 0 || k % 8 != 0) return projection(get(name, shape, part));
   int64_t r0 = 0, r1 = n, c0 = 0, c1 = k;
   if (part.dim == 0) r0 = part.start, r1 = part.end;
   if (part.dim == 1) c0 = part.start, c1 = part.end;
@@ -581,7 +581,8 @@ ops::Weight WeightLoader::get_padded_weight(const std::string& name, const std::
   ops::Weight part = get_weight(name, shape, {0, start, end});
   if (end - start == padded) return part;
   const ops::WeightFormat format = kept_format_;
-  if (ops::is_scaled_8bit_format(format) && !dry_) {  // padded as the dense matrix it expands to
+  if ((ops::is_scaled_8bit_format(format) || format == ops::WeightFormat::int4) && !dry_) {
+    // padded as the dense matrix it expands to
     log().info("tensor '{}': the padded share of an {} matrix is expanded to {}", name, ops::weight_format_name(format),
                dtype_name(dtype_));
     part = ops::Weight::dense(ops::expand(ctx_, part, dtype_));
