@@ -19,6 +19,7 @@
 #include "test_util.h"
 #include "weights/checkpoint.h"
 #include "weights/fixture_values.h"
+#include "weights/weight_values.h"
 
 namespace lw::test {
 namespace {
@@ -56,17 +57,6 @@ struct Fixture {
   }
 };
 
-// The weight expanded to f32 equals rows [r0, r1) and columns [c0, c1) of the reference.
-void expect_values(const ops::Weight& w, const std::vector<float>& ref, int64_t k, int64_t r0, int64_t r1, int64_t c0,
-                   int64_t c1) {
-  ASSERT_EQ(w.out_features(), r1 - r0);
-  ASSERT_EQ(w.in_features(), c1 - c0);
-  const Tensor got = ctx().to_host(ops::expand(ctx(), w, DType::f32));
-  for (int64_t i = r0; i < r1; ++i)
-    for (int64_t j = c0; j < c1; ++j)
-      ASSERT_EQ(got.data<float>()[(i - r0) * (c1 - c0) + (j - c0)], ref[i * k + j]) << "element [" << i << ", " << j << "]";
-}
-
 TEST(Int4Weights, EveryLayoutLoadsToTheReferenceValues) {
   Fixture fx;
   ASSERT_EQ(fx.cases().size(), 9u);
@@ -78,16 +68,7 @@ TEST(Int4Weights, EveryLayoutLoadsToTheReferenceValues) {
     ASSERT_EQ(w.format(), ops::WeightFormat::int4);
     EXPECT_EQ(w.data().nbytes(), static_cast<size_t>(kernels::int4_tile_count(n, k) * kernels::kInt4TileBytes));
     EXPECT_EQ(w.perm().defined(), fx.manifest[name]["desc_act"].get<bool>());
-    const std::vector<float> ref = fx.values(name);
-    expect_values(w, ref, k, 0, n, 0, k);
-    const ops::Weight dense = fx.loader(name, "dense")->get_weight(name, shape);
-    EXPECT_EQ(dense.format(), ops::WeightFormat::dense);
-    expect_values(dense, ref, k, 0, n, 0, k);
-    for (DType dt : {DType::f16, DType::bf16}) {
-      const Tensor got = ctx().to_host(ops::expand(ctx(), w, dt));
-      for (int64_t i = 0; i < n * k; ++i)
-        ASSERT_EQ(element(got, i), rounded_to(ref[i], dt)) << dtype_name(dt) << " element " << i;
-    }
+    expect_kept_and_dense(w, fx.loader(name, "dense")->get_weight(name, shape), fx.values(name));
   }
 }
 

@@ -14,6 +14,7 @@
 #include "test_util.h"
 #include "weights/checkpoint.h"
 #include "weights/fixture_values.h"
+#include "weights/weight_values.h"
 #include "weights/load.h"
 
 namespace lw::test {
@@ -42,17 +43,6 @@ std::unique_ptr<model::WeightLoader> loader(const weights::Checkpoint& ckpt, boo
   auto ld = std::make_unique<model::WeightLoader>(ctx(), &ckpt, DType::f32, dry);
   ld->set_quantization({"fp8", kBlock, kBlock});
   return ld;
-}
-
-// The weight expanded to f32 equals the reference values exactly (rows [r0, r1), columns [c0, c1)).
-void expect_values(const ops::Weight& w, const std::vector<float>& ref, int64_t k, int64_t r0, int64_t r1, int64_t c0,
-                   int64_t c1) {
-  ASSERT_EQ(w.out_features(), r1 - r0);
-  ASSERT_EQ(w.in_features(), c1 - c0);
-  const Tensor got = ctx().to_host(ops::expand(ctx(), w, DType::f32));
-  for (int64_t i = r0; i < r1; ++i)
-    for (int64_t j = c0; j < c1; ++j)
-      ASSERT_EQ(got.data<float>()[(i - r0) * (c1 - c0) + (j - c0)], ref[i * k + j]) << "element [" << i << ", " << j << "]";
 }
 
 double e4m3(int b) {  // e4m3fn from its definition: bias 7, subnormals below exponent 1
@@ -116,17 +106,7 @@ TEST(ScaledWeights, EveryScaleLayoutLoadsToTheReferenceValues) {
     const ops::Weight w = ld->get_weight(name, rec.shape);
     EXPECT_EQ(w.format(), format);
     EXPECT_EQ(w.data().nbytes(), static_cast<size_t>(n * k));  // one byte per value on the device
-    const std::vector<float> ref = fx.values(name);
-    expect_values(w, ref, k, 0, n, 0, k);
-    const ops::Weight dense = loader(*fx.ckpt, false, "dense")->get_weight(name, rec.shape);
-    EXPECT_EQ(dense.format(), ops::WeightFormat::dense);
-    expect_values(dense, ref, k, 0, n, 0, k);
-    // Each compute dtype holds the reference rounded once.
-    for (DType dt : {DType::f16, DType::bf16}) {
-      const Tensor got = ctx().to_host(ops::expand(ctx(), w, dt));
-      for (int64_t i = 0; i < n * k; ++i)
-        ASSERT_EQ(element(got, i), rounded_to(ref[i], dt)) << dtype_name(dt) << " element " << i;
-    }
+    expect_kept_and_dense(w, loader(*fx.ckpt, false, "dense")->get_weight(name, rec.shape), fx.values(name));
   }
 }
 
