@@ -39,6 +39,20 @@ LW_DEVICE_INLINE void store_vec_at(const P& dst, int64_t offset, const Vec<T, N>
   }
 }
 
+// Loads a vector of T at element `offset` of a plain pointer (one wide load) or of a checked
+// shared-memory view of the emulator (element by element, so that each element is checked).
+template <int N, class T, class P>
+LW_DEVICE_INLINE Vec<T, N> load_vec_at(const P& src, int64_t offset) {
+  if constexpr (std::is_pointer_v<P>) {
+    return load_vec<N>(static_cast<const T*>(src) + offset);
+  } else {
+    Vec<T, N> v;
+#pragma unroll
+    for (int j = 0; j < N; ++j) v.v[j] = src[offset + j];
+    return v;
+  }
+}
+
 // True when every pointer is aligned to `bytes`.
 template <class... P>
 inline bool aligned_to(int64_t bytes, const P*... p) {

@@ -114,9 +114,10 @@ class Weight {
 // weights"; FP8 takes the crossover of Q8_0, its nearest GGUF kin, until measured itself).
 inline constexpr int64_t kGgufGemvMaxRows = 4;
 
-// An automatic linear over int4 weights of at most this many rows runs the fused kernel; above it
-// the expansion and the vendor GEMM (H200, docs/PERFORMANCE.md "4-bit weights").
-inline constexpr int64_t kInt4FusedMaxRows = 16;
+// An automatic linear over int4 weights of at most this many rows runs the fused kernel (one
+// pass); above it the expansion and the vendor GEMM (H200, docs/PERFORMANCE.md "4-bit weights":
+// the fused kernel is faster up to 64 rows, the expansion from 128).
+inline constexpr int64_t kInt4FusedMaxRows = 64;
 
 // Whether linear over FP8 weights may run W8A8 on this device (NVIDIA sm_89 and later; not on
 // HIP: hipBLASLt's gfx942 FP8 reads e4m3fnuz codes, nor the host).

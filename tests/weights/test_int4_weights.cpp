@@ -5,6 +5,7 @@
 // matches a float64 reference; shards and stacked parts keep (or expand) what they should; and
 // broken tensors are refused by name.
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <numeric>
@@ -231,6 +232,16 @@ TEST(Int4Weights, FusedKernelOnLargerShapes) {
       ops::linear(ctx(), x, w, Tensor(), out, ops::GemmPath::gemv);
       ops::linear(ctx(), x.slice(0, 5, 6), w, Tensor(), one, ops::GemmPath::gemv);
       EXPECT_TRUE(bitwise_equal(ctx().to_host(one), ctx().to_host(out.slice(0, 5, 6)))) << dtype_name(dt);
+      {
+        // x 4-byte but not 16-byte aligned (copied in 4-byte pieces): the same sums.
+        Tensor flat = Tensor::empty_host({m * sh.k + 2}, dt);
+        std::memcpy(static_cast<char*>(flat.data_ptr()) + 2 * dtype_size(dt), xh.data_ptr(), xh.nbytes());
+        std::memcpy(flat.data_ptr(), xh.data_ptr(), 2 * dtype_size(dt));
+        const Tensor shifted = ctx().to_device(flat).slice(0, 2, m * sh.k + 2).view({m, sh.k});
+        Tensor again = ctx().empty({m, sh.n}, dt);
+        ops::linear(ctx(), shifted, w, Tensor(), again, ops::GemmPath::gemv);
+        EXPECT_TRUE(bitwise_equal(ctx().to_host(again), ctx().to_host(out))) << dtype_name(dt) << " unaligned x";
+      }
       const Tensor got = ctx().to_host(out);
       const double eps = epsilon(dt), acc_eps = static_cast<double>(sh.k) * std::ldexp(1.0, -24);
       for (int64_t i = 0; i < m; ++i)

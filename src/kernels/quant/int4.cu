@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "base/error.h"
+#include "gpu/async_copy.h"
 #include "gpu/launch.h"
 #include "gpu/matrix_fragment.h"
 #include "gpu/numeric.h"
@@ -106,8 +107,10 @@ constexpr uint32_t kMagic = std::is_same_v<T, half> ? 0x6400u : 0x4300u;
 // point: zbias holds (magic + zero) in both 16-bit halves.
 template <class T>
 LW_DEVICE_INLINE void decode_pair(uint32_t word, int p, uint32_t zbias, T& lo, T& hi) {
-  const uint32_t bits = ((word >> (4 * p)) & 0x000f000fu) | (kMagic<T> * 0x10001u);
 #if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // (shifted & mask) | magic in one instruction (lookup table 0xea: (a & b) | c).
+  uint32_t bits;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(bits) : "r"(word >> (4 * p)), "n"(0x000f000f), "n"(kMagic<T> * 0x10001u));
   using Pair = std::conditional_t<std::is_same_v<T, half>, __half2, __nv_bfloat162>;
   Pair v, z;
   memcpy(&v, &bits, 4);
@@ -116,72 +119,131 @@ LW_DEVICE_INLINE void decode_pair(uint32_t word, int p, uint32_t zbias, T& lo, T
   lo = r.x;
   hi = r.y;
 #else
+  const uint32_t bits = ((word >> (4 * p)) & 0x000f000fu) | (kMagic<T> * 0x10001u);
   const float z = static_cast<float>(static_cast<int>(zbias & 0xffffu) - static_cast<int>(kMagic<T>));
   lo = gpu::from_float<T>(static_cast<float>(bits & 15u) - z);
   hi = gpu::from_float<T>(static_cast<float>((bits >> 16) & 15u) - z);
 #endif
 }
 
+// The fused kernel (below) in numbers. A block is kGemmWarps warps, each over kRowTiles<NT>
+// tiles of 16 weight rows (fewer as x takes more tiles, so that the accumulators stay in
+// registers; 4 row tiles were slower than 2 at one and 16 rows of x on the H200).
 constexpr int kGemmWarps = 4;
-constexpr int kFragElems = 256;  // a 16 x 16 C tile: kC elements in each lane on every layout
-
-// Row tiles of 16 weight rows a warp multiplies with each fragment of x it loads (fewer as x
-// takes more tiles, so that the accumulators stay in registers), and the tiles of weights each
-// warp has in flight beyond the one it multiplies. Measured on the H200 (docs/PERFORMANCE.md
-// "4-bit weights"): 4 row tiles or 2 and 4 tiles ahead were slower at one and 16 rows of x
-// than 2 row tiles and one ahead (more registers, fewer warps).
 template <int NT>
 constexpr int kRowTiles = NT <= 2 ? 2 : 1;
-constexpr int kTilesAhead = 1;
+// x's rows in shared memory: 64 columns as 32 words (pairs) and 4 words of padding, so that the
+// lanes of a B fragment read distinct banks.
+constexpr int kXWords = kInt4TileCols / 2 + 4;
+constexpr int kTilePieces = static_cast<int>(kInt4TileBytes / 16);  // 16-byte pieces of a tile
 
-// A block per kRowTiles x 16 weight rows and k split (blockIdx.y of gridDim.y); its warps take
-// consecutive parts of the split's 64-column tiles. NT tiles of 16 rows of x (the MMA's N),
-// each fragment of x loaded once per step and multiplied with every row tile's fragment. A
-// warp's partial sums go through shared memory to warp 0, which adds them in warp order and
-// writes y (one split) or the split's partial sums.
+// One entry of the block's ring: the weight tiles of one 64-column step for every warp's row
+// tiles, then the step's columns of up to NT x 16 rows of x.
+template <int NT>
+constexpr int kEntryWeightWords = kGemmWarps * kRowTiles<NT> * kTileWords;
+template <int NT>
+constexpr int kEntryWords = kEntryWeightWords<NT> + NT * 16 * kXWords;
+// Entries in the ring: the steps of kStages - 1 entries are on their way while the block
+// multiplies one (copies in the background where the target has them: cp.async); as many as
+// fit the shared memory a launch gets without opting in, up to LW_INT4_GEMM_STAGES.
+#ifndef LW_INT4_GEMM_STAGES
+#define LW_INT4_GEMM_STAGES 4
+#endif
+constexpr int kSharedLimit = 48 * 1024;
+template <int NT>
+constexpr int kStages = LW_INT4_GEMM_STAGES < kSharedLimit / (4 * kEntryWords<NT>) ? LW_INT4_GEMM_STAGES
+                                                                                   : kSharedLimit / (4 * kEntryWords<NT>);
+static_assert(kStages<1> >= 2 && kStages<2> >= 2 && kStages<4> >= 2, "a ring of one entry has nothing in flight");
+
+// y[:m] = x[:m] @ W^T for the block's kGemmWarps x kRowTiles row tiles and split of k
+// (blockIdx.y; `tiles_per_split` 64-column tiles each). The block fills its ring of steps with
+// every thread; each warp multiplies its own row tiles with NT tiles of 16 rows of x (the MMA's
+// N), decoding its A fragments from the entry's words and loading x's B fragments from the
+// entry's columns; rows of x past m are zeros. A group's products accumulate in fp32 and are
+// scaled when the group ends. With one split the warp writes y; else its partial sums go to
+// `workspace` for reduce_splits.
 template <class T, int NT>
 __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64_t m, int64_t ldx, int64_t ldy,
-                            int64_t tiles_per_warp, float* workspace) {
-  constexpr int R = kRowTiles<NT>, D = kTilesAhead;
-  LW_SHARED(float, partial, [kGemmWarps * R * NT * kFragElems]);
+                            int64_t tiles_per_split, bool x_vectors, float* workspace) {
+  constexpr int R = kRowTiles<NT>, S = kStages<NT>, E = kEntryWords<NT>;
+  LW_DYNAMIC_SHARED(uint32_t, ring);
 #if LW_MATRIX_CORES
   const int warp = gpu::warp_id(), lane = gpu::lane_id();
+  const int tid = static_cast<int>(threadIdx.x);
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols, row_tiles = (w.n + kInt4TileRows - 1) / kInt4TileRows;
   const int64_t groups = (w.k + w.group - 1) / w.group;
-  const int64_t first = (static_cast<int64_t>(blockIdx.y) * kGemmWarps + warp) * tiles_per_warp;
-  const int64_t last = first + tiles_per_warp < tiles_k ? first + tiles_per_warp : tiles_k;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * tiles_per_split;
+  const int64_t last = first + tiles_per_split < tiles_k ? first + tiles_per_split : tiles_k;
+  const int64_t block_tile0 = static_cast<int64_t>(blockIdx.x) * kGemmWarps * R;
   // Row tiles past the matrix read the last one again (their results are not written).
-  const uint8_t* tile_row[R];
+  auto tile_row = [&](int j) {
+    const int64_t t = block_tile0 + j;
+    return static_cast<const uint32_t*>(w.tiles) + (t < row_tiles ? t : row_tiles - 1) * tiles_k * kTileWords;
+  };
   int64_t row0[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int64_t t = static_cast<int64_t>(blockIdx.x) * R + r;
-    row0[r] = t * kInt4TileRows;
-    tile_row[r] = static_cast<const uint8_t*>(w.tiles) + (t < row_tiles ? t : row_tiles - 1) * tiles_k * kInt4TileBytes +
-                  (lane % kDataLanes) * kLaneBytes;
-  }
+  for (int r = 0; r < R; ++r) row0[r] = (block_tile0 + warp * R + r) * kInt4TileRows;
   auto clamp_row = [&](int r, int i) { return row0[r] + i < w.n ? row0[r] + i : w.n - 1; };
-  auto load_words = [&](int64_t t, uint32_t (&words)[R][kLaneWords]) {
+
+  // Each thread's 16-byte pieces of a ring entry, the same for every step: where they go in the
+  // entry and where they come from at step 0 (-1: no piece).
+  constexpr int kBlockThreads = kGemmWarps * gpu::kWarpSize;
+  constexpr int kWeightPieces = kGemmWarps * R * kTilePieces, kXPieces = NT * 16 * 8;
+  constexpr int kWeightCopies = (kWeightPieces + kBlockThreads - 1) / kBlockThreads;
+  constexpr int kXCopies = (kXPieces + kBlockThreads - 1) / kBlockThreads;
+  const uint32_t* weight_src[kWeightCopies];
+  int weight_dst[kWeightCopies];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const auto* p = reinterpret_cast<const uint32_t*>(tile_row[r] + t * kInt4TileBytes);
+  for (int c = 0; c < kWeightCopies; ++c) {
+    const int e = tid + c * kBlockThreads, j = e / kTilePieces, piece = e % kTilePieces;
+    weight_dst[c] = e < kWeightPieces ? j * kTileWords + piece * 4 : -1;
+    weight_src[c] = tile_row(e < kWeightPieces ? j : 0) + piece * 4;
+  }
+  const T* x_src[kXCopies];
+  int x_dst[kXCopies], x_col[kXCopies];
 #pragma unroll
-      for (int c = 0; c < kLaneWords; c += 4) {
-        const auto v = gpu::load_vec<(kLaneWords < 4 ? kLaneWords : 4)>(p + c);
+  for (int c = 0; c < kXCopies; ++c) {
+    const int e = tid + c * kBlockThreads, row = e / 8, piece = e % 8;
+    x_dst[c] = e < kXPieces && row < m ? row * kXWords + piece * 4 : -1;
+    x_col[c] = piece * 8;
+    x_src[c] = x + (row < m ? row : 0) * ldx + x_col[c];
+  }
+  // Step t (a 64-column tile) into ring entry `slot`; always one commit, so that the wait below
+  // counts steps. x's columns past K are zeros (K is a multiple of 8: a 16-byte piece is wholly
+  // in or out).
+  auto load_entry = [&](int64_t t, int slot) {
+    if (t < last) {
+      const auto entry = ring + slot * E;
+      const int64_t at = t * kTileWords;
 #pragma unroll
-        for (int e = 0; e < (kLaneWords < 4 ? kLaneWords : 4); ++e) words[r][c + e] = v.v[e];
+      for (int c = 0; c < kWeightCopies; ++c)
+        if (kWeightPieces % kBlockThreads == 0 || weight_dst[c] >= 0)
+          gpu::copy_16_async(entry, weight_dst[c], weight_src[c] + at);
+      const auto xs = entry + kEntryWeightWords<NT>;
+      const int64_t k0 = t * kInt4TileCols;
+      if (x_vectors) {
+#pragma unroll
+        for (int c = 0; c < kXCopies; ++c) {
+          if (x_dst[c] < 0) continue;
+          if (k0 + x_col[c] < w.k) {
+            gpu::copy_16_async(xs, x_dst[c], reinterpret_cast<const uint32_t*>(x_src[c] + k0));
+          } else {
+            gpu::Vec<uint32_t, 4> zero{};
+            gpu::store_vec_at<4>(xs, x_dst[c], zero);
+          }
+        }
+      } else {
+        constexpr int kRowPairs = kInt4TileCols / 2;
+        for (int e = tid; e < m * kRowPairs; e += kBlockThreads) {
+          const int row = e / kRowPairs, word = e % kRowPairs;
+          const int64_t col = k0 + word * 2;
+          if (col < w.k) gpu::copy_4_async(xs, row * kXWords + word, reinterpret_cast<const uint32_t*>(x + row * ldx + col));
+          else xs[row * kXWords + word] = 0u;
+        }
       }
     }
+    gpu::async_commit();
   };
-  // The rows of x behind each pair of this lane's B elements (null past m: zeros).
-  const T* xrow[NT][mma::kB / 2];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int i = 0; i < mma::kB; i += 2) {
-      const int64_t row = nt * 16 + mma::b_col(lane, i);
-      xrow[nt][i / 2] = row < m ? x + row * ldx + mma::b_row(lane, i) : nullptr;
-    }
 
   // This group's scales (one per row slot of C) and zero points (one per pair of A elements);
   // where groups are whole tiles, the next group's are loaded with the tile before it starts.
@@ -223,21 +285,28 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
         }
       }
   };
-  // A ring of D tiles in flight: tile t's slot is refilled with tile t + D as t is taken.
-  uint32_t ring[D][R][kLaneWords];
+
 #pragma unroll
-  for (int d = 0; d < D; ++d)
-    if (first + d < last) load_words(first + d, ring[d]);
-  for (int64_t t0 = first; t0 < last; t0 += D)
-#pragma unroll
-  for (int d = 0; d < D; ++d) {
-    const int64_t t = t0 + d;
-    if (t >= last) break;
+  for (int d = 0; d < S - 1; ++d) load_entry(first + d, d);
+  int slot = 0;  // the entry of step t; step t + S - 1 goes to the one before it
+  for (int64_t t = first; t < last; ++t, slot = slot + 1 == S ? 0 : slot + 1) {
+    gpu::async_wait<S - 2>();  // step t is in (this thread's pieces) ...
+    __syncthreads();           // ... and every thread's; every warp is done with step t - 1
+    load_entry(t + S - 1, slot == 0 ? S - 1 : slot - 1);
+    const auto entry = ring + slot * E;
+    const auto xs = entry + kEntryWeightWords<NT>;
     uint32_t words[R][kLaneWords];
+    {
+      constexpr int V = kLaneWords < 4 ? kLaneWords : 4;
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+      for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int i = 0; i < kLaneWords; ++i) words[r][i] = ring[d][r][i];
+        for (int c = 0; c < kLaneWords; c += V) {
+          const auto v = gpu::load_vec_at<V, uint32_t>(entry, (warp * R + r) * kTileWords + (lane % kDataLanes) * kLaneWords + c);
+#pragma unroll
+          for (int e = 0; e < V; ++e) words[r][c + e] = v.v[e];
+        }
+    }
     // Where groups are whole tiles they begin with a tile: the parameters loaded a tile ago
     // take over before the next group's are loaded into their place.
     if (ahead && t * kInt4TileCols >= next_group_at) {
@@ -252,28 +321,17 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
         for (int p = 0; p < mma::kA / 2; ++p) zbias[r][p] = next_zbias[r][p];
       }
     }
-    if (t + D < last) load_words(t + D, ring[d]);
     if (ahead && t + 1 < last && (t + 1) * kInt4TileCols >= next_group_at) load_group(group + 1, next_scale, next_zbias);
-#pragma unroll
-    for (int step = 0; step < kSteps; ++step) {
-      const int64_t k0 = t * kInt4TileCols + 16 * step;
-      if (k0 >= w.k) break;
-      if (!ahead && k0 >= next_group_at) {  // a group that begins inside the tile
-        fold();
-        ++group;
-        next_group_at += w.group;
-        load_group(group, scale, zbias);
-      }
-      // This step's fragments of x (k even and K a multiple of 8: a pair never crosses K).
+    // One 16-column step: x's B fragments (element pairs (i, i + 1) are adjacent columns of one
+    // row) times every row tile's A fragments, decoded from its words.
+    auto multiply = [&](int step) {
       mma::FragB<T> b[NT];
-      const bool whole = k0 + 16 <= w.k;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int i = 0; i < mma::kB; i += 2) {
-          const T* p = xrow[nt][i / 2];
-          uint32_t pair = 0;
-          if (p && (whole || k0 + mma::b_row(lane, i) < w.k)) pair = *reinterpret_cast<const uint32_t*>(p + k0);
+          const int row = nt * 16 + mma::b_col(lane, i);
+          const uint32_t pair = row < m ? static_cast<uint32_t>(xs[row * kXWords + (16 * step + mma::b_row(lane, i)) / 2]) : 0u;
           b[nt].x[i] = __builtin_bit_cast(T, static_cast<uint16_t>(pair & 0xffffu));
           b[nt].x[i + 1] = __builtin_bit_cast(T, static_cast<uint16_t>(pair >> 16));
         }
@@ -288,28 +346,37 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) mma::mma(sums[r][nt], a, b[nt], sums[r][nt]);
       }
+    };
+    const int64_t tile_end = (t + 1) * kInt4TileCols;
+    if (tile_end <= w.k && (ahead || next_group_at >= tile_end)) {
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step) multiply(step);  // the common case: no checks per step
+    } else {
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step) {
+        const int64_t k0 = t * kInt4TileCols + 16 * step;
+        if (k0 >= w.k) break;
+        if (!ahead && k0 >= next_group_at) {  // a group that begins inside the tile
+          fold();
+          ++group;
+          next_group_at += w.group;
+          load_group(group, scale, zbias);
+        }
+        multiply(step);
+      }
     }
   }
+  gpu::async_wait<0>();  // no copy outlives the block (the ring's tail entries are empty commits)
   if (first < last) fold();
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int i = 0; i < mma::kC; ++i)
-        partial[((warp * R + r) * NT + nt) * kFragElems + lane * mma::kC + i] = total[r][nt].x[i];
-  __syncthreads();
-  if (warp != 0) return;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
       for (int i = 0; i < mma::kC; ++i) {
-        float v = 0.0f;
-        for (int wp = 0; wp < kGemmWarps; ++wp) v += partial[((wp * R + r) * NT + nt) * kFragElems + lane * mma::kC + i];
         const int64_t row = row0[r] + mma::c_row(lane, i), tok = nt * 16 + mma::c_col(lane, i);
         if (row >= w.n || tok >= m) continue;
+        const float v = total[r][nt].x[i];
         if (gridDim.y == 1) {
           y[tok * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
         } else {
@@ -317,7 +384,8 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
         }
       }
 #else
-  (void)partial, (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_warp, (void)workspace;
+  (void)ring, (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_split, (void)x_vectors,
+      (void)workspace;
 #endif
 }
 
@@ -376,13 +444,26 @@ void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, cudaStream_t 
 
 bool int4_gemm_supports(const Int4Matrix& w) { return w.group % 16 == 0 || w.group >= w.k; }
 
-int int4_gemm_splits(const Int4Matrix& w, int multiprocessors) {
-  // Enough warps for about 16 per multiprocessor, each with at least four tiles of k.
+// Blocks of the fused kernel to aim for on each multiprocessor (its registers hold about four).
+#ifndef LW_INT4_GEMM_BLOCKS_PER_SM
+#define LW_INT4_GEMM_BLOCKS_PER_SM 4
+#endif
+
+int64_t gemm_row_blocks(const Int4Matrix& w, int64_t m) {
   const int64_t row_tiles = (w.n + kInt4TileRows - 1) / kInt4TileRows;
+  const int64_t x_tiles = (m + kInt4TileRows - 1) / kInt4TileRows;  // the kernel's NT: 1, 2 or 4
+  const int rows_per_block = kGemmWarps * (x_tiles <= 1 ? kRowTiles<1> : x_tiles == 2 ? kRowTiles<2> : kRowTiles<4>);
+  return (row_tiles + rows_per_block - 1) / rows_per_block;
+}
+
+int int4_gemm_splits(const Int4Matrix& w, int multiprocessors) {
+  // Enough blocks to fill the device at one row of x, each split with at least four steps of k;
+  // the same for every m, so that a row's sums are added in one order whatever the batch.
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols;
-  const int64_t blocks = (row_tiles + kRowTiles<1> - 1) / kRowTiles<1>;
-  const int64_t want = std::max<int64_t>(1, (16 * std::max(multiprocessors, 1)) / (blocks * kGemmWarps));
-  const int64_t most = std::max<int64_t>(1, tiles_k / (4 * kGemmWarps));
+  const int64_t target = int64_t{LW_INT4_GEMM_BLOCKS_PER_SM} * std::max(multiprocessors, 1);
+  const int64_t blocks = gemm_row_blocks(w, 1);
+  const int64_t want = std::max<int64_t>(1, (target + blocks - 1) / blocks);
+  const int64_t most = std::max<int64_t>(1, tiles_k / 4);
   constexpr int64_t kMostSplits = 64;  // lint: not-a-warp (a bound on the workspace)
   return static_cast<int>(std::min<int64_t>({want, most, kMostSplits}));
 }
@@ -399,18 +480,19 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
   if (m == 0) return;
   const int64_t row_tiles = (w.n + kInt4TileRows - 1) / kInt4TileRows;
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols;
-  const int64_t per_warp = (tiles_k + splits * kGemmWarps - 1) / (splits * kGemmWarps);
+  const int64_t per_split = (tiles_k + splits - 1) / splits;
   LW_CHECK(row_tiles <= 0x7fffffff, "int4_gemm: " << w.n << " rows exceed the grid limit");
-  auto cfg = [&](int row_tiles_per_block) {
-    return gpu::LaunchConfig{
-        dim3(static_cast<unsigned>((row_tiles + row_tiles_per_block - 1) / row_tiles_per_block), static_cast<unsigned>(splits)),
-        dim3(kGemmWarps * warp_size), 0, stream};
+  // 16-byte copies of x where its rows allow them, else 4-byte ones.
+  const bool x_vectors = ldx % 8 == 0 && gpu::aligned_to(16, x);
+  auto run = [&]<int NT>() {
+    const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(gemm_row_blocks(w, m)), static_cast<unsigned>(splits)),
+                                dim3(kGemmWarps * warp_size), sizeof(uint32_t) * kStages<NT> * kEntryWords<NT>, stream};
+    gpu::launch("int4_gemm", gemm_kernel<T, NT>, cfg, y, x, w, bias, m, ldx, ldy, per_split, x_vectors, workspace);
   };
-  const int nt = static_cast<int>((m + 15) / 16);
-  switch (nt) {
-    case 1: gpu::launch("int4_gemm", gemm_kernel<T, 1>, cfg(kRowTiles<1>), y, x, w, bias, m, ldx, ldy, per_warp, workspace); break;
-    case 2: gpu::launch("int4_gemm", gemm_kernel<T, 2>, cfg(kRowTiles<2>), y, x, w, bias, m, ldx, ldy, per_warp, workspace); break;
-    default: gpu::launch("int4_gemm", gemm_kernel<T, 4>, cfg(kRowTiles<4>), y, x, w, bias, m, ldx, ldy, per_warp, workspace); break;
+  switch ((m + 15) / 16) {
+    case 1: run.template operator()<1>(); break;
+    case 2: run.template operator()<2>(); break;
+    default: run.template operator()<4>(); break;
   }
   if (splits > 1) {
     gpu::launch("int4_reduce_splits", reduce_splits_kernel<T>,

@@ -68,7 +68,7 @@ void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, cudaStream_t 
 template <class T>
 void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, int64_t ldx, int64_t ldy, int splits,
                float* workspace, int warp_size, cudaStream_t stream);
-// How many k splits fill the device: `multiprocessors` of it.
+// How many k splits fill the device: `multiprocessors` of it (the same for any rows of x).
 int int4_gemm_splits(const Int4Matrix& w, int multiprocessors);
 // Whether int4_gemm reads this matrix: groups of whole 16-column steps (or one group).
 bool int4_gemm_supports(const Int4Matrix& w);
