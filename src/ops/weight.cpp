@@ -264,7 +264,9 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype) {
   }
   if (w.format() == WeightFormat::int4) {
     const int32_t* perm = w.perm().defined() ? w.perm().data<int32_t>() : nullptr;
-    dispatch_float(dtype, op, [&]<class T>() { kernels::int4_expand<T>(out.data<T>(), int4_matrix(w), perm, ctx.stream().get()); });
+    dispatch_float(dtype, op, [&]<class T>() {
+      kernels::int4_expand<T>(out.data<T>(), int4_matrix(w), perm, ctx.warp_size(), ctx.stream().get());
+    });
     return out;
   }
   const std::optional<BlockFormat> block = gguf_block(w.format());

@@ -65,36 +65,57 @@ __global__ void pack_kernel(uint32_t* tiles, const uint8_t* q, int64_t n, int64_
   }
 }
 
-// A thread per word of the tiles; the two elements of a pair share a row (and so a scale and a
-// zero point) and sit in adjacent columns: one store of both where the columns are in order.
+// A warp per tile (a grid-stride loop over tiles): the data lanes put their runs' values into
+// the warp's [16][64] bytes of shared memory through the layout's accessors (a pair of adjacent
+// columns per store), then every lane expands whole 8-column chunks of rows: one scale and zero
+// point per chunk (groups are multiples of 8 columns) and one 16-byte store (f16/bf16) where the
+// columns are in order, so the writes are whole rows of the output.
+constexpr int kExpandRowBytes = kInt4TileCols + 8;  // a row's bytes and padding: distinct banks
+constexpr int kExpandTileBytes = kInt4TileRows * kExpandRowBytes;
+constexpr int kChunks = kInt4TileRows * kInt4TileCols / 8;  // 8-column chunks of a tile
 template <class T>
-__global__ void expand_kernel(T* out, Int4Matrix w, const int32_t* perm, int64_t tiles_k, int64_t words) {
-  const auto* tiles = static_cast<const uint32_t*>(w.tiles);
+__global__ void expand_kernel(T* out, Int4Matrix w, const int32_t* perm, int64_t tiles_k, int64_t tiles) {
+  constexpr int kWarps = static_cast<int>(kThreads) / gpu::kWarpSize;
+  LW_DYNAMIC_SHARED(uint16_t, values);  // kWarps tiles of kExpandTileBytes
+  const int warp = gpu::warp_id(), lane = gpu::lane_id();
+  const auto* words = static_cast<const uint32_t*>(w.tiles);
   const int64_t groups = (w.k + w.group - 1) / w.group;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < words; idx += stride) {
-    const int64_t tile = idx / kTileWords;
-    const int wi = static_cast<int>(idx - tile * kTileWords);
+  const int base = warp * kExpandTileBytes / 2;  // this warp's tile, in 16-bit units
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t tile = static_cast<int64_t>(blockIdx.x) * kWarps + warp; tile < tiles; tile += stride) {
     const int64_t row0 = (tile / tiles_k) * kInt4TileRows, col0 = (tile % tiles_k) * kInt4TileCols;
-    const int lane = wi / kLaneWords;
-    const uint32_t word = tiles[idx];
+    if (lane < kDataLanes) {
+      uint32_t run[kLaneWords];
 #pragma unroll
-    for (int slot = 0; slot < 8; slot += 2) {
-      const int e = (wi % kLaneWords) * 8 + slot, step = e / mma::kA, i = e % mma::kA;
-      const int64_t r = row0 + mma::a_row(lane, i), c = col0 + 16 * step + mma::a_col(lane, i);
-      if (r >= w.n || c >= w.k) continue;  // K is a multiple of 8: c + 1 < K too
-      const int64_t g = r * groups + static_cast<int>(c) / static_cast<int>(w.group);
-      const float s = w.scales[g], z = static_cast<float>(w.zeros[g]);
-      gpu::Vec<T, 2> v;
-      v.v[0] = gpu::from_float<T>((static_cast<float>((word >> (4 * nibble_of(slot))) & 15u) - z) * s);
-      v.v[1] = gpu::from_float<T>((static_cast<float>((word >> (4 * nibble_of(slot + 1))) & 15u) - z) * s);
-      if (perm) {
-        out[r * w.k + perm[c]] = v.v[0];
-        out[r * w.k + perm[c + 1]] = v.v[1];
-      } else {
-        gpu::store_vec<2>(out + r * w.k + c, v);
+      for (int i = 0; i < kLaneWords; ++i) run[i] = words[tile * kTileWords + lane * kLaneWords + i];
+#pragma unroll
+      for (int e = 0; e < 4 * mma::kA; e += 2) {
+        const int step = e / mma::kA, i = e % mma::kA;
+        const int r = mma::a_row(lane, i), c = 16 * step + mma::a_col(lane, i);  // c even: c + 1 is the pair's other
+        const uint32_t pair = run[e / 8] >> (4 * nibble_of(e % 8));
+        values[base + (r * kExpandRowBytes + c) / 2] = static_cast<uint16_t>((pair & 15u) | ((pair >> 8) & 0xf00u));
       }
     }
+    gpu::sync_warp();
+    for (int chunk = lane; chunk < kChunks; chunk += gpu::kWarpSize) {
+      const int r = chunk / (kInt4TileCols / 8), c = (chunk % (kInt4TileCols / 8)) * 8;
+      const int64_t row = row0 + r, col = col0 + c;
+      if (row >= w.n || col >= w.k) continue;  // K is a multiple of 8: a chunk is wholly in or out
+      const int64_t g = row * groups + col / w.group;
+      const float s = w.scales[g], z = static_cast<float>(w.zeros[g]);
+      const auto q = gpu::load_vec_at<4, uint16_t>(values, base + (r * kExpandRowBytes + c) / 2);
+      gpu::Vec<T, 8> v;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        v.v[j] = gpu::from_float<T>((static_cast<float>((q.v[j / 2] >> (8 * (j % 2))) & 15u) - z) * s);
+      if (perm) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) out[row * w.k + perm[col + j]] = v.v[j];
+      } else {
+        gpu::store_vec<8>(out + row * w.k + col, v);
+      }
+    }
+    gpu::sync_warp();  // the values are read before the next tile's are written
   }
 }
 
@@ -167,6 +188,7 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
                             int64_t tiles_per_split, bool x_vectors, float* workspace) {
   constexpr int R = kRowTiles<NT>, S = kStages<NT>, E = kEntryWords<NT>;
   LW_DYNAMIC_SHARED(uint32_t, ring);
+  LW_DYNAMIC_SHARED(T, ring_elements);  // the same memory as elements of x
 #if LW_MATRIX_CORES
   const int warp = gpu::warp_id(), lane = gpu::lane_id();
   const int tid = static_cast<int>(threadIdx.x);
@@ -286,6 +308,12 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
       }
   };
 
+  // Rows of x past m are zeros in every entry (the copies never write them; the first barrier
+  // below makes them visible).
+  for (int e = tid; e < S * (NT * 16 - static_cast<int>(m)) * kXWords; e += kBlockThreads) {
+    const int per_entry = (NT * 16 - static_cast<int>(m)) * kXWords, entry = e / per_entry, rest = e % per_entry;
+    ring[entry * E + kEntryWeightWords<NT> + static_cast<int>(m) * kXWords + rest] = 0u;
+  }
 #pragma unroll
   for (int d = 0; d < S - 1; ++d) load_entry(first + d, d);
   int slot = 0;  // the entry of step t; step t + S - 1 goes to the one before it
@@ -294,7 +322,7 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
     __syncthreads();           // ... and every thread's; every warp is done with step t - 1
     load_entry(t + S - 1, slot == 0 ? S - 1 : slot - 1);
     const auto entry = ring + slot * E;
-    const auto xs = entry + kEntryWeightWords<NT>;
+    const auto xs = ring_elements + (slot * E + kEntryWeightWords<NT>) * 2;
     uint32_t words[R][kLaneWords];
     {
       constexpr int V = kLaneWords < 4 ? kLaneWords : 4;
@@ -322,19 +350,12 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
       }
     }
     if (ahead && t + 1 < last && (t + 1) * kInt4TileCols >= next_group_at) load_group(group + 1, next_scale, next_zbias);
-    // One 16-column step: x's B fragments (element pairs (i, i + 1) are adjacent columns of one
-    // row) times every row tile's A fragments, decoded from its words.
+    // One 16-column step: x's B fragments (B(k, n) = x[n, k]: x's rows in the entry read as a
+    // transposed B) times every row tile's A fragments, decoded from its words.
     auto multiply = [&](int step) {
       mma::FragB<T> b[NT];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int i = 0; i < mma::kB; i += 2) {
-          const int row = nt * 16 + mma::b_col(lane, i);
-          const uint32_t pair = row < m ? static_cast<uint32_t>(xs[row * kXWords + (16 * step + mma::b_row(lane, i)) / 2]) : 0u;
-          b[nt].x[i] = __builtin_bit_cast(T, static_cast<uint16_t>(pair & 0xffffu));
-          b[nt].x[i + 1] = __builtin_bit_cast(T, static_cast<uint16_t>(pair >> 16));
-        }
+      for (int nt = 0; nt < NT; ++nt) mma::load_b_transposed_shared(b[nt], xs + (nt * 16 * kXWords + 8 * step) * 2, 2 * kXWords);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         mma::FragA<T> a;
@@ -384,7 +405,7 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
         }
       }
 #else
-  (void)ring, (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_split, (void)x_vectors,
+  (void)ring, (void)ring_elements, (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_split, (void)x_vectors,
       (void)workspace;
 #endif
 }
@@ -434,12 +455,15 @@ void int4_pack_tiles(void* tiles, const uint8_t* q, int64_t n, int64_t k, cudaSt
 }
 
 template <class T>
-void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, cudaStream_t stream) {
+void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, int warp_size, cudaStream_t stream) {
   check_matrix("int4_expand", w);
   LW_CHECK(w.k < 0x7fffffff, "int4_expand: K = " << w.k << " exceeds 32-bit columns");
-  const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols, words = int4_tile_count(w.n, w.k) * kTileWords;
-  gpu::launch("int4_expand", expand_kernel<T>, {dim3(static_cast<unsigned>(grid_for(words))), dim3(kThreads), 0, stream},
-              out, w, perm, tiles_k, words);
+  const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols, tiles = int4_tile_count(w.n, w.k);
+  // A warp per tile: kThreads / warp_size tiles per block.
+  const int64_t warps = kThreads / warp_size, blocks = std::min<int64_t>((tiles + warps - 1) / warps, 65535);
+  gpu::launch("int4_expand", expand_kernel<T>,
+              {dim3(static_cast<unsigned>(blocks)), dim3(kThreads), static_cast<size_t>(warps * kExpandTileBytes), stream}, out,
+              w, perm, tiles_k, tiles);
 }
 
 bool int4_gemm_supports(const Int4Matrix& w) { return w.group % 16 == 0 || w.group >= w.k; }
@@ -509,7 +533,7 @@ void gather_columns(T* out, const T* x, const int32_t* perm, int64_t rows, int64
 }
 
 #define LW_INT4_INSTANTIATE(T)                                                                                          \
-  template void int4_expand<T>(T*, const Int4Matrix&, const int32_t*, cudaStream_t);                                    \
+  template void int4_expand<T>(T*, const Int4Matrix&, const int32_t*, int, cudaStream_t);                                    \
   template void gather_columns<T>(T*, const T*, const int32_t*, int64_t, int64_t, int64_t, cudaStream_t);
 LW_INT4_INSTANTIATE(float)
 LW_INT4_INSTANTIATE(half)

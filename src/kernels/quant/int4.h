@@ -57,7 +57,7 @@ void int4_pack_tiles(void* tiles, const uint8_t* q, int64_t n, int64_t k, cudaSt
 // out [n, k] row-major: every weight in fp32 rounded once to T. perm (optional, [k]): the tiles'
 // column j is the matrix's column perm[j] (act-order checkpoints).
 template <class T>
-void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, cudaStream_t stream);
+void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, int warp_size, cudaStream_t stream);
 
 // y[m, n] = x[m, k] @ W^T (+ bias) on the matrix-fragment layer, m <= kInt4GemmMaxRows: the
 // zero points are subtracted exactly in T (integers), each group's products accumulate in fp32
