@@ -323,7 +323,6 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
     load_entry(t + S - 1, slot == 0 ? S - 1 : slot - 1);
     const auto entry = ring + slot * E;
     const auto xs = ring_elements + (slot * E + kEntryWeightWords<NT>) * 2;
-    const auto x_words = ring + slot * E + kEntryWeightWords<NT>;
     uint32_t words[R][kLaneWords];
     {
       constexpr int V = kLaneWords < 4 ? kLaneWords : 4;
@@ -352,25 +351,14 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
     }
     if (ahead && t + 1 < last && (t + 1) * kInt4TileCols >= next_group_at) load_group(group + 1, next_scale, next_zbias);
     // One 16-column step: x's B fragments (B(k, n) = x[n, k]: x's rows in the entry read as a
-    // transposed B) times every row tile's A fragments, decoded from its words. With one tile of
-    // x, lanes load their pairs of the rows below m only (decode batches: most rows are
-    // padding; measured faster at one row than the whole-tile load), else the layer's load.
+    // transposed B; rows past m are zeros) times every row tile's A fragments, decoded from its
+    // words. (Loading only the rows below m at one row of x measured the same: 0.0250 against
+    // 0.0252 ms, 14336 x 4096 on the H200.)
     auto multiply = [&](int step) {
       mma::FragB<T> b[NT];
-      if constexpr (NT == 1) {
 #pragma unroll
-        for (int i = 0; i < mma::kB; i += 2) {
-          const int row = mma::b_col(lane, i);
-          const uint32_t pair =
-              row < m ? static_cast<uint32_t>(x_words[row * kXWords + (16 * step + mma::b_row(lane, i)) / 2]) : 0u;
-          b[0].x[i] = __builtin_bit_cast(T, static_cast<uint16_t>(pair & 0xffffu));
-          b[0].x[i + 1] = __builtin_bit_cast(T, static_cast<uint16_t>(pair >> 16));
-        }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-          mma::load_b_transposed_shared(b[nt], xs + (nt * 16 * kXWords + 8 * step) * 2, 2 * kXWords);
-      }
+      for (int nt = 0; nt < NT; ++nt)
+        mma::load_b_transposed_shared(b[nt], xs + (nt * 16 * kXWords + 8 * step) * 2, 2 * kXWords);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         mma::FragA<T> a;
