@@ -185,7 +185,7 @@ int run() {
   double wall = 0;
   {
     const int outl = args.output_len;
-    args.output_len = 4;
+    args.output_len = std::min(outl, 4);
     run_requests(e, 2, c.vocab, rng, wall);
     args.output_len = outl;
   }

@@ -186,18 +186,21 @@ TEST(Int4Weights, ShardsAndStackedParts) {
 }
 
 // Random GPTQ tensors of a shape the fixtures do not reach: K split over several blocks (the
-// fp32 workspace and its reduction), groups of 128 and of 64 (one tile) over several tiles per
-// warp (the next group's parameters loaded a tile ahead), K not a multiple of 16 with groups of
-// 32, act-order. The
-// fused kernel against float64 over the expansion (exact against the Python references above),
-// and a row alone against the same row among 40 (another kernel variant).
+// fp32 workspace and its reduction), groups of 128 and of 64 (one tile) over several steps of a
+// split (the next group's parameters loaded a tile ahead), a split longer than the kernel's ring
+// (K = 576: nine steps, at most two splits, so entries are refilled), K below one tile and K not
+// a multiple of 16 with groups of 16 and 32, act-order. The fused kernel against float64 over the
+// expansion (exact against the Python references above), a row alone against the same row among
+// 40 (another kernel variant), and x copied in 4-byte pieces (rows 4-byte but not 16-byte
+// aligned) against the aligned call at 9, 20 and 40 rows (each tile count of x).
 TEST(Int4Weights, FusedKernelOnLargerShapes) {
   std::mt19937_64& gen = rng();
   struct Shape {
     int64_t n, k, group;
     bool act_order;
   };
-  for (const Shape& sh : {Shape{32, 2048, 128, false}, Shape{24, 104, 32, false}, Shape{48, 1024, 64, true}}) {
+  for (const Shape& sh : {Shape{32, 2048, 128, false}, Shape{24, 104, 32, false}, Shape{48, 1024, 64, true},
+                          Shape{32, 576, 64, false}, Shape{16, 48, 16, false}}) {
     SCOPED_TRACE(::testing::Message() << "[" << sh.n << ", " << sh.k << "] group " << sh.group
                                       << (sh.act_order ? " act-order" : ""));
     const int64_t groups = (sh.k + sh.group - 1) / sh.group;
@@ -232,15 +235,17 @@ TEST(Int4Weights, FusedKernelOnLargerShapes) {
       ops::linear(ctx(), x, w, Tensor(), out, ops::GemmPath::gemv);
       ops::linear(ctx(), x.slice(0, 5, 6), w, Tensor(), one, ops::GemmPath::gemv);
       EXPECT_TRUE(bitwise_equal(ctx().to_host(one), ctx().to_host(out.slice(0, 5, 6)))) << dtype_name(dt);
-      {
+      for (int64_t rows : {9, 20, 40}) {
         // x 4-byte but not 16-byte aligned (copied in 4-byte pieces): the same sums.
-        Tensor flat = Tensor::empty_host({m * sh.k + 2}, dt);
-        std::memcpy(static_cast<char*>(flat.data_ptr()) + 2 * dtype_size(dt), xh.data_ptr(), xh.nbytes());
+        Tensor flat = Tensor::empty_host({rows * sh.k + 2}, dt);
+        std::memcpy(static_cast<char*>(flat.data_ptr()) + 2 * dtype_size(dt), xh.data_ptr(),
+                    static_cast<size_t>(rows * sh.k) * dtype_size(dt));
         std::memcpy(flat.data_ptr(), xh.data_ptr(), 2 * dtype_size(dt));
-        const Tensor shifted = ctx().to_device(flat).slice(0, 2, m * sh.k + 2).view({m, sh.k});
-        Tensor again = ctx().empty({m, sh.n}, dt);
+        const Tensor shifted = ctx().to_device(flat).slice(0, 2, rows * sh.k + 2).view({rows, sh.k});
+        Tensor again = ctx().empty({rows, sh.n}, dt);
         ops::linear(ctx(), shifted, w, Tensor(), again, ops::GemmPath::gemv);
-        EXPECT_TRUE(bitwise_equal(ctx().to_host(again), ctx().to_host(out))) << dtype_name(dt) << " unaligned x";
+        EXPECT_TRUE(bitwise_equal(ctx().to_host(again), ctx().to_host(out.slice(0, 0, rows))))
+            << dtype_name(dt) << " unaligned x, " << rows << " rows";
       }
       const Tensor got = ctx().to_host(out);
       const double eps = epsilon(dt), acc_eps = static_cast<double>(sh.k) * std::ldexp(1.0, -24);

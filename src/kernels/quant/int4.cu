@@ -438,6 +438,9 @@ __global__ void gather_columns_kernel(T* out, const T* x, const int32_t* perm, i
 void check_matrix(const char* op, const Int4Matrix& w) {
   LW_CHECK(w.n > 0 && w.k > 0 && w.k % 8 == 0 && w.group > 0 && w.tiles && w.scales && w.zeros,
            op << ": a 4-bit matrix of [" << w.n << ", " << w.k << "], group " << w.group << " is incomplete");
+  // The expansion takes one scale and zero point per 8-column chunk.
+  LW_CHECK(w.group % 8 == 0 || w.group >= w.k,
+           op << ": groups of " << w.group << " columns of K = " << w.k << " are not whole 8-column chunks");
 }
 
 }  // namespace
@@ -476,12 +479,14 @@ bool int4_gemm_supports(const Int4Matrix& w) { return w.group % 16 == 0 || w.gro
 #define LW_INT4_GEMM_BLOCKS_PER_SM 4
 #endif
 
+namespace {
 int64_t gemm_row_blocks(const Int4Matrix& w, int64_t m) {
   const int64_t row_tiles = (w.n + kInt4TileRows - 1) / kInt4TileRows;
   const int64_t x_tiles = (m + kInt4TileRows - 1) / kInt4TileRows;  // the kernel's NT: 1, 2 or 4
   const int rows_per_block = kGemmWarps * (x_tiles <= 1 ? kRowTiles<1> : x_tiles == 2 ? kRowTiles<2> : kRowTiles<4>);
   return (row_tiles + rows_per_block - 1) / rows_per_block;
 }
+}  // namespace
 
 int int4_gemm_splits(const Int4Matrix& w, int multiprocessors) {
   // Enough blocks to fill the device at one row of x, each split with at least four steps of k;
@@ -492,7 +497,10 @@ int int4_gemm_splits(const Int4Matrix& w, int multiprocessors) {
   const int64_t want = std::max<int64_t>(1, (target + blocks - 1) / blocks);
   const int64_t most = std::max<int64_t>(1, tiles_k / 4);
   constexpr int64_t kMostSplits = 64;  // lint: not-a-warp (a bound on the workspace)
-  return static_cast<int>(std::min<int64_t>({want, most, kMostSplits}));
+  const int64_t splits = std::min<int64_t>({want, most, kMostSplits});
+  // No split without steps: as many as ceil(tiles_k / splits) steps each need.
+  const int64_t per_split = (tiles_k + splits - 1) / splits;
+  return static_cast<int>((tiles_k + per_split - 1) / per_split);
 }
 
 template <class T>
