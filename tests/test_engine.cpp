@@ -540,8 +540,9 @@ TEST(Engine, EightBitKvCacheRunsAndStaysBatchInvariant) {
     // codes. The kernels' accuracy on 8-bit caches is tested in test_attention; here the bound
     // only says the model still computes: this random model's logits spread over about +-15,
     // and e4m3 moves each key and value by up to 1/16 of itself (int8: 1/254 of its head's
-    // largest), which moves its log-probabilities by tenths to units (measured 0.3-2.5; int8
-    // 0.05-0.1 over seven seeds).
+    // largest), which moves its log-probabilities by tenths to units. Measured over 40 seeds
+    // (the emulator at warp 32): e4m3 0.14-1.41, int8 0.02-0.75 (one seed in 40 above 0.4, which
+    // an earlier bound of 0.4 failed on); bounds of about 3x the largest.
     ASSERT_EQ(q.top.at(0).size(), base.top.at(0).size());
     std::map<int32_t, float> base_top(base.top[0].begin(), base.top[0].end());
     double diff = 0;
@@ -549,7 +550,7 @@ TEST(Engine, EightBitKvCacheRunsAndStaysBatchInvariant) {
       if (base_top.count(token)) diff = std::max(diff, static_cast<double>(std::abs(logprob - base_top[token])));
     }
     EXPECT_GT(diff, 0.0) << "the 8-bit cache gave the model dtype's log-probabilities exactly";
-    EXPECT_LT(diff, format == ops::KvCacheFormat::int8 ? 0.4 : 5.0);
+    EXPECT_LT(diff, format == ops::KvCacheFormat::int8 ? 2.0 : 5.0);
     // An f16 model of head dim 64, which the matrix kernels take, end to end on the 8-bit cache
     // beside the portable kernels: the same first-token distribution up to rounding, which this
     // random model amplifies (measured: up to 0.016 apart on a 16-bit cache, 0.03 on int8, 0.14
