@@ -35,6 +35,9 @@ export CCACHE_BASEDIR=$repo CCACHE_NOHASHDIR=1
 export CC=${CC:-cc} CXX=${CXX:-c++}
 mkdir -p build/logs "$CCACHE_DIR"
 [[ -d /usr/local/cuda/bin ]] && export PATH=/usr/local/cuda/bin:$PATH
+# OpenBLAS's Haswell kernels whatever the CPU, as ctest's runs get them (tests/CMakeLists.txt:
+# its kernels and blocking, and so the host target's fp32 sums, differ between CPUs).
+export OPENBLAS_CORETYPE=Haswell
 
 # The ROCm toolchain root is mostly downloads: made in the background while the host steps
 # compile (a no-op when a previous run left it).

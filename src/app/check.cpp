@@ -39,6 +39,12 @@ double unit_roundoff(DType dt) {
   return dt == DType::f32 ? 0x1p-24 : dt == DType::f16 ? 0x1p-11 : 0x1p-8;
 }
 
+// The absolute error of one rounding to a float dtype below its normal range: half the step of
+// its subnormals (f16: 2^-25; a value of [-4, 4] lands there about once in 10^5).
+double subnormal_roundoff(DType dt) {
+  return dt == DType::f32 ? 0x1p-150 : dt == DType::f16 ? 0x1p-25 : 0x1p-134;
+}
+
 double round_to(DType dt, double v) {
   const float f = static_cast<float>(v);
   switch (dt) {
@@ -179,7 +185,7 @@ void check_elementwise(Checker& c) {
     Tensor fh = c.random({n}, DType::f32, -4, 4);
     const Values f = values(fh);
     ops::cast(c.ctx(), c.dev(fh), out);
-    c.report("elementwise", with_dtype("cast f32 ->", dt), c.got(out), f, unit_roundoff(dt), 0);
+    c.report("elementwise", with_dtype("cast f32 ->", dt), c.got(out), f, unit_roundoff(dt), subnormal_roundoff(dt));
   }
 }
 
