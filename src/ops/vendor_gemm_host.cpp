@@ -13,9 +13,6 @@ namespace lw::ops::detail {
 
 namespace {
 
-// Rows of every sgemm call of a batch-invariant GEMM.
-constexpr int64_t kInvariantRows = 16;
-
 template <class T>
 const float* as_float(const void* p, int64_t count, std::vector<float>& buf) {
   if constexpr (std::is_same_v<T, float>) {
@@ -38,19 +35,16 @@ void run(const VendorGemm& g) {
     const float* a = as_float<T>(static_cast<const T*>(g.a) + z * g.stride_a, a_span, a_buf);
     const float* b = as_float<T>(static_cast<const T*>(g.b) + z * g.stride_b, b_span, b_buf);
     if (g.batch_invariant) {
-      // Every call has the same shape, kInvariantRows rows (the last group zero-padded): sgemm's
-      // kernels, blocking and thread split depend on the shape, and within one shape each output
-      // element has its own accumulator, summed over k in the same order whichever slot of
-      // whichever group its row is in. (tests/test_gemm.cpp checks this on the machine it runs on.)
-      std::vector<float> a_group(static_cast<size_t>(kInvariantRows * g.k)), c_group(static_cast<size_t>(kInvariantRows * g.n));
-      for (int64_t r0 = 0; r0 < g.m; r0 += kInvariantRows) {
-        const int64_t rows = std::min(kInvariantRows, g.m - r0);
-        std::fill(a_group.begin(), a_group.end(), 0.0f);
-        for (int64_t i = 0; i < rows; ++i) std::copy_n(a + (r0 + i) * g.lda, g.k, a_group.begin() + i * g.k);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, g.b_kn ? CblasNoTrans : CblasTrans, static_cast<int>(kInvariantRows),
-                    static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, a_group.data(), static_cast<int>(g.k), b,
-                    static_cast<int>(g.ldb), 0.0f, c_group.data(), static_cast<int>(g.n));
-        std::copy_n(c_group.begin(), rows * g.n, c_buf.begin() + r0 * g.n);
+      // One sgemv per row: a row's sums then come from the same call whatever else is in the
+      // batch. (Rows in padded groups of 16 for sgemm were not enough: OpenBLAS's Haswell sgemm
+      // sums a row in an order that depends on its slot in the group.)
+      for (int64_t i = 0; i < g.m; ++i) {
+        if (g.b_kn)  // B [K, N]: c_i = B^T a_i
+          cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(g.k), static_cast<int>(g.n), g.alpha, b,
+                      static_cast<int>(g.ldb), a + i * g.lda, 1, 0.0f, c_buf.data() + i * g.n, 1);
+        else  // B [N, K]: c_i = B a_i
+          cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, b,
+                      static_cast<int>(g.ldb), a + i * g.lda, 1, 0.0f, c_buf.data() + i * g.n, 1);
       }
     } else {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, g.b_kn ? CblasNoTrans : CblasTrans, static_cast<int>(g.m),
