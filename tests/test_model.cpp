@@ -192,9 +192,11 @@ TEST(Model, QuantizationConfigIsReadOrRefused) {
                "quant_method 'bitsandbytes' is not supported (fp8, gptq, awq, compressed-tensors)");
   expect_error([&] { read(R"({"quant_method": "fp8", "weight_block_size": [128]})"); },
                "weight_block_size [128] must be two positive integers");
-  expect_error([&] { ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "group", "symmetric": false,
-                                           "group_size": 32})"); },
-               "asymmetric 4-bit weights (zero points) are not supported");
+  const model::WeightQuantization asym =
+      ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "group", "symmetric": false, "group_size": 32})");
+  EXPECT_TRUE(asym.int4_asymmetric);
+  EXPECT_EQ(asym.int4_group, 32);
+  EXPECT_FALSE(ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "channel"})").int4_asymmetric);
   expect_error([&] { ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "tensor"})"); },
                "4-bit weight strategy 'tensor' is not supported (group, channel)");
   expect_error([&] { ct("marlin-24", R"({"num_bits": 4, "type": "int", "strategy": "group"})"); },

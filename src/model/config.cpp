@@ -131,7 +131,10 @@ WeightQuantization read_quantization(const ConfigKeys& c) {
     if (packed) {
       LW_CHECK(bits == 4 && type == "int", at << ": pack-quantized " << bits << "-bit " << type
                                                << " weights are not supported (4-bit int)");
-      LW_CHECK(w.get<bool>("symmetric", true), at << ": asymmetric 4-bit weights (zero points) are not supported");
+      const bool asymmetric = !w.get<bool>("symmetric", true);
+      LW_CHECK(q.int4_group == 0 || q.int4_asymmetric == asymmetric,
+               where << ": config groups with symmetric and asymmetric 4-bit weights are not supported");
+      q.int4_asymmetric = asymmetric;
       LW_CHECK(strategy == "group" || strategy == "channel",
                at << ": 4-bit weight strategy '" << strategy << "' is not supported (group, channel)");
       const int64_t g = strategy == "channel" ? -1 : int4_group(w.get<int64_t>("group_size"), at);

@@ -32,6 +32,8 @@ struct WeightQuantization {
   // compressed-tensors "pack-quantized" (weight_packed, weight_scale): input columns per scale,
   // -1 for one group per output row; 0 when the checkpoint has no 4-bit weights.
   int64_t int4_group = 0;
+  // pack-quantized with zero points ("symmetric": false): weight_zero_point i32 [ceil(N/8), G].
+  bool int4_asymmetric = false;
   bool gptq_v2 = false;  // GPTQ's qzeros hold the zero points (checkpoint_format gptq_v2), not zero - 1
 };
 

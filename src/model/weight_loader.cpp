@@ -219,6 +219,12 @@ ops::Weight WeightLoader::int4_weight(const std::string& name, const std::vector
   t.qweight = load(packed ? ".weight_packed" : ".qweight");
   t.scales = load(packed ? ".weight_scale" : ".scales");
   if (!packed) t.qzeros = load(".qzeros");
+  // pack-quantized zero points: required where the config says asymmetric, read wherever stored.
+  if (packed && (q.int4_asymmetric || ckpt_->find(prefix + ".weight_zero_point"))) {
+    LW_CHECK(ckpt_->find(prefix + ".weight_zero_point"),
+             where << ": the config's asymmetric 4-bit weights need " << prefix << ".weight_zero_point");
+    t.qzeros = load(".weight_zero_point");
+  }
   if (ckpt_->find(g_idx)) t.g_idx = load(packed ? ".weight_g_idx" : ".g_idx");
   if (const weights::TensorRecord* ws = packed ? ckpt_->find(prefix + ".weight_shape") : nullptr) {
     LW_CHECK(ws->dtype == weights::FileDType::i64 && ws->numel() == 2,

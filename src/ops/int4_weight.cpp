@@ -98,7 +98,7 @@ Weight int4_weight(Context& ctx, const Int4Tensors& t, Int4Part part) {
     case Int4Layout::packed_rows:
       check_shape(t, "weight_packed", t.qweight, false, {n, k / 8});
       check_shape(t, "weight_scale", t.scales, true, {n, groups});
-      LW_CHECK(!t.qzeros.defined(), what << ": zero points (asymmetric pack-quantized weights) are not supported");
+      if (t.qzeros.defined()) check_shape(t, "weight_zero_point", t.qzeros, false, {ceil_div(n, 8), groups});
       break;
   }
   if (t.g_idx.defined()) check_shape(t, "g_idx", t.g_idx, false, {k});
@@ -134,7 +134,12 @@ Weight int4_weight(Context& ctx, const Int4Tensors& t, Int4Part part) {
   }
   const Tensor q = unpack(ctx, t.qweight, u);
   Tensor zeros;
-  if (t.layout == Int4Layout::packed_rows) {
+  if (t.layout == Int4Layout::packed_rows && t.qzeros.defined()) {  // stored [ceil(N / 8), G], packed along N
+    kernels::Int4Unpack z;
+    z.rows = pn, z.cols = g1 - g0, z.row0 = r0, z.col0 = g0;
+    z.pack_cols = false, z.row_div = 8, z.row_stride = groups, z.col_stride = 1;
+    zeros = unpack(ctx, t.qzeros, z);
+  } else if (t.layout == Int4Layout::packed_rows) {
     Tensor h = Tensor::empty_host({pn, g1 - g0}, DType::i8);
     std::fill_n(h.data<int8_t>(), h.numel(), static_cast<int8_t>(8));
     zeros = ctx.to_device(h);

@@ -1,6 +1,6 @@
 // 4-bit checkpoints as ops::Weight::int4: GPTQ (AutoGPTQ / GPTQModel, v1 and v2 zero points,
 // act-order g_idx), AWQ (AutoAWQ's GEMM packing) and compressed-tensors pack-quantized
-// (symmetric W4A16). The int32 words are unpacked on the device, a rank's part taken, act-order
+// (W4A16, symmetric or with zero points). The int32 words are unpacked on the device, a rank's part taken, act-order
 // columns sorted by group, and the values packed into the target's matrix-fragment tiles.
 #pragma once
 #include <cstdint>
@@ -16,7 +16,8 @@ enum class Int4Layout : uint8_t {
   gptq,         // qweight i32 [K/8, N] (packed along K), qzeros i32 [G, N/8] holding zero - 1, scales [G, N]
   gptq_v2,      // the same with the zero points themselves in qzeros
   awq,          // qweight i32 [K, N/8], qzeros i32 [G, N/8], both packed along N in the order 0 2 4 6 1 3 5 7
-  packed_rows,  // compressed-tensors: weight_packed i32 [N, K/8] (value + 8), weight_scale [N, G]; zero 8
+  packed_rows,  // compressed-tensors: weight_packed i32 [N, K/8] (value + 8), weight_scale [N, G], and
+                // zero points (+ 8) in weight_zero_point i32 [ceil(N/8), G] packed along N (else 8)
 };
 const char* int4_layout_name(Int4Layout layout);
 
@@ -25,7 +26,7 @@ struct Int4Tensors {
   Int4Layout layout = Int4Layout::gptq;
   int64_t n = 0, k = 0;
   int64_t group = 0;  // input columns per scale (K for one per row)
-  Tensor qweight, qzeros, scales;
+  Tensor qweight, qzeros, scales;  // qzeros optional for packed_rows
   Tensor g_idx;  // i32 [K], optional (gptq, packed_rows): the group of each input column
 };
 

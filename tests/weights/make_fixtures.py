@@ -334,7 +334,7 @@ serialize_file(specs, os.path.join(out, "st_scaled/model.safetensors"), metadata
 # --- 4-bit weights with group scales (GPTQ, AWQ, compressed-tensors pack-quantized) ----------
 # The logical weight W [N, K] (out, in), quantised by round to nearest (numpy's rint: ties to
 # even) per output row and group of input columns (g_idx[k] is column k's group):
-#   asymmetric (GPTQ, AWQ): s = (max - min) / 15 over the group's values, rounded to the stored
+#   asymmetric (GPTQ, AWQ, compressed-tensors with "symmetric": false): s = (max - min) / 15 over the group's values, rounded to the stored
 #     scale dtype (s = 1 where that is 0); z = clamp(rint(-min / s), 0, 15) with the stored s
 #     (GPTQ v1: clamped to 1..15, since it stores z - 1 in four bits);
 #     q = clamp(rint(w / s) + z, 0, 15);
@@ -348,7 +348,9 @@ serialize_file(specs, os.path.join(out, "st_scaled/model.safetensors"), metadata
 #   AWQ (AutoAWQ GEMM): qweight [K, N/8] and qzeros [G, N/8] packed along N with nibble i holding
 #     column 8c + AWQ_ORDER[i]; scales f16 [G, N]; w = (q - z) * s;
 #   compressed-tensors pack-quantized: weight_packed [N, K/8] packed along K, weight_scale f16 or
-#     bf16 [N, G] ([N, 1] for strategy "channel"), weight_shape i64 [2] = [N, K].
+#     bf16 [N, G] ([N, 1] for strategy "channel"), weight_shape i64 [2] = [N, K]; asymmetric:
+#     weight_zero_point [ceil(N/8), G] packed along N (the signed zero point + 8, which is z;
+#     rows past N zero), as compressed-tensors' pack_to_int32(zero_point, 4, packed_dim=0).
 # Every case is unpacked again by int4_unpack, written from the layouts above element by
 # element, and must give the reference values exactly.
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
@@ -444,11 +446,12 @@ def int4_unpack(method, t, n, k, group_size, checkpoint_format="", scale_dtype="
                     q, zero = nibble(qweight[kk, c], i), nibble(qzeros[kk // g, c], i)
                     out[nn, kk] = np.float32(q - zero) * np.float32(scales[kk // g, nn])
     else:
-        packed, scale = t["weight_packed"], t["weight_scale"]
+        packed, scale, zp = t["weight_packed"], t["weight_scale"], t.get("weight_zero_point")
         assert list(t["weight_shape"]) == [n, k]
         for nn in range(n):
             for kk in range(k):
-                q = nibble(packed[nn, kk // 8], kk % 8) - 8
+                zero = 8 if zp is None else nibble(zp[nn // 8, kk // g], nn % 8)
+                q = nibble(packed[nn, kk // 8], kk % 8) - zero
                 out[nn, kk] = np.float32(q) * scale_f32(scale[nn, kk // g], scale_dtype)
     assert not np.isnan(out).any()
     return out
@@ -465,9 +468,13 @@ def int4_case(prefix, method, n, k, group_size, sym=False, desc_act=False, check
     perm = rng.permutation(k) if desc_act else None
     g_idx = int4_g_idx(k, group_size, perm)
     if method == "compressed-tensors":
-        q, z, stored, s32, values = int4_quantise(w, g_idx, 7.5, scale_dtype)
+        q, z, stored, s32, values = int4_quantise(w, g_idx, 7.5 if sym else None, scale_dtype)
         t = {"weight_packed": pack_nibbles(q), "weight_scale": np.ascontiguousarray(stored.T),
              "weight_shape": np.array([n, k], np.int64)}
+        if not sym:
+            zp = np.zeros((z.shape[0], (n + 7) // 8 * 8), np.int64)
+            zp[:, :n] = z
+            t["weight_zero_point"] = np.ascontiguousarray(pack_nibbles(zp).T)
     elif method == "gptq":
         q, z, stored, s32, values = int4_quantise(w, g_idx, 7 if sym else None, scale_dtype,
                                                   zero_min=1 if checkpoint_format == "gptq" else 0)
@@ -504,6 +511,8 @@ int4_case("awq_g128", "awq", 64, 256, 128)
 int4_case("awq_g64", "awq", 40, 128, 64)
 int4_case("ct_g128", "compressed-tensors", 48, 256, 128, sym=True)
 int4_case("ct_channel_bf16", "compressed-tensors", 24, 64, -1, sym=True, scale_dtype="bfloat16")
+int4_case("ct_asym_g64", "compressed-tensors", 40, 192, 64)
+int4_case("ct_asym_channel_bf16", "compressed-tensors", 20, 64, -1, scale_dtype="bfloat16")
 
 
 # Refused: qweight one packed row short of K/8; scales one group short; a g_idx value of G.

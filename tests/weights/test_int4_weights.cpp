@@ -1,6 +1,6 @@
 // 4-bit weights (ops::Weight::int4) from make_fixtures.py's st_int4 checkpoint: GPTQ (v1 and v2
 // zero points, symmetric, act-order, one group per row), AWQ and compressed-tensors
-// pack-quantized, quantised and packed in Python by the formats' published rules. Each loads to
+// pack-quantized (symmetric, and with zero points packed along N), quantised and packed in Python by the formats' published rules. Each loads to
 // exactly the reference values; linear on the fused matrix-fragment kernel and on the expansion
 // matches a float64 reference; shards and stacked parts keep (or expand) what they should; and
 // broken tensors are refused by name.
@@ -47,6 +47,7 @@ struct Fixture {
     q.method = info["method"].get<std::string>();
     q.int4_group = info["group_size"].get<int64_t>();
     q.gptq_v2 = info["checkpoint_format"].get<std::string>() == "gptq_v2";
+    q.int4_asymmetric = q.method == "compressed-tensors" && !info["sym"].get<bool>();
     ld->set_quantization(q);
     return ld;
   }
@@ -60,7 +61,7 @@ struct Fixture {
 
 TEST(Int4Weights, EveryLayoutLoadsToTheReferenceValues) {
   Fixture fx;
-  ASSERT_EQ(fx.cases().size(), 9u);
+  ASSERT_EQ(fx.cases().size(), 11u);
   for (const std::string& name : fx.cases()) {
     SCOPED_TRACE(name);
     const std::vector<int64_t> shape = fx.shape(name);
@@ -314,6 +315,15 @@ TEST(Int4Weights, BrokenTensorsAreRefusedByName) {
   model::WeightLoader plain(ctx(), fx.ckpt.get(), DType::f32, false);
   expect_error([&] { plain.get_weight("awq_g128.weight", {64, 256}); },
                "does not describe them");
+  // An asymmetric pack-quantized config over tensors without zero points.
+  model::WeightLoader asym(ctx(), fx.ckpt.get(), DType::f32, false);
+  model::WeightQuantization q;
+  q.method = "compressed-tensors";
+  q.int4_group = 128;
+  q.int4_asymmetric = true;
+  asym.set_quantization(q);
+  expect_error([&] { asym.get_weight("ct_g128.weight", {48, 256}); },
+               "the config's asymmetric 4-bit weights need ct_g128.weight_zero_point");
 }
 
 }  // namespace
