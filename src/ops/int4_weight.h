@@ -1,7 +1,8 @@
 // 4-bit checkpoints as ops::Weight::int4: GPTQ (AutoGPTQ / GPTQModel, v1 and v2 zero points,
 // act-order g_idx), AWQ (AutoAWQ's GEMM packing) and compressed-tensors pack-quantized
-// (W4A16, symmetric or with zero points). The int32 words are unpacked on the device, a rank's part taken, act-order
-// columns sorted by group, and the values packed into the target's matrix-fragment tiles.
+// (W4A16, symmetric or with zero points). The int32 words are unpacked on the device, a rank's
+// part taken, act-order columns sorted by group, and the values packed into the target's
+// matrix-fragment tiles.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -334,9 +334,10 @@ serialize_file(specs, os.path.join(out, "st_scaled/model.safetensors"), metadata
 # --- 4-bit weights with group scales (GPTQ, AWQ, compressed-tensors pack-quantized) ----------
 # The logical weight W [N, K] (out, in), quantised by round to nearest (numpy's rint: ties to
 # even) per output row and group of input columns (g_idx[k] is column k's group):
-#   asymmetric (GPTQ, AWQ, compressed-tensors with "symmetric": false): s = (max - min) / 15 over the group's values, rounded to the stored
-#     scale dtype (s = 1 where that is 0); z = clamp(rint(-min / s), 0, 15) with the stored s
-#     (GPTQ v1: clamped to 1..15, since it stores z - 1 in four bits);
+#   asymmetric (GPTQ, AWQ, compressed-tensors with "symmetric": false): s = (max - min) / 15
+#     over the group's values, rounded to the stored scale dtype (s = 1 where that is 0);
+#     z = clamp(rint(-min / s), 0, 15) with the stored s (GPTQ v1: clamped to 1..15, since it
+#     stores z - 1 in four bits);
 #     q = clamp(rint(w / s) + z, 0, 15);
 #   symmetric GPTQ: s = amax / 7, z = 8; compressed-tensors: s = amax / 7.5 (llm-compressor's
 #     symmetric range, amax / ((7 - (-8)) / 2)), signed q = clamp(rint(w / s), -8, 7), stored as

@@ -176,6 +176,18 @@ TEST(Int4Weights, ShardsAndStackedParts) {
   EXPECT_EQ(act_rows.format(), ops::WeightFormat::int4);
   expect_values(act_rows, fx.values(act), 320, 16, 40, 0, 320);
 
+  // Zero points stored packed along N (asymmetric pack-quantized): a rank's rows starting inside
+  // a word of eight, and a rank's whole groups of columns.
+  const std::string ct = "ct_asym_g64.weight";  // [40, 192], groups of 64
+  for (const auto& [r0, r1] : {std::pair<int64_t, int64_t>{5, 29}, {16, 40}}) {
+    ops::Weight ct_rows = part(ct, {0, r0, r1});
+    EXPECT_EQ(ct_rows.format(), ops::WeightFormat::int4);
+    expect_values(ct_rows, fx.values(ct), 192, r0, r1, 0, 192);
+  }
+  ops::Weight ct_cols = part(ct, {1, 64, 192});
+  EXPECT_EQ(ct_cols.format(), ops::WeightFormat::int4);
+  expect_values(ct_cols, fx.values(ct), 192, 0, 40, 64, 192);
+
   // Stacked: whole tiles of rows stay one int4 weight; a first part of 40 rows does not.
   auto ld = fx.loader(name);
   const ops::Weight stacked = ld->fuse_weights({part(name, {0, 0, 16}), part(name, {0, 16, 48})});
