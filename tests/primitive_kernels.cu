@@ -47,9 +47,11 @@ __global__ void lane_ids_kernel(int* lane, int* warp) {
   warp[t] = gpu::warp_id();
 }
 
+static_assert(kNarrowFragmentCols == gpu::mma::kNarrowCols, "the test's narrow columns are the layer's");
+
 template <class T>
 __global__ void fragment_mma_kernel(const T* a, const T* b, bool b_transposed, bool via_shared, const float* c,
-                                    float* d, float* row_max, int active_lanes) {
+                                    float* d, float* row_max, int active_lanes, bool narrow) {
 #if LW_MATRIX_CORES
   namespace mma = gpu::mma;
   const int lane = gpu::lane_id();
@@ -77,14 +79,15 @@ __global__ void fragment_mma_kernel(const T* a, const T* b, bool b_transposed, b
   }
 #pragma unroll
   for (int i = 0; i < mma::kC; ++i) fc.x[i] = c[tile + mma::c_row(lane, i) * 16 + mma::c_col(lane, i)];
-  mma::mma(fc, fa, fb, fc);
+  if (narrow) mma::mma_narrow(fc, fa, fb, fc);
+  else mma::mma(fc, fa, fb, fc);
   float m[mma::kRowSlots];
 #pragma unroll
   for (int s = 0; s < mma::kRowSlots; ++s) m[s] = -INFINITY;
 #pragma unroll
   for (int i = 0; i < mma::kC; ++i) {
     d[tile + mma::c_row(lane, i) * 16 + mma::c_col(lane, i)] = fc.x[i];
-    m[mma::c_slot(i)] = fmaxf(m[mma::c_slot(i)], fc.x[i]);
+    if (!narrow || mma::c_col(lane, i) < mma::kNarrowCols) m[mma::c_slot(i)] = fmaxf(m[mma::c_slot(i)], fc.x[i]);
   }
 #pragma unroll
   for (int s = 0; s < mma::kRowSlots; ++s) {
@@ -146,14 +149,15 @@ void run_device_warp_size(int* out, cudaStream_t stream) {
 
 template <class T>
 void run_fragment_mma(const T* a, const T* b, bool b_transposed, bool via_shared, const float* c, float* d,
-                      float* row_max, unsigned tiles, int active_lanes, int warp_size, cudaStream_t stream) {
+                      float* row_max, unsigned tiles, int active_lanes, int warp_size, cudaStream_t stream,
+                      bool narrow) {
   gpu::launch("fragment_mma_test", fragment_mma_kernel<T>, {dim3(tiles), dim3(warp_size), 512 * sizeof(T), stream}, a,
-              b, b_transposed, via_shared, c, d, row_max, active_lanes);
+              b, b_transposed, via_shared, c, d, row_max, active_lanes, narrow);
 }
 template void run_fragment_mma<half>(const half*, const half*, bool, bool, const float*, float*, float*, unsigned, int,
-                                     int, cudaStream_t);
+                                     int, cudaStream_t, bool);
 template void run_fragment_mma<bfloat16>(const bfloat16*, const bfloat16*, bool, bool, const float*, float*, float*,
-                                         unsigned, int, int, cudaStream_t);
+                                         unsigned, int, int, cudaStream_t, bool);
 
 void run_lane_ids(int* lane, int* warp, dim3 block, cudaStream_t stream) {
   gpu::launch("lane_ids", lane_ids_kernel, {dim3(1), block, 0, stream}, lane, warp);

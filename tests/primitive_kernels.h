@@ -25,14 +25,19 @@ void run_device_warp_size(int* out, cudaStream_t stream);
 // Writes the lane and warp of each thread (lane_id, warp_id) for a block of shape `block`.
 void run_lane_ids(int* lane, int* warp, dim3 block, cudaStream_t stream);
 
+// The columns a narrow product computes: mma::kNarrowCols (checked where the kernel is built).
+inline constexpr int kNarrowFragmentCols = 8;
+
 // One warp per block, one 16x16 tile per block (gpu/matrix_fragment.h): d = a.b + c, with a
 // [16][16] row-major, b [16][16] row-major or (b_transposed) its transpose row-major, c and d
 // fp32 [16][16]; row_max[16] gets each row's maximum of d through reduce_row. via_shared: the
 // tiles are copied to shared memory and loaded with the *_shared loads (ldmatrix on NVIDIA).
 // Only the first `active_lanes` lanes of the warp go on to the multiplication (the rest
-// return). T: half or bfloat16.
+// return). narrow: mma_narrow instead of mma (d's first kNarrowFragmentCols columns are the
+// product's, row_max their maxima). T: half or bfloat16.
 template <class T>
 void run_fragment_mma(const T* a, const T* b, bool b_transposed, bool via_shared, const float* c, float* d,
-                      float* row_max, unsigned tiles, int active_lanes, int warp_size, cudaStream_t stream);
+                      float* row_max, unsigned tiles, int active_lanes, int warp_size, cudaStream_t stream,
+                      bool narrow = false);
 
 }  // namespace lw::test

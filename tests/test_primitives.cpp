@@ -114,16 +114,18 @@ TEST(Primitives, BlockReduceAnyBlockShape) {
 
 // gpu/matrix_fragment.h: one warp's 16x16x16 multiply-accumulate in the target's layout (on the
 // emulator: NVIDIA's at warp 32, MFMA's at warp 64) against float64, B read row-major and
-// transposed; the row maxima through reduce_row.
+// transposed; the row maxima through reduce_row; the narrow product's first columns.
 TEST(Primitives, FragmentMultiplyAccumulate) {
   const int ws = ctx().warp_size();
   const unsigned tiles = 3;
   const int64_t n = 256 * tiles;
   for (DType dt : {DType::f16, DType::bf16}) {
-    for (int variant = 0; variant < 4; ++variant) {
-      const bool bt = variant & 1, via_shared = variant & 2;
+    for (int variant = 0; variant < 8; ++variant) {
+      const bool bt = variant & 1, via_shared = variant & 2, narrow = variant & 4;
+      const int cols = narrow ? kNarrowFragmentCols : 16;
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << (bt ? ", B transposed" : ", B row-major")
-                                        << (via_shared ? ", from shared memory" : ", from global memory"));
+                                        << (via_shared ? ", from shared memory" : ", from global memory")
+                                        << (narrow ? ", narrow" : ""));
       Tensor a_h = random_host({n}, dt), b_h = random_host({n}, dt), c_h = random_host({n}, DType::f32);
       Tensor a = ctx().to_device(a_h), b = ctx().to_device(b_h), c = ctx().to_device(c_h);
       Tensor d = ctx().empty({n}, DType::f32), row_max = ctx().empty({16 * tiles}, DType::f32);
@@ -131,10 +133,10 @@ TEST(Primitives, FragmentMultiplyAccumulate) {
       poison(row_max);
       if (dt == DType::f16) {
         run_fragment_mma(a.data<half>(), b.data<half>(), bt, via_shared, c.data<float>(), d.data<float>(),
-                         row_max.data<float>(), tiles, ws, ws, stream());
+                         row_max.data<float>(), tiles, ws, ws, stream(), narrow);
       } else {
         run_fragment_mma(a.data<bfloat16>(), b.data<bfloat16>(), bt, via_shared, c.data<float>(), d.data<float>(),
-                         row_max.data<float>(), tiles, ws, ws, stream());
+                         row_max.data<float>(), tiles, ws, ws, stream(), narrow);
       }
       const std::vector<double> x = to_doubles(a_h), y = to_doubles(b_h), z = to_doubles(c_h);
       const std::vector<double> got = to_doubles(ctx().to_host(d)), got_max = to_doubles(ctx().to_host(row_max));
@@ -142,7 +144,7 @@ TEST(Primitives, FragmentMultiplyAccumulate) {
         const int64_t o = 256 * t;
         for (int r = 0; r < 16; ++r) {
           double want_max = -INFINITY;
-          for (int col = 0; col < 16; ++col) {
+          for (int col = 0; col < cols; ++col) {
             double want = z[o + r * 16 + col];
             for (int k = 0; k < 16; ++k) want += x[o + r * 16 + k] * y[o + (bt ? col * 16 + k : k * 16 + col)];
             ASSERT_NEAR(got[o + r * 16 + col], want, 1e-5) << "tile " << t << ", element (" << r << ", " << col << ")";

@@ -162,6 +162,11 @@ struct FragC {
   float x[kC];
 };
 
+// mma_narrow() (below) computes only the first kNarrowCols columns of D, for products whose B
+// has at most that many columns in use (few rows of x in a GEMV): on NVIDIA one m16n8k16 where
+// mma() issues two; the AMD layouts have no narrower instruction and compute all 16.
+inline constexpr int kNarrowCols = 8;
+
 LW_DEVICE_INLINE void fill(FragC& c, float v) {
 #pragma unroll
   for (int i = 0; i < kC; ++i) c.x[i] = v;
@@ -311,6 +316,18 @@ LW_SIMT_BUILTIN void mma(FragC& d, const FragA<T>& a, const FragB<T>& b, const F
   d = acc;
 }
 
+// D = A.B + C in D's first kNarrowCols columns; the others are unspecified (NaN here, so that
+// a kernel that reads them fails on the emulator).
+template <class T>
+LW_SIMT_BUILTIN void mma_narrow(FragC& d, const FragA<T>& a, const FragB<T>& b, const FragC& c,
+                                std::source_location where = std::source_location::current()) {
+  mma(d, a, b, c, where);
+  const int lane = lane_id();
+#pragma unroll
+  for (int i = 0; i < kC; ++i)
+    if (c_col(lane, i) >= kNarrowCols) d.x[i] = __builtin_nanf("");
+}
+
 #else
 
 namespace detail {
@@ -412,6 +429,32 @@ LW_DEVICE_INLINE void mma(FragC& d, const FragA<T>& a, const FragB<T>& b, const 
   (void)a;
   (void)b;
   d = c;
+#endif
+}
+
+template <class T>
+LW_DEVICE_INLINE void mma_narrow(FragC& d, const FragA<T>& a, const FragB<T>& b, const FragC& c) {
+#if LW_MATRIX_CORES && defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__)
+  const uint32_t ra[4] = {detail::pack2(a.x[0], a.x[1]), detail::pack2(a.x[2], a.x[3]), detail::pack2(a.x[4], a.x[5]),
+                          detail::pack2(a.x[6], a.x[7])};
+  const uint32_t rb0 = detail::pack2(b.x[0], b.x[1]), rb1 = detail::pack2(b.x[2], b.x[3]);
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+        : "=f"(d.x[0]), "=f"(d.x[1]), "=f"(d.x[2]), "=f"(d.x[3])
+        : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb0), "r"(rb1), "f"(c.x[0]), "f"(c.x[1]), "f"(c.x[2]),
+          "f"(c.x[3]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+        : "=f"(d.x[0]), "=f"(d.x[1]), "=f"(d.x[2]), "=f"(d.x[3])
+        : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb0), "r"(rb1), "f"(c.x[0]), "f"(c.x[1]), "f"(c.x[2]),
+          "f"(c.x[3]));
+  }
+#pragma unroll
+  for (int i = 4; i < kC; ++i) d.x[i] = c.x[i];
+#else
+  mma(d, a, b, c);
 #endif
 }
 

@@ -179,33 +179,35 @@ static_assert(kStages<1> >= 2 && kStages<2> >= 2 && kStages<4> >= 2, "a ring of 
 // y[:m] = x[:m] @ W^T for the block's kGemmWarps x kRowTiles row tiles and split of k
 // (blockIdx.y; `tiles_per_split` 64-column tiles each). The block fills its ring of steps with
 // every thread; each warp multiplies its own row tiles with NT tiles of 16 rows of x (the MMA's
-// N), decoding its A fragments from the entry's words and loading x's B fragments from the
-// entry's columns; rows of x past m are zeros. A group's products accumulate in fp32 and are
-// scaled when the group ends. With one split the warp writes y; else its partial sums go to
-// `workspace` for reduce_splits.
-template <class T, int NT>
-__global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64_t m, int64_t ldx, int64_t ldy,
-                            int64_t tiles_per_split, bool x_vectors, float* workspace) {
+// N; kNarrow: x has at most 8 rows, the MMA's first 8 columns), its A fragments decoded from
+// the entry's words and x's B fragments loaded from the entry's columns; rows of x past m are
+// zeros. A group's products accumulate in fp32 and are scaled when the group ends. With one
+// split the warp writes y; else its partial sums go to `workspace` for reduce_splits.
+template <class T, int NT, bool kNarrow>
+__global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m, int ldx, int64_t ldy,
+                            int tiles_per_split, bool x_vectors, float* workspace) {
+  static_assert(!kNarrow || NT == 1, "narrow products serve one tile of x");
   constexpr int R = kRowTiles<NT>, S = kStages<NT>, E = kEntryWords<NT>;
   LW_DYNAMIC_SHARED(uint32_t, ring);
   LW_DYNAMIC_SHARED(T, ring_elements);  // the same memory as elements of x
 #if LW_MATRIX_CORES
   const int warp = gpu::warp_id(), lane = gpu::lane_id();
   const int tid = static_cast<int>(threadIdx.x);
-  const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols, row_tiles = (w.n + kInt4TileRows - 1) / kInt4TileRows;
-  const int64_t groups = (w.k + w.group - 1) / w.group;
-  const int64_t first = static_cast<int64_t>(blockIdx.y) * tiles_per_split;
-  const int64_t last = first + tiles_per_split < tiles_k ? first + tiles_per_split : tiles_k;
-  const int64_t block_tile0 = static_cast<int64_t>(blockIdx.x) * kGemmWarps * R;
+  const int k = static_cast<int>(w.k), n = static_cast<int>(w.n);
+  const int tiles_k = (k + kInt4TileCols - 1) / kInt4TileCols, row_tiles = (n + kInt4TileRows - 1) / kInt4TileRows;
+  const int groups = (k + static_cast<int>(w.group) - 1) / static_cast<int>(w.group);
+  const int group_cols = static_cast<int>(w.group);
+  const int first = static_cast<int>(blockIdx.y) * tiles_per_split;
+  const int last = min(first + tiles_per_split, tiles_k);
+  const int block_tile0 = static_cast<int>(blockIdx.x) * kGemmWarps * R;
   // Row tiles past the matrix read the last one again (their results are not written).
   auto tile_row = [&](int j) {
-    const int64_t t = block_tile0 + j;
-    return static_cast<const uint32_t*>(w.tiles) + (t < row_tiles ? t : row_tiles - 1) * tiles_k * kTileWords;
+    const int t = min(block_tile0 + j, row_tiles - 1);
+    return static_cast<const uint32_t*>(w.tiles) + static_cast<int64_t>(t) * tiles_k * kTileWords;
   };
-  int64_t row0[R];
+  int row0[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) row0[r] = (block_tile0 + warp * R + r) * kInt4TileRows;
-  auto clamp_row = [&](int r, int i) { return row0[r] + i < w.n ? row0[r] + i : w.n - 1; };
+  for (int r = 0; r < R; ++r) row0[r] = (block_tile0 + warp * R + r) * static_cast<int>(kInt4TileRows);
 
   // Each thread's 16-byte pieces of a ring entry, the same for every step: where they go in the
   // entry and where they come from at step 0 (-1: no piece).
@@ -228,26 +230,26 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
     const int e = tid + c * kBlockThreads, row = e / 8, piece = e % 8;
     x_dst[c] = e < kXPieces && row < m ? row * kXWords + piece * 4 : -1;
     x_col[c] = piece * 8;
-    x_src[c] = x + (row < m ? row : 0) * ldx + x_col[c];
+    x_src[c] = x + static_cast<int64_t>(row < m ? row : 0) * ldx + x_col[c];
   }
   // Step t (a 64-column tile) into ring entry `slot`; always one commit, so that the wait below
   // counts steps. x's columns past K are zeros (K is a multiple of 8: a 16-byte piece is wholly
   // in or out).
-  auto load_entry = [&](int64_t t, int slot) {
+  auto load_entry = [&](int t, int slot) {
     if (t < last) {
       const auto entry = ring + slot * E;
-      const int64_t at = t * kTileWords;
+      const int at = t * kTileWords;
 #pragma unroll
       for (int c = 0; c < kWeightCopies; ++c)
         if (kWeightPieces % kBlockThreads == 0 || weight_dst[c] >= 0)
           gpu::copy_16_async(entry, weight_dst[c], weight_src[c] + at);
       const auto xs = entry + kEntryWeightWords<NT>;
-      const int64_t k0 = t * kInt4TileCols;
+      const int k0 = t * kInt4TileCols;
       if (x_vectors) {
 #pragma unroll
         for (int c = 0; c < kXCopies; ++c) {
           if (x_dst[c] < 0) continue;
-          if (k0 + x_col[c] < w.k) {
+          if (k0 + x_col[c] < k) {
             gpu::copy_16_async(xs, x_dst[c], reinterpret_cast<const uint32_t*>(x_src[c] + k0));
           } else {
             gpu::Vec<uint32_t, 4> zero{};
@@ -258,9 +260,11 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
         constexpr int kRowPairs = kInt4TileCols / 2;
         for (int e = tid; e < m * kRowPairs; e += kBlockThreads) {
           const int row = e / kRowPairs, word = e % kRowPairs;
-          const int64_t col = k0 + word * 2;
-          if (col < w.k) gpu::copy_4_async(xs, row * kXWords + word, reinterpret_cast<const uint32_t*>(x + row * ldx + col));
-          else xs[row * kXWords + word] = 0u;
+          const int col = k0 + word * 2;
+          if (col < k)
+            gpu::copy_4_async(xs, row * kXWords + word, reinterpret_cast<const uint32_t*>(x + static_cast<int64_t>(row) * ldx + col));
+          else
+            xs[row * kXWords + word] = 0u;
         }
       }
     }
@@ -269,19 +273,30 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
 
   // This group's scales (one per row slot of C) and zero points (one per pair of A elements);
   // where groups are whole tiles, the next group's are loaded with the tile before it starts.
-  float scale[R][mma::kRowSlots], next_scale[R][mma::kRowSlots];
-  uint32_t zbias[R][mma::kA / 2], next_zbias[R][mma::kA / 2];
-  auto load_group = [&](int64_t g, float (&s)[R][mma::kRowSlots], uint32_t (&z)[R][mma::kA / 2]) {
+  // Rows past the matrix read its last row.
+  struct Params {
+    float scale[R][mma::kRowSlots];
+    uint32_t zbias[R][mma::kA / 2];
+  };
+  int slot_at[R][mma::kRowSlots], pair_at[R][mma::kA / 2];  // the row's first parameter
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int sl = 0; sl < mma::kRowSlots; ++sl) slot_at[r][sl] = min(row0[r] + mma::slot_row(lane, sl), n - 1) * groups;
+#pragma unroll
+    for (int p = 0; p < mma::kA / 2; ++p) pair_at[r][p] = min(row0[r] + mma::a_row(lane, 2 * p), n - 1) * groups;
+  }
+  Params params, next_params;
+  auto load_group = [&](int g, Params& to) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
-      for (int sl = 0; sl < mma::kRowSlots; ++sl) s[r][sl] = w.scales[clamp_row(r, mma::slot_row(lane, sl)) * groups + g];
+      for (int sl = 0; sl < mma::kRowSlots; ++sl) to.scale[r][sl] = w.scales[slot_at[r][sl] + g];
 #pragma unroll
-      for (int p = 0; p < mma::kA / 2; ++p)
-        z[r][p] = (kMagic<T> + w.zeros[clamp_row(r, mma::a_row(lane, 2 * p)) * groups + g]) * 0x10001u;
+      for (int p = 0; p < mma::kA / 2; ++p) to.zbias[r][p] = (kMagic<T> + w.zeros[pair_at[r][p] + g]) * 0x10001u;
     }
   };
-  const bool ahead = w.group % kInt4TileCols == 0 || w.group >= w.k;
+  const bool ahead = group_cols % kInt4TileCols == 0 || group_cols >= k;
 
   mma::FragC total[R][NT], sums[R][NT];
 #pragma unroll
@@ -292,14 +307,14 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
       mma::fill(sums[r][nt], 0.0f);
     }
   // The current group and the column where the next begins (no division per step).
-  int64_t group = first * kInt4TileCols / w.group, next_group_at = (group + 1) * w.group;
-  if (first < last) load_group(group, scale, zbias);
+  int group = first * kInt4TileCols / group_cols, next_group_at = (group + 1) * group_cols;
+  if (first < last) load_group(group, params);
   auto fold = [&]() {  // the group's sums times their rows' scales
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int i = 0; i < mma::kC; ++i) {
-        const float s = scale[r][mma::c_slot(i)];
+        const float s = params.scale[r][mma::c_slot(i)];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           total[r][nt].x[i] += s * sums[r][nt].x[i];
@@ -310,14 +325,14 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
 
   // Rows of x past m are zeros in every entry (the copies never write them; the first barrier
   // below makes them visible).
-  for (int e = tid; e < S * (NT * 16 - static_cast<int>(m)) * kXWords; e += kBlockThreads) {
-    const int per_entry = (NT * 16 - static_cast<int>(m)) * kXWords, entry = e / per_entry, rest = e % per_entry;
-    ring[entry * E + kEntryWeightWords<NT> + static_cast<int>(m) * kXWords + rest] = 0u;
-  }
+  const int pad_words = (NT * 16 - m) * kXWords;
+#pragma unroll
+  for (int e = 0; e < S; ++e)
+    for (int i = tid; i < pad_words; i += kBlockThreads) ring[e * E + kEntryWeightWords<NT> + m * kXWords + i] = 0u;
 #pragma unroll
   for (int d = 0; d < S - 1; ++d) load_entry(first + d, d);
   int slot = 0;  // the entry of step t; step t + S - 1 goes to the one before it
-  for (int64_t t = first; t < last; ++t, slot = slot + 1 == S ? 0 : slot + 1) {
+  for (int t = first; t < last; ++t, slot = slot + 1 == S ? 0 : slot + 1) {
     gpu::async_wait<S - 2>();  // step t is in (this thread's pieces) ...
     __syncthreads();           // ... and every thread's; every warp is done with step t - 1
     load_entry(t + S - 1, slot == 0 ? S - 1 : slot - 1);
@@ -340,20 +355,13 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
     if (ahead && t * kInt4TileCols >= next_group_at) {
       fold();
       ++group;
-      next_group_at += w.group;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int sl = 0; sl < mma::kRowSlots; ++sl) scale[r][sl] = next_scale[r][sl];
-#pragma unroll
-        for (int p = 0; p < mma::kA / 2; ++p) zbias[r][p] = next_zbias[r][p];
-      }
+      next_group_at += group_cols;
+      params = next_params;
     }
-    if (ahead && t + 1 < last && (t + 1) * kInt4TileCols >= next_group_at) load_group(group + 1, next_scale, next_zbias);
+    if (ahead && t + 1 < last && (t + 1) * kInt4TileCols >= next_group_at) load_group(group + 1, next_params);
     // One 16-column step: x's B fragments (B(k, n) = x[n, k]: x's rows in the entry read as a
     // transposed B; rows past m are zeros) times every row tile's A fragments, decoded from its
-    // words. (Loading only the rows below m at one row of x measured the same: 0.0250 against
-    // 0.0252 ms, 14336 x 4096 on the H200.)
+    // words.
     auto multiply = [&](int step) {
       mma::FragB<T> b[NT];
 #pragma unroll
@@ -365,26 +373,29 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
 #pragma unroll
         for (int i = 0; i < mma::kA; i += 2) {
           const int e = step * mma::kA + i;
-          decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, zbias[r][i / 2], a.x[i], a.x[i + 1]);
+          decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, params.zbias[r][i / 2], a.x[i], a.x[i + 1]);
         }
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma::mma(sums[r][nt], a, b[nt], sums[r][nt]);
+        for (int nt = 0; nt < NT; ++nt) {
+          if constexpr (kNarrow) mma::mma_narrow(sums[r][nt], a, b[nt], sums[r][nt]);
+          else mma::mma(sums[r][nt], a, b[nt], sums[r][nt]);
+        }
       }
     };
-    const int64_t tile_end = (t + 1) * kInt4TileCols;
-    if (tile_end <= w.k && (ahead || next_group_at >= tile_end)) {
+    const int tile_end = (t + 1) * kInt4TileCols;
+    if (tile_end <= k && (ahead || next_group_at >= tile_end)) {
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) multiply(step);  // the common case: no checks per step
     } else {
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) {
-        const int64_t k0 = t * kInt4TileCols + 16 * step;
-        if (k0 >= w.k) break;
+        const int k0 = t * kInt4TileCols + 16 * step;
+        if (k0 >= k) break;
         if (!ahead && k0 >= next_group_at) {  // a group that begins inside the tile
           fold();
           ++group;
-          next_group_at += w.group;
-          load_group(group, scale, zbias);
+          next_group_at += group_cols;
+          load_group(group, params);
         }
         multiply(step);
       }
@@ -398,13 +409,13 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int64
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int i = 0; i < mma::kC; ++i) {
-        const int64_t row = row0[r] + mma::c_row(lane, i), tok = nt * 16 + mma::c_col(lane, i);
-        if (row >= w.n || tok >= m) continue;
+        const int row = row0[r] + mma::c_row(lane, i), tok = nt * 16 + mma::c_col(lane, i);
+        if (row >= n || tok >= m) continue;
         const float v = total[r][nt].x[i];
         if (gridDim.y == 1) {
           y[tok * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
         } else {
-          workspace[(static_cast<int64_t>(blockIdx.y) * m + tok) * w.n + row] = v;
+          workspace[(static_cast<int64_t>(blockIdx.y) * m + tok) * n + row] = v;
         }
       }
 #else
@@ -513,21 +524,29 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
            "int4_gemm: K = " << w.k << " must be a multiple of 8 and x's rows 4-byte aligned (ldx " << ldx << ")");
   LW_CHECK(splits >= 1 && (splits == 1 || workspace), "int4_gemm: " << splits << " splits need a workspace");
   if (m == 0) return;
-  const int64_t row_tiles = (w.n + kInt4TileRows - 1) / kInt4TileRows;
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols;
   const int64_t per_split = (tiles_k + splits - 1) / splits;
-  LW_CHECK(row_tiles <= 0x7fffffff, "int4_gemm: " << w.n << " rows exceed the grid limit");
+  // The kernel counts rows, columns, tiles and (row, group) parameters in 32 bits.
+  const int64_t groups = (w.k + w.group - 1) / w.group;
+  LW_CHECK(w.n < (int64_t{1} << 30) && w.k < (int64_t{1} << 30) && w.n * groups < (int64_t{1} << 31) && ldx < (int64_t{1} << 31),
+           "int4_gemm: a matrix of [" << w.n << ", " << w.k << "] (ldx " << ldx << ") exceeds 32-bit indices");
   // 16-byte copies of x where its rows allow them, else 4-byte ones.
   const bool x_vectors = ldx % 8 == 0 && gpu::aligned_to(16, x);
-  auto run = [&]<int NT>() {
+  auto run = [&]<int NT, bool kNarrow>() {
     const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(gemm_row_blocks(w, m)), static_cast<unsigned>(splits)),
                                 dim3(kGemmWarps * warp_size), sizeof(uint32_t) * kStages<NT> * kEntryWords<NT>, stream};
-    gpu::launch("int4_gemm", gemm_kernel<T, NT>, cfg, y, x, w, bias, m, ldx, ldy, per_split, x_vectors, workspace);
+    gpu::launch("int4_gemm", gemm_kernel<T, NT, kNarrow>, cfg, y, x, w, bias, static_cast<int>(m), static_cast<int>(ldx), ldy,
+                static_cast<int>(per_split), x_vectors, workspace);
   };
-  switch ((m + 15) / 16) {
-    case 1: run.template operator()<1>(); break;
-    case 2: run.template operator()<2>(); break;
-    default: run.template operator()<4>(); break;
+  // Up to kNarrowCols rows: products of the MMA's first columns only (the same sums per row).
+  if (m <= gpu::mma::kNarrowCols) {
+    run.template operator()<1, true>();
+  } else {
+    switch ((m + 15) / 16) {
+      case 1: run.template operator()<1, false>(); break;
+      case 2: run.template operator()<2, false>(); break;
+      default: run.template operator()<4, false>(); break;
+    }
   }
   if (splits > 1) {
     gpu::launch("int4_reduce_splits", reduce_splits_kernel<T>,
