@@ -195,8 +195,9 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
   const int tid = static_cast<int>(threadIdx.x);
   const int k = static_cast<int>(w.k), n = static_cast<int>(w.n);
   const int tiles_k = (k + kInt4TileCols - 1) / kInt4TileCols, row_tiles = (n + kInt4TileRows - 1) / kInt4TileRows;
-  const int groups = (k + static_cast<int>(w.group) - 1) / static_cast<int>(w.group);
-  const int group_cols = static_cast<int>(w.group);
+  // A group of K columns or more is one group (its size need not fit 32 bits).
+  const int group_cols = static_cast<int>(w.group < w.k ? w.group : w.k);
+  const int groups = (k + group_cols - 1) / group_cols;
   const int first = static_cast<int>(blockIdx.y) * tiles_per_split;
   const int last = min(first + tiles_per_split, tiles_k);
   const int block_tile0 = static_cast<int>(blockIdx.x) * kGemmWarps * R;
