@@ -63,12 +63,6 @@ constexpr size_t shared_bytes() {
   return DecodeShared<T, C, D>::bytes;
 }
 
-template <class C>
-LW_DEVICE_INLINE C zero_code() {
-  if constexpr (std::is_same_v<C, uint8_t> || std::is_same_v<C, int8_t>) return C(0);
-  else return gpu::from_float<C>(0.0f);
-}
-
 // Grid (decode-list entry, key/value head, partition), one warp per block. Row r of the
 // fragment is new token r / group, query head kvh * group + r % group; rows past the sequence's
 // are zeros and not written. The warp keeps ring_tiles - 1 tiles of K and V loading ahead of
@@ -110,7 +104,7 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
   const int prefix = ctx - qlen, rows = qlen * group;
   const int lane = gpu::lane_id();
   const int32_t* table = block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
-  const int64_t slot_stride = static_cast<int64_t>(a.kv_heads) * D;
+  const int slot_stride = a.kv_heads * D;  // a cache slot's elements (32 bits: one multiply per row)
   auto q_row = [&](int r) { return static_cast<int64_t>(row0 + r / group); };
   auto q_head = [&](int r) { return kvh * group + r % group; };
 
@@ -153,17 +147,10 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
         const int r = e / kRowPieces, c = e - r * kRowPieces;
         const int slot = gpu::shfl_idx(my_slot, min(r, kKeys - 1));
         if (e < kTilePieces) {
-          if (slot >= 0) {
-            const int64_t src = slot * slot_stride + static_cast<int64_t>(kvh) * D + c * VC;
-            gpu::copy_16_async(k_dst, r * CS + c * VC, k_cache + src);
-            gpu::copy_16_async(v_dst, r * CS + c * VC, v_cache + src);
-          } else {
-            gpu::Vec<C, VC> zero;
-#pragma unroll
-            for (int z = 0; z < VC; ++z) zero.v[z] = zero_code<C>();
-            gpu::store_vec_at<VC>(k_dst, r * CS + c * VC, zero);
-            gpu::store_vec_at<VC>(v_dst, r * CS + c * VC, zero);
-          }
+          // Keys past the end (slot -1) read slot 0's address and store zeros.
+          const int64_t src = static_cast<int64_t>(max(slot, 0)) * slot_stride + kvh * D + c * VC;
+          gpu::copy_16_async_or_zero(k_dst, r * CS + c * VC, k_cache + src, slot >= 0);
+          gpu::copy_16_async_or_zero(v_dst, r * CS + c * VC, v_cache + src, slot >= 0);
         }
       }
       if constexpr (Shared::kQuantized) {
@@ -234,7 +221,7 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
 #pragma unroll
       for (int i = 0; i < mma::kC; ++i) sc[0].x[i] *= tile_scales[mma::c_col(lane, i)] * (1.0f / kQueryFactor);
     }
-    attention_tile::scale_scores(sc, a.scale, a.softcap);
+    const float to_log2 = attention_tile::prepare_scores(sc, a.scale, a.softcap);
     // Every row sees every key of the tile unless it crosses the range's ends, a window or the
     // causal edge of the new tokens.
     const bool unmasked = a.window <= 0 && kv0 >= key_begin && kv0 + kKeys <= key_end && kv0 + kKeys - 1 <= prefix;
@@ -248,7 +235,7 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
         if (!visible) sc[0].x[i] = -INFINITY;
       }
     }
-    attention_tile::online_softmax(sc, m, l, o);
+    attention_tile::online_softmax(sc, m, l, o, to_log2);
     attention_tile::accumulate_pv<U>(o, sc[0], v_tile, KS, staging, PS);
     gpu::sync_warp();  // every lane is done with the entry before a later load refills it
   }

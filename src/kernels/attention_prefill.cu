@@ -45,6 +45,32 @@ constexpr size_t shared_bytes() {
   return slot_table_bytes<D>() + (kv + staging) * sizeof(T);
 }
 
+// Calls f(r, c) for the calling thread's pieces of a tile of kRows rows of kPerRow pieces each:
+// thread tid takes pieces tid, tid + kThreads, ... (row-major). Where a row's pieces divide the
+// block, a thread keeps one column and steps through rows at a fixed stride, so that the
+// compiler folds each step's offsets into constants.
+template <int kRows, int kPerRow, int kThreads, class F>
+LW_DEVICE_INLINE void for_tile_pieces(int tid, F f) {
+  if constexpr (kThreads % kPerRow == 0) {
+    constexpr int kRowStep = kThreads / kPerRow;
+    const int r0 = static_cast<unsigned>(tid) / kPerRow, c = static_cast<unsigned>(tid) % kPerRow;
+#pragma unroll
+    for (int j = 0; j < kRows; j += kRowStep) {
+      if (kRows % kRowStep == 0 || r0 + j < kRows) f(r0 + j, c);
+    }
+  } else {
+    constexpr int kPieces = kRows * kPerRow;
+#pragma unroll
+    for (int e0 = 0; e0 < kPieces; e0 += kThreads) {
+      const int e = e0 + tid;
+      if (kPieces % kThreads == 0 || e < kPieces) {
+        const int r = static_cast<unsigned>(e) / kPerRow;
+        f(r, e - r * kPerRow);
+      }
+    }
+  }
+}
+
 // Grid (tile, key/value head, partition). A block's 64 rows are (new token, query head of the
 // group) pairs, token-major: row r is token q0 + r / group, head kvh * group + r % group. Each
 // tile of keys: K and V to shared memory (all threads), then per warp S = Q.K^T on the matrix
@@ -82,11 +108,14 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
   const int prefix = ctx - qlen;
   const int tokens = min(a.tile_tokens, qlen - q0);  // the tile's new tokens
   const int rows = tokens * group;                    // the block's rows in use
-  const int tid = static_cast<int>(gpu::linear_thread_id()), nthreads = static_cast<int>(gpu::block_threads());
+  constexpr int kThreads = kWarps * gpu::kWarpSize;  // the block (launch_prefill)
+  const int tid = static_cast<int>(gpu::linear_thread_id());
   const int warp = gpu::warp_id(), lane = gpu::lane_id();
   const int wr0 = 16 * warp;  // the warp's first row
   const int32_t* table = block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
-  const int64_t slot_stride = static_cast<int64_t>(a.kv_heads) * D;
+  // A cache slot's first element: one 32 x 32 -> 64-bit multiply (slots and strides are >= 0).
+  const uint32_t slot_stride = static_cast<uint32_t>(a.kv_heads * D);
+  auto slot_offset = [&](int slot) { return static_cast<uint64_t>(static_cast<uint32_t>(slot)) * slot_stride; };
   // Row r's query row in q and its query head.
   auto q_row = [&](int r) { return static_cast<int64_t>(row0 + q0 + r / group); };
   auto q_head = [&](int r) { return kvh * group + r % group; };
@@ -113,23 +142,23 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
 
   // The cache slots of a tile's keys, once per tile (an integer division each) for its K and V.
   auto fill_slots = [&](int kv0, int half) {
-    for (int r = tid; r < KN; r += nthreads) {
+    for (int r = tid; r < KN; r += kThreads) {
       const int t = kv0 + r;
       slot_table[half * KN + r] = t < key_end ? table[t / a.block_size] * a.block_size + t % a.block_size : 0;
     }
   };
   // A tile's K (or V) rows to shared memory, in the background where the target can: K of the
   // next tile loads during this tile's P.V, V during its Q.K^T. 8-bit codes are converted to T
-  // on the way (synchronously), times their scales.
+  // on the way (synchronously), times their scales. Keys past the end are zeros.
   auto load_tile = [&](const C* cache, const float* cache_scales, const auto& dst, int kv0, int half) {
+    const C* head = cache + static_cast<int64_t>(kvh) * D;
     if constexpr (kQuantizedKv<T, C>) {
       constexpr int P = gpu::kVecWidth<C>;  // codes per 16-byte piece
-      for (int e = tid; e < KN * (D / P); e += nthreads) {
-        const int r = e / (D / P), c = e - r * (D / P);
+      for_tile_pieces<KN, D / P, kThreads>(tid, [&](int r, int c) {
         float x[P];
         if (kv0 + r < key_end) {
-          const int64_t slot = slot_table[half * KN + r];
-          kv_load<P>(cache + slot * slot_stride + static_cast<int64_t>(kvh) * D + c * P,
+          const int slot = slot_table[half * KN + r];
+          kv_load<P>(head + slot_offset(slot) + c * P,
                      cache_scales[kv_scale_index(scales, slot, kvh)], x);
         } else {
 #pragma unroll
@@ -142,21 +171,14 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
           for (int i = 0; i < V; ++i) y.v[i] = gpu::from_float<T>(x[j + i]);
           gpu::store_vec_at<V>(dst, r * KS + c * P + j, y);
         }
-      }
+      });
     } else {
       (void)cache_scales;
-      for (int e = tid; e < KN * (D / V); e += nthreads) {
-        const int r = e / (D / V), c = e - r * (D / V);
-        if (kv0 + r < key_end) {
-          const int64_t slot = slot_table[half * KN + r];
-          gpu::copy_16_async(dst, r * KS + c * V, cache + slot * slot_stride + static_cast<int64_t>(kvh) * D + c * V);
-        } else {
-          gpu::Vec<T, V> zero;
-#pragma unroll
-          for (int j = 0; j < V; ++j) zero.v[j] = gpu::from_float<T>(0.0f);
-          gpu::store_vec_at<V>(dst, r * KS + c * V, zero);
-        }
-      }
+      for_tile_pieces<KN, D / V, kThreads>(tid, [&](int r, int c) {
+        const int slot = slot_table[half * KN + r];  // 0 (a valid address) past the end
+        gpu::copy_16_async_or_zero(dst, r * KS + c * V, head + slot_offset(slot) + c * V,
+                                   kv0 + r < key_end);
+      });
     }
     gpu::async_commit();
   };
@@ -191,7 +213,7 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
         }
       }
 
-      attention_tile::scale_scores(sc, a.scale, a.softcap);
+      const float to_log2 = attention_tile::prepare_scores(sc, a.scale, a.softcap);
       if (!unmasked) {
 #pragma unroll
         for (int nt = 0; nt < KN / 16; ++nt) {
@@ -205,7 +227,7 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
           }
         }
       }
-      attention_tile::online_softmax(sc, m, l, o);
+      attention_tile::online_softmax(sc, m, l, o, to_log2);
     }
 
     __syncthreads();  // every warp is done with K

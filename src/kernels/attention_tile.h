@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "gpu/compat.h"
+#include "gpu/fast_math.h"
 #include "gpu/matrix_fragment.h"
 #include "gpu/numeric.h"
 #include "gpu/warp.h"
@@ -41,34 +42,40 @@ LW_DEVICE_INLINE void start_rows(mma::FragC (&o)[DT], float (&m)[mma::kRowSlots]
   }
 }
 
-// Raw q.k products to scores in log2 units (exp2 of a difference is the softmax weight):
-// times scale, or soft-capped (softcap * tanh(s / softcap)) where softcap > 0.
+// Raw q.k products to scores: returns the factor that turns them into log2 units (exp2 of a
+// difference is the softmax weight), scale * log2(e), which online_softmax applies in the same
+// instruction as the subtraction of the maximum. Where softcap > 0 (softcap * tanh(s * scale /
+// softcap)), or the scale is not positive (the maximum would not commute with it), the scores
+// are turned into log2 units in place and the factor is 1.
 template <int NT>
-LW_DEVICE_INLINE void scale_scores(mma::FragC (&sc)[NT], float scale, float softcap) {
+LW_DEVICE_INLINE float prepare_scores(mma::FragC (&sc)[NT], float scale, float softcap) {
   constexpr float kLog2e = 1.4426950408889634f;
-  if (softcap > 0.0f) {
-    const float inv_cap = 1.0f / softcap, cap_log2 = softcap * kLog2e;
+  if (softcap <= 0.0f && scale > 0.0f) return scale * kLog2e;
+  const float inv_cap = softcap > 0.0f ? 1.0f / softcap : 0.0f, cap_log2 = softcap * kLog2e;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
+  for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-      for (int i = 0; i < mma::kC; ++i) sc[nt].x[i] = cap_log2 * tanhf(sc[nt].x[i] * scale * inv_cap);
-    }
-  } else {
-    const float score_scale = scale * kLog2e;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-      for (int i = 0; i < mma::kC; ++i) sc[nt].x[i] *= score_scale;
-    }
+    for (int i = 0; i < mma::kC; ++i)
+      sc[nt].x[i] = softcap > 0.0f ? cap_log2 * tanhf(sc[nt].x[i] * scale * inv_cap) : sc[nt].x[i] * scale * kLog2e;
   }
+  return 1.0f;
 }
 
-// NT fragments of scores (log2 units, -inf where masked) of a warp's 16 rows: the rows' running
-// maxima m and sums l (this lane's part of each row) updated, the output o rescaled to the new
-// maxima, and the scores turned into probabilities in place.
+// How far (log2 units) a row's maximum may grow past the reference its probabilities are
+// taken against before the reference moves: probabilities reach at most 2^kStaleMax, which the
+// fp32 sums and outputs and the 16-bit terms of P hold as well as values up to 1, and the
+// output's rescale is skipped on the tiles where no row of the warp moves (most tiles of a long
+// row). Exact: the output and the sum share the reference.
+inline constexpr float kStaleMax = 8.0f;
+
+// NT fragments of scores of a warp's 16 rows (times `to_log2`, a positive factor, in log2
+// units; -inf where masked): the rows' reference maxima m (log2 units, within kStaleMax of
+// the true maxima) and sums l (this lane's part of each row) updated, the output o rescaled
+// where a reference moved, and the scores turned into probabilities in place. The whole warp
+// calls it.
 template <int NT, int DT>
 LW_DEVICE_INLINE void online_softmax(mma::FragC (&sc)[NT], float (&m)[mma::kRowSlots], float (&l)[mma::kRowSlots],
-                                     mma::FragC (&o)[DT]) {
+                                     mma::FragC (&o)[DT], float to_log2) {
   float tile_max[mma::kRowSlots];
 #pragma unroll
   for (int r = 0; r < mma::kRowSlots; ++r) tile_max[r] = -INFINITY;
@@ -77,26 +84,36 @@ LW_DEVICE_INLINE void online_softmax(mma::FragC (&sc)[NT], float (&m)[mma::kRowS
 #pragma unroll
     for (int i = 0; i < mma::kC; ++i) tile_max[mma::c_slot(i)] = fmaxf(tile_max[mma::c_slot(i)], sc[nt].x[i]);
   }
-  float ref[mma::kRowSlots], corr[mma::kRowSlots];
+  bool move = false;
 #pragma unroll
   for (int r = 0; r < mma::kRowSlots; ++r) {
-    const float m_new = fmaxf(m[r], mma::reduce_row(tile_max[r], gpu::MaxOp{}));
-    // A row that has seen no key yet keeps m = -inf: exponentials against 0 give zeros.
-    ref[r] = m_new == -INFINITY ? 0.0f : m_new;
-    corr[r] = exp2f(m[r] - ref[r]);
-    m[r] = m_new;
-    l[r] *= corr[r];
+    tile_max[r] = mma::reduce_row(tile_max[r], gpu::MaxOp{}) * to_log2;
+    move = move || tile_max[r] > m[r] + kStaleMax;  // always where the row has seen no key yet
   }
+  if (__any_sync(gpu::full_warp_mask(), move)) {
+    float corr[mma::kRowSlots];
 #pragma unroll
-  for (int dt = 0; dt < DT; ++dt) {
+    for (int r = 0; r < mma::kRowSlots; ++r) {
+      const float m_new = fmaxf(m[r], tile_max[r]);
+      // A row that has seen no key yet keeps m = -inf: exponentials against 0 give zeros.
+      corr[r] = gpu::exp2_approx(m[r] - (m_new == -INFINITY ? 0.0f : m_new));
+      m[r] = m_new;
+      l[r] *= corr[r];
+    }
 #pragma unroll
-    for (int i = 0; i < mma::kC; ++i) o[dt].x[i] *= corr[mma::c_slot(i)];
+    for (int dt = 0; dt < DT; ++dt) {
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i) o[dt].x[i] *= corr[mma::c_slot(i)];
+    }
   }
+  float ref[mma::kRowSlots];
+#pragma unroll
+  for (int r = 0; r < mma::kRowSlots; ++r) ref[r] = m[r] == -INFINITY ? 0.0f : m[r];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
     for (int i = 0; i < mma::kC; ++i) {
-      const float p = exp2f(sc[nt].x[i] - ref[mma::c_slot(i)]);
+      const float p = gpu::exp2_approx(fmaf(sc[nt].x[i], to_log2, -ref[mma::c_slot(i)]));
       sc[nt].x[i] = p;
       l[mma::c_slot(i)] += p;  // this lane's part of the row; summed over the row at the end
     }
@@ -124,7 +141,8 @@ LW_DEVICE_INLINE mma::FragA<T> as_a(const mma::FragC& c, const S& staging, int p
 // o += P.V for 16 keys: p their probabilities (a C fragment), v the 16 rows of V in shared
 // memory (row stride ks). bf16 keeps 8 bits of a probability: the rest goes in a second term
 // (P = hi + lo, each rounded to bf16), so that P.V is as exact as with fp32 probabilities
-// (about 16 bits); f16's 11 bits are kept as they are.
+// (about 16 bits); f16's 11 bits are kept as they are. (Rounding P to bf16 alone, as
+// FlashAttention does, changes greedy answers of small models: docs/PERFORMANCE.md.)
 template <class T, int DT, class V, class S>
 LW_DEVICE_INLINE void accumulate_pv(mma::FragC (&o)[DT], const mma::FragC& p, const V& v, int ks, const S& staging,
                                     int ps) {
@@ -148,7 +166,8 @@ LW_DEVICE_INLINE void accumulate_pv(mma::FragC (&o)[DT], const mma::FragC& p, co
 
 // The warp's rows, normalised by their sums, written out: fragment row r (valid(r)) goes to
 // out[out_row(r) * D + d] without a split (parts == 1), else to the partial slot part_at(r):
-// its values, and its maximum (log2 units) and sum for the merge (attention_merge.h). Values are
+// its values, and its reference maximum (log2 units) and the sum taken against it for the merge
+// (attention_merge.h, which needs any reference, not the exact maximum). Values are
 // multiplied by `factor` (a scale every V row shares).
 template <class T, int DT, class Valid, class OutRow, class PartAt>
 LW_DEVICE_INLINE void write_rows(const mma::FragC (&o)[DT], const float (&m)[mma::kRowSlots],
