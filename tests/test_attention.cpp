@@ -280,6 +280,7 @@ struct PrefillCase {
   int q_heads, kv_heads, head_dim, block_size;
   std::vector<int32_t> new_lens, prefix;
   ops::AttentionOptions options = {};
+  float sharpness = 1.0f;  // the scale is sharpness / sqrt(head_dim)
 };
 
 void run_prefill_case(DType dt, const PrefillCase& c, ops::KvCacheFormat format = ops::KvCacheFormat::model,
@@ -306,7 +307,7 @@ void run_prefill_case(DType dt, const PrefillCase& c, ops::KvCacheFormat format 
   std::copy_n(perm.begin(), seqs * max_blocks, tables_h.data<int32_t>());
   const int total = std::accumulate(c.new_lens.begin(), c.new_lens.end(), 0);
   Tensor qh = random_host({std::max(total, 1), c.q_heads, hd}, dt).slice(0, 0, total);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c.sharpness / std::sqrt(static_cast<float>(hd));
   const std::vector<double> k = to_doubles(kh), v = to_doubles(vh), q = to_doubles(qh);
   std::vector<double> want, weight;  // the output, and the sum of |p v| / sum of p behind it
   int row = 0;
@@ -387,6 +388,14 @@ TEST(PrefillAttention, WindowAndSoftCap) {
   run_prefill_case(DType::f16, {2, 1, 128, 8, {65, 9}, {3, 0}, {.window = 1}});
   run_prefill_case(DType::bf16, {2, 2, 64, 16, {70, 4}, {10, 100}, {.window = 0, .softcap = 5.0f}});
   run_prefill_case(DType::f32, {2, 1, 64, 16, {20}, {50}, {.window = 30, .softcap = 20.0f}});
+}
+
+// Sharp rows (scores of tens of units): a row's maximum keeps growing by more than the matrix
+// kernels let their reference maxima lag (2^8) on later key tiles of long rows, not only on the
+// first, in the prefill kernel, the decode kernel and a split's partitions.
+TEST(PrefillAttention, SharpScoresMoveTheReferenceMaxima) {
+  run_prefill_case(DType::bf16, {4, 2, 128, 16, {150, 1}, {0, 900}, {}, 64.0f});
+  run_prefill_case(DType::f16, {2, 1, 64, 16, {70, 2}, {300, 0}, {}, 48.0f});
 }
 
 // Decode as the model runs it: one new token per sequence after long contexts, few sequences
