@@ -150,6 +150,46 @@ LW_DEVICE_INLINE constexpr int slot_row(int lane, int s) {
   else return 2 * s + ((lane >> 4) & 1);
 }
 
+// A's rows the same way: element i of a lane lies in row a_slot_row(lane, a_slot(i)), one of
+// kARowSlots rows per lane (kernels address a row once per slot rather than once per element).
+template <Layout L = kLayout>
+LW_DEVICE_INLINE constexpr int a_row_slots() {
+  return L == Layout::nvidia_m16n8k16 ? 2 : 1;
+}
+template <Layout L = kLayout>
+LW_DEVICE_INLINE constexpr int a_slot(int i) {
+  if constexpr (L == Layout::nvidia_m16n8k16) return (i >> 1) & 1;
+  (void)i;
+  return 0;
+}
+template <Layout L = kLayout>
+LW_DEVICE_INLINE constexpr int a_slot_row(int lane, int s) {
+  if constexpr (L == Layout::nvidia_m16n8k16) return (lane >> 2) + 8 * s;
+  (void)s;
+  return lane & 15;
+}
+inline constexpr int kARowSlots = a_row_slots();
+
+#if defined(LW_TARGET_HOST)
+namespace detail {
+// Proof at compile time (in the host builds, whose compiler evaluates the accessors) that the
+// slots name every element's row, in every layout.
+template <Layout L>
+constexpr bool row_slots_agree() {
+  for (int lane = 0; lane < 64; ++lane) {
+    for (int i = 0; i < Shape<L>::a; ++i)
+      if (a_slot<L>(i) >= a_row_slots<L>() || a_slot_row<L>(lane, a_slot<L>(i)) != a_row<L>(lane, i)) return false;
+    for (int i = 0; i < Shape<L>::c; ++i)
+      if (c_slot<L>(i) >= Shape<L>::row_slots || slot_row<L>(lane, c_slot<L>(i)) != c_row<L>(lane, i)) return false;
+  }
+  return true;
+}
+static_assert(row_slots_agree<Layout::nvidia_m16n8k16>() && row_slots_agree<Layout::amd_mfma_16x16>() &&
+                  row_slots_agree<Layout::amd_wmma_16x16>(),
+              "a row slot disagrees with the row accessors");
+}  // namespace detail
+#endif
+
 template <class T>
 struct FragA {
   T x[kA];

@@ -17,15 +17,24 @@ namespace mma = gpu::mma;
 
 // The warp's 16 query rows as A fragments of U: fragment row r (first + r of the block's rows)
 // is q_at(row) (a pointer to its D elements) times `factor` where row < rows, zeros past them.
+// q_at is called once per row slot of the lane (its row's address takes divisions).
 template <class U, int DT, class QAt>
 LW_DEVICE_INLINE void load_q(mma::FragA<U> (&qa)[DT], int first, int rows, QAt q_at, float factor = 1.0f) {
   const int lane = gpu::lane_id();
+  decltype(q_at(0)) row_at[mma::kARowSlots];
+  bool in[mma::kARowSlots];
+#pragma unroll
+  for (int s = 0; s < mma::kARowSlots; ++s) {
+    const int r = first + mma::a_slot_row(lane, s);
+    in[s] = r < rows;
+    row_at[s] = q_at(in[s] ? r : 0);  // rows past the end: row 0's address, not read
+  }
 #pragma unroll
   for (int kd = 0; kd < DT; ++kd) {
 #pragma unroll
     for (int i = 0; i < mma::kA; ++i) {
-      const int r = first + mma::a_row(lane, i);
-      qa[kd].x[i] = gpu::from_float<U>(r < rows ? gpu::to_float(q_at(r)[kd * 16 + mma::a_col(lane, i)]) * factor : 0.0f);
+      const int s = mma::a_slot(i);
+      qa[kd].x[i] = gpu::from_float<U>(in[s] ? gpu::to_float(row_at[s][kd * 16 + mma::a_col(lane, i)]) * factor : 0.0f);
     }
   }
 }
@@ -168,7 +177,8 @@ LW_DEVICE_INLINE void accumulate_pv(mma::FragC (&o)[DT], const mma::FragC& p, co
 // out[out_row(r) * D + d] without a split (parts == 1), else to the partial slot part_at(r):
 // its values, and its reference maximum (log2 units) and the sum taken against it for the merge
 // (attention_merge.h, which needs any reference, not the exact maximum). Values are
-// multiplied by `factor` (a scale every V row shares).
+// multiplied by `factor` (a scale every V row shares). valid, out_row and part_at are called
+// once per row slot of the lane.
 template <class T, int DT, class Valid, class OutRow, class PartAt>
 LW_DEVICE_INLINE void write_rows(const mma::FragC (&o)[DT], const float (&m)[mma::kRowSlots],
                                  const float (&l)[mma::kRowSlots], int parts, Valid valid, OutRow out_row, PartAt part_at,
@@ -176,29 +186,33 @@ LW_DEVICE_INLINE void write_rows(const mma::FragC (&o)[DT], const float (&m)[mma
   constexpr int D = DT * 16;
   const int lane = gpu::lane_id();
   float sum[mma::kRowSlots], inv[mma::kRowSlots];
+  bool in[mma::kRowSlots];
+  int64_t at[mma::kRowSlots];  // the row's index in out (parts == 1) or in the partial slots
 #pragma unroll
-  for (int r = 0; r < mma::kRowSlots; ++r) {
-    sum[r] = mma::reduce_row(l[r], gpu::SumOp{});
-    inv[r] = sum[r] > 0.0f ? factor / sum[r] : 0.0f;
+  for (int s = 0; s < mma::kRowSlots; ++s) {
+    sum[s] = mma::reduce_row(l[s], gpu::SumOp{});
+    inv[s] = sum[s] > 0.0f ? factor / sum[s] : 0.0f;
+    const int r = mma::slot_row(lane, s);
+    in[s] = valid(r);
+    at[s] = !in[s] ? 0 : parts == 1 ? out_row(r) : part_at(r);
+    bool first_column = false;  // whether this lane holds the row's column 0
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) first_column = first_column || (mma::c_slot(i) == s && mma::c_col(lane, i) == 0);
+    if (in[s] && parts > 1 && first_column) {
+      part_max[at[s]] = m[s];
+      part_sum[at[s]] = sum[s];
+    }
   }
 #pragma unroll
   for (int dt = 0; dt < DT; ++dt) {
 #pragma unroll
     for (int i = 0; i < mma::kC; ++i) {
-      const int r = mma::c_row(lane, i);
-      if (!valid(r)) continue;
-      const int d = dt * 16 + mma::c_col(lane, i);
-      const float value = o[dt].x[i] * inv[mma::c_slot(i)];
-      if (parts == 1) {
-        out[out_row(r) * D + d] = gpu::from_float<T>(value);
-      } else {
-        const int64_t at = part_at(r);
-        part_out[at * D + d] = value;
-        if (d == 0) {
-          part_max[at] = m[mma::c_slot(i)];
-          part_sum[at] = sum[mma::c_slot(i)];
-        }
-      }
+      const int s = mma::c_slot(i);
+      if (!in[s]) continue;
+      const int64_t e = at[s] * D + dt * 16 + mma::c_col(lane, i);
+      const float value = o[dt].x[i] * inv[s];
+      if (parts == 1) out[e] = gpu::from_float<T>(value);
+      else part_out[e] = value;
     }
   }
 }
