@@ -15,13 +15,18 @@ namespace lw::kernels {
 template <class T>
 LW_DEVICE_INLINE void merge_partitions(const float* out_parts, const float* max_parts, const float* sum_parts,
                                        int parts, int head_dim, T* out) {
+  // Unrolled so that each thread has several partitions' loads in flight (a split decode row
+  // has up to tens of partitions; their loads, not the arithmetic, are the merge's cost).
   float m = -INFINITY;
+#pragma unroll 8
   for (int p = 0; p < parts; ++p) m = fmaxf(m, max_parts[p]);
   const float ref = m == -INFINITY ? 0.0f : m;
   float total = 0.0f;
+#pragma unroll 8
   for (int p = 0; p < parts; ++p) total += sum_parts[p] * exp2f(max_parts[p] - ref);
   for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) {
     float acc = 0.0f;
+#pragma unroll 8
     for (int p = 0; p < parts; ++p) acc += out_parts[p * head_dim + d] * sum_parts[p] * exp2f(max_parts[p] - ref);
     out[d] = gpu::from_float<T>(total > 0.0f ? acc / total : 0.0f);
   }
