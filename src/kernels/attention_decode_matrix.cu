@@ -208,14 +208,21 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
     const auto v_tile = k_tile + kKeys * KS;
     const int kv0 = first + t * kKeys;
 
-    mma::FragC sc[1];
+    // S = Q.K^T over the head dims in two chains (even and odd 16-dim steps) summed at the end:
+    // a tile has one score fragment, whose accumulation is otherwise one chain of D / 16
+    // dependent multiplications on the warp's critical path.
+    mma::FragC sc[1], sc_odd;
     mma::fill(sc[0], 0.0f);
+    mma::fill(sc_odd, 0.0f);
 #pragma unroll
     for (int kd = 0; kd < D / 16; ++kd) {
       mma::FragB<U> kb;
       mma::load_b_transposed_shared(kb, k_tile + kd * 16, KS);
-      mma::mma(sc[0], qa[kd], kb, sc[0]);
+      if (kd % 2 == 0) mma::mma(sc[0], qa[kd], kb, sc[0]);
+      else mma::mma(sc_odd, qa[kd], kb, sc_odd);
     }
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) sc[0].x[i] += sc_odd.x[i];
     if constexpr (Shared::kQuantized) {  // each key's K scale (the entry's scales: K's, then V's)
       const auto tile_scales = ring_scales + (t % R) * 2 * kKeys;
 #pragma unroll
