@@ -63,6 +63,8 @@ template <class T>
 LW_DEVICE_INLINE T shfl_idx(T v, int src_lane, int width = kWarpSize) {
   return LW_WARP_SYNC(__shfl, full_warp_mask(), v, src_lane, width);
 }
+// Whether `pred` holds on any lane of the warp (every lane must call it).
+LW_DEVICE_INLINE bool warp_any(bool pred) { return LW_WARP_SYNC(__any, full_warp_mask(), pred) != 0; }
 // A shuffle in which only the first `lanes` lanes of the warp take part.
 template <class T>
 LW_DEVICE_INLINE T shfl_idx_first_lanes(T v, int src_lane, int lanes) {

@@ -99,7 +99,7 @@ LW_DEVICE_INLINE void online_softmax(mma::FragC (&sc)[NT], float (&m)[mma::kRowS
     tile_max[r] = mma::reduce_row(tile_max[r], gpu::MaxOp{}) * to_log2;
     move = move || tile_max[r] > m[r] + kStaleMax;  // always where the row has seen no key yet
   }
-  if (__any_sync(gpu::full_warp_mask(), move)) {
+  if (gpu::warp_any(move)) {
     float corr[mma::kRowSlots];
 #pragma unroll
     for (int r = 0; r < mma::kRowSlots; ++r) {
