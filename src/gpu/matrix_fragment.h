@@ -74,19 +74,19 @@ template <Layout L>
 struct Shape;
 template <>
 struct Shape<Layout::nvidia_m16n8k16> {
-  static constexpr int a = 8, b = 8, c = 8, row_slots = 2, row_lanes = 4;
+  static constexpr int a = 8, b = 8, c = 8, row_slots = 2, row_lanes = 4, a_row_slots = 2;
   // In this layout the C fragment of a 16x16 tile holds the elements of an A fragment in the
   // same order, so P = softmax(S) feeds the next multiplication without leaving registers.
   static constexpr bool c_matches_a = true;
 };
 template <>
 struct Shape<Layout::amd_mfma_16x16> {
-  static constexpr int a = 4, b = 4, c = 4, row_slots = 4, row_lanes = 16;
+  static constexpr int a = 4, b = 4, c = 4, row_slots = 4, row_lanes = 16, a_row_slots = 1;
   static constexpr bool c_matches_a = false;
 };
 template <>
 struct Shape<Layout::amd_wmma_16x16> {
-  static constexpr int a = 16, b = 16, c = 8, row_slots = 8, row_lanes = 16;
+  static constexpr int a = 16, b = 16, c = 8, row_slots = 8, row_lanes = 16, a_row_slots = 1;
   static constexpr bool c_matches_a = false;
 };
 
@@ -95,6 +95,7 @@ inline constexpr int kB = Shape<kLayout>::b;
 inline constexpr int kC = Shape<kLayout>::c;
 inline constexpr int kRowSlots = Shape<kLayout>::row_slots;
 inline constexpr int kRowLanes = Shape<kLayout>::row_lanes;
+inline constexpr int kARowSlots = Shape<kLayout>::a_row_slots;  // distinct rows of A per lane
 inline constexpr bool kCMatchesA = Shape<kLayout>::c_matches_a;
 
 // ---- where each element lives: (row, column) of element i held by `lane` ----
@@ -153,10 +154,6 @@ LW_DEVICE_INLINE constexpr int slot_row(int lane, int s) {
 // A's rows the same way: element i of a lane lies in row a_slot_row(lane, a_slot(i)), one of
 // kARowSlots rows per lane (kernels address a row once per slot rather than once per element).
 template <Layout L = kLayout>
-LW_DEVICE_INLINE constexpr int a_row_slots() {
-  return L == Layout::nvidia_m16n8k16 ? 2 : 1;
-}
-template <Layout L = kLayout>
 LW_DEVICE_INLINE constexpr int a_slot(int i) {
   if constexpr (L == Layout::nvidia_m16n8k16) return (i >> 1) & 1;
   (void)i;
@@ -168,8 +165,6 @@ LW_DEVICE_INLINE constexpr int a_slot_row(int lane, int s) {
   (void)s;
   return lane & 15;
 }
-inline constexpr int kARowSlots = a_row_slots();
-
 #if defined(LW_TARGET_HOST)
 namespace detail {
 // Proof at compile time (in the host builds, whose compiler evaluates the accessors) that the
@@ -178,7 +173,7 @@ template <Layout L>
 constexpr bool row_slots_agree() {
   for (int lane = 0; lane < 64; ++lane) {
     for (int i = 0; i < Shape<L>::a; ++i)
-      if (a_slot<L>(i) >= a_row_slots<L>() || a_slot_row<L>(lane, a_slot<L>(i)) != a_row<L>(lane, i)) return false;
+      if (a_slot<L>(i) >= Shape<L>::a_row_slots || a_slot_row<L>(lane, a_slot<L>(i)) != a_row<L>(lane, i)) return false;
     for (int i = 0; i < Shape<L>::c; ++i)
       if (c_slot<L>(i) >= Shape<L>::row_slots || slot_row<L>(lane, c_slot<L>(i)) != c_row<L>(lane, i)) return false;
   }
