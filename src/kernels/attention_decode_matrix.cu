@@ -312,9 +312,11 @@ int resident_warps(int head_dim) {
 
 // A launch runs in waves of the resident warps: a split that leaves a second, thin wave doubles
 // the time for a few percent more warps. Split into as many parts as fit in one wave, or not at
-// all.
+// all. Partitions keep at least 128 keys: at one sequence of 4096 (batch-1 decode), 32 parts
+// of 128 measured 12% faster than 64 of 64 on the H200 (fewer warps' fixed costs and a shorter
+// merge), 16 of 256 no faster (docs/PERFORMANCE.md).
 void choose_matrix_decode_split(MatrixDecodeArgs& a, int max_context, int multiprocessors) {
-  constexpr int kMinPartition = 64;  // lint: not-a-warp (keys)
+  constexpr int kMinPartition = 128;  // lint: not-a-warp (keys)
   a.partition = 0;
   a.parts = 1;
   const int64_t blocks = static_cast<int64_t>(a.seqs) * a.kv_heads;
