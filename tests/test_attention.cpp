@@ -396,6 +396,9 @@ TEST(PrefillAttention, WindowAndSoftCap) {
 TEST(PrefillAttention, SharpScoresMoveTheReferenceMaxima) {
   run_prefill_case(DType::bf16, {4, 2, 128, 16, {150, 1}, {0, 900}, {}, 64.0f});
   run_prefill_case(DType::f16, {2, 1, 64, 16, {70, 2}, {300, 0}, {}, 48.0f});
+  // A negative scale (the maximum does not commute with it: the matrix kernels scale the scores
+  // in place before the maximum instead of in the exponential).
+  run_prefill_case(DType::bf16, {4, 2, 64, 16, {90, 1}, {0, 300}, {}, -4.0f});
 }
 
 // Decode as the model runs it: one new token per sequence after long contexts, few sequences
