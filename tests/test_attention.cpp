@@ -9,6 +9,7 @@
 #include <numeric>
 #include <optional>
 
+#include "kernels/attention_decode_matrix.h"
 #include "kernels/quant/fp8.h"
 #include "ops/attention.h"
 #include "test_util.h"
@@ -283,33 +284,39 @@ struct PrefillCase {
   float sharpness = 1.0f;  // the scale is sharpness / sqrt(head_dim)
 };
 
-void run_prefill_case(DType dt, const PrefillCase& c, ops::KvCacheFormat format = ops::KvCacheFormat::model,
-                      int k_exponent = 5, int v_exponent = 5) {
-  SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", heads " << c.q_heads << "/" << c.kv_heads << ", dim "
-                                    << c.head_dim << ", block " << c.block_size << ", window " << c.options.window
-                                    << ", softcap " << c.options.softcap << ", cache " << ops::kv_cache_format_name(format));
-  const int seqs = static_cast<int>(c.new_lens.size());
+// A prefill case's inputs on the device, and its float64 reference: each output element and
+// the sum of |p v| / sum of p behind it (the weight of the rounding bound).
+struct PrefillInputs {
+  TestCache cache;
+  Tensor q, tables;
   std::vector<int32_t> ctx_lens;
-  int max_ctx = 1;
+  int total = 0, max_ctx = 1;
+  float scale = 0.0f;
+  std::vector<double> want, weight;
+};
+
+PrefillInputs make_prefill_inputs(DType dt, const PrefillCase& c, ops::KvCacheFormat format, int k_exponent,
+                                  int v_exponent) {
+  PrefillInputs in;
+  const int seqs = static_cast<int>(c.new_lens.size());
   for (int s = 0; s < seqs; ++s) {
-    ctx_lens.push_back(c.prefix[s] + c.new_lens[s]);
-    max_ctx = std::max(max_ctx, ctx_lens.back());
+    in.ctx_lens.push_back(c.prefix[s] + c.new_lens[s]);
+    in.max_ctx = std::max(in.max_ctx, in.ctx_lens.back());
   }
-  const int bs = c.block_size, max_blocks = (max_ctx + bs - 1) / bs, num_blocks = seqs * max_blocks + 1;
+  const int bs = c.block_size, max_blocks = (in.max_ctx + bs - 1) / bs, num_blocks = seqs * max_blocks + 1;
   const int64_t hd = c.head_dim;
-  const TestCache cache = make_cache(dt, format, num_blocks, bs, c.kv_heads, hd, k_exponent, v_exponent);
-  const Tensor& kh = cache.k_host;
-  const Tensor& vh = cache.v_host;
+  in.cache = make_cache(dt, format, num_blocks, bs, c.kv_heads, hd, k_exponent, v_exponent);
+  const Tensor& kh = in.cache.k_host;
+  const Tensor& vh = in.cache.v_host;
   std::vector<int32_t> perm(num_blocks);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng());
   Tensor tables_h = Tensor::empty_host({seqs, max_blocks}, DType::i32);
   std::copy_n(perm.begin(), seqs * max_blocks, tables_h.data<int32_t>());
-  const int total = std::accumulate(c.new_lens.begin(), c.new_lens.end(), 0);
-  Tensor qh = random_host({std::max(total, 1), c.q_heads, hd}, dt).slice(0, 0, total);
-  const float scale = c.sharpness / std::sqrt(static_cast<float>(hd));
+  in.total = std::accumulate(c.new_lens.begin(), c.new_lens.end(), 0);
+  Tensor qh = random_host({std::max(in.total, 1), c.q_heads, hd}, dt).slice(0, 0, in.total);
+  in.scale = c.sharpness / std::sqrt(static_cast<float>(hd));
   const std::vector<double> k = to_doubles(kh), v = to_doubles(vh), q = to_doubles(qh);
-  std::vector<double> want, weight;  // the output, and the sum of |p v| / sum of p behind it
   int row = 0;
   for (int s = 0; s < seqs; ++s) {
     auto slot = [&](int t) { return static_cast<int64_t>(perm[s * max_blocks + t / bs]) * bs + t % bs; };
@@ -322,7 +329,7 @@ void run_prefill_case(DType dt, const PrefillCase& c, ops::KvCacheFormat format 
           if (!in_window(pos, t, c.options)) continue;
           double d = 0;
           for (int i = 0; i < hd; ++i) d += q[(row * c.q_heads + h) * hd + i] * k[(slot(t) * c.kv_heads + kvh) * hd + i];
-          p[t] = shaped_score(d, scale, c.options);
+          p[t] = shaped_score(d, in.scale, c.options);
         }
         const double m = *std::max_element(p.begin(), p.end());
         double sum = 0;
@@ -333,34 +340,50 @@ void run_prefill_case(DType dt, const PrefillCase& c, ops::KvCacheFormat format 
             acc += p[t] * v[(slot(t) * c.kv_heads + kvh) * hd + i];
             mag += p[t] * std::abs(v[(slot(t) * c.kv_heads + kvh) * hd + i]);
           }
-          want.push_back(acc / sum);
-          weight.push_back(mag / sum);
+          in.want.push_back(acc / sum);
+          in.weight.push_back(mag / sum);
         }
       }
     }
   }
-  const Tensor q_d = ctx().to_device(qh);
-  const Tensor tables = ctx().to_device(tables_h);
-  const ops::AttentionShape shape{total, seqs, c.q_heads, c.kv_heads, hd, max_ctx, dt, true, false};
+  in.q = ctx().to_device(qh);
+  in.tables = ctx().to_device(tables_h);
+  return in;
+}
+
+// The matrix path rounds the probabilities to the dtype before P.V (as FlashAttention does):
+// each term p|v| may be off by one rounding, on top of the output's own rounding.
+void expect_reference(const PrefillInputs& in, DType dt, const Tensor& out) {
+  const std::vector<double> got = to_doubles(ctx().to_host(out));
+  ASSERT_EQ(got.size(), in.want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double bound = epsilon(dt) * (std::abs(in.want[i]) + in.weight[i]) + 1e-5;
+    ASSERT_LE(std::abs(got[i] - in.want[i]), bound) << "element " << i << ": " << got[i] << " vs " << in.want[i];
+  }
+}
+
+void run_prefill_case(DType dt, const PrefillCase& c, ops::KvCacheFormat format = ops::KvCacheFormat::model,
+                      int k_exponent = 5, int v_exponent = 5) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", heads " << c.q_heads << "/" << c.kv_heads << ", dim "
+                                    << c.head_dim << ", block " << c.block_size << ", window " << c.options.window
+                                    << ", softcap " << c.options.softcap << ", cache " << ops::kv_cache_format_name(format));
+  const PrefillInputs in = make_prefill_inputs(dt, c, format, k_exponent, v_exponent);
+  const int seqs = static_cast<int>(c.new_lens.size());
+  const ops::AttentionShape shape{in.total, seqs, c.q_heads, c.kv_heads, c.head_dim, in.max_ctx, dt, true, false};
   for (ops::AttentionPath path : ops::available_paths<ops::AttentionPaths>(ctx().caps())) {
     SCOPED_TRACE(ops::path_name<ops::AttentionPaths>(path));
-    Tensor out = ctx().empty({total, c.q_heads, hd}, dt);
+    Tensor out = ctx().empty({in.total, c.q_heads, c.head_dim}, dt);
     poison(out);
     auto run = [&] {
-      ops::prefill_attention(ctx(), q_d, cache.cache, tables, c.new_lens, ctx_lens, scale, out, c.options, path);
+      ops::prefill_attention(ctx(), in.q, in.cache.cache, in.tables, c.new_lens, in.ctx_lens, in.scale, out, c.options,
+                             path);
     };
     if (path == ops::AttentionPath::matrix && !ops::matrix_attention_supports(shape).ok) {
-      if (total > 0) expect_error(run, "matrix attention path (path argument) cannot take");
+      if (in.total > 0) expect_error(run, "matrix attention path (path argument) cannot take");
       continue;
     }
     run();
-    // The matrix path rounds the probabilities to the dtype before P.V (as FlashAttention
-    // does): each term p|v| may be off by one rounding, on top of the output's own rounding.
-    const std::vector<double> got = to_doubles(ctx().to_host(out));
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double bound = epsilon(dt) * (std::abs(want[i]) + weight[i]) + 1e-5;
-      ASSERT_LE(std::abs(got[i] - want[i]), bound) << "element " << i << ": " << got[i] << " vs " << want[i];
-    }
+    expect_reference(in, dt, out);
   }
 }
 
@@ -436,6 +459,103 @@ TEST(PrefillAttention, LongPromptWholeAndChunked) {
   // One past a power of two: every tile size leaves a remainder (on the GPU only: the float64
   // reference and the emulated kernel take minutes at this length).
   if (!ctx().caps().emulator()) run_prefill_case(DType::bf16, {2, 1, 128, 16, {4097}, {0}});
+}
+
+// The matrix decode kernel under plans forced past what the automatic choice gives this device:
+// blocks of 1 to 4 warps (their rows merged in shared memory), with and without partitions
+// (merged by the second launch), runs that leave some warps of a block no keys, and sequences
+// of several new tokens (the causal edge inside the fragment); each against float64.
+TEST(MatrixDecodeAttention, WarpsOfABlockAndPartitionsMerge) {
+  const auto paths = ops::available_paths<ops::AttentionPaths>(ctx().caps());
+  if (std::find(paths.begin(), paths.end(), ops::AttentionPath::matrix) == paths.end())
+    GTEST_SKIP() << "no matrix attention path on this device";
+  const PrefillCase c{8, 2, 64, 16, {1, 1, 3, 1}, {1299, 700, 40, 0}, {}, 4.0f};
+  const PrefillInputs in = make_prefill_inputs(DType::bf16, c, ops::KvCacheFormat::model, 5, 5);
+  const int seqs = static_cast<int>(c.new_lens.size());
+  Tensor seq_info_h = Tensor::empty_host({3 * seqs}, DType::i32), decode_seqs_h = Tensor::empty_host({seqs}, DType::i32);
+  for (int s = 0, row = 0; s < seqs; row += c.new_lens[s], ++s) {
+    seq_info_h.data<int32_t>()[3 * s] = row;
+    seq_info_h.data<int32_t>()[3 * s + 1] = c.new_lens[s];
+    seq_info_h.data<int32_t>()[3 * s + 2] = in.ctx_lens[s];
+    decode_seqs_h.data<int32_t>()[s] = s;
+  }
+  const Tensor seq_info = ctx().to_device(seq_info_h), decode_seqs = ctx().to_device(decode_seqs_h);
+  const size_t warp_bytes = kernels::matrix_decode_warp_bytes(c.head_dim, 2);
+  struct Plan {
+    int warps, partition;  // partition 0: none
+  };
+  for (const Plan p : {Plan{1, 0}, Plan{2, 0}, Plan{4, 0}, Plan{3, 0}, Plan{1, 256}, Plan{2, 512}, Plan{4, 128}, Plan{3, 96}}) {
+    SCOPED_TRACE(::testing::Message() << p.warps << " warps, partitions of " << p.partition);
+    if (p.warps * warp_bytes > ctx().caps().shared_memory_per_block_optin) continue;
+    kernels::MatrixDecodeArgs a{};
+    a.seqs = seqs;
+    a.q_heads = c.q_heads;
+    a.kv_heads = c.kv_heads;
+    a.head_dim = c.head_dim;
+    a.block_size = c.block_size;
+    a.max_blocks_per_seq = static_cast<int>(in.tables.size(1));
+    a.scale = in.scale;
+    a.window = 0;
+    a.softcap = 0.0f;
+    a.warps = p.warps;
+    a.partition = p.partition;
+    a.parts = p.partition > 0 ? (in.max_ctx + p.partition - 1) / p.partition : 1;
+    const int64_t ws = kernels::matrix_decode_workspace(a);
+    Tensor workspace = ws > 0 ? ctx().empty({ws}, DType::f32) : Tensor();
+    Tensor out = ctx().empty({in.total, c.q_heads, c.head_dim}, DType::bf16);
+    poison(out);
+    kernels::matrix_decode_attention<bfloat16, bfloat16>(
+        a, in.q.data<bfloat16>(), in.cache.cache.k.data<bfloat16>(), in.cache.cache.v.data<bfloat16>(), {},
+        in.tables.data<int32_t>(), seq_info.data<int32_t>(), decode_seqs.data<int32_t>(),
+        ws > 0 ? workspace.data<float>() : nullptr, out.data<bfloat16>(), ctx().warp_size(), ctx().stream().get());
+    expect_reference(in, DType::bf16, out);
+  }
+}
+
+// The automatic plan on an H200-sized device (132 multiprocessors, 227 KiB of shared memory a
+// block may take) and an AMD-sized one (64 KiB): blocks within the shared memory, one wave of
+// resident warps at most, partitions of whole tiles covering the context.
+TEST(MatrixDecodeAttention, PlanFillsOneWaveWithinTheSharedMemory) {
+  struct Shape {
+    int seqs, max_context, head_dim, kv_bytes;
+  };
+  for (const size_t shared : {size_t{227} * 1024, size_t{64} * 1024}) {
+    for (const Shape sh : {Shape{16, 4096, 128, 2}, Shape{1, 4096, 128, 2}, Shape{64, 640, 128, 2},
+                           Shape{128, 2048, 128, 2}, Shape{1, 8192, 256, 2}, Shape{3, 100, 64, 1}, Shape{1, 1, 80, 2},
+                           Shape{4, 70000, 96, 1}}) {
+      SCOPED_TRACE(::testing::Message() << sh.seqs << " x " << sh.max_context << ", head dim " << sh.head_dim
+                                        << ", shared " << shared);
+      kernels::MatrixDecodeArgs a{};
+      a.seqs = sh.seqs;
+      a.q_heads = 32;
+      a.kv_heads = 8;
+      a.head_dim = sh.head_dim;
+      a.kv_bytes = sh.kv_bytes;
+      kernels::choose_matrix_decode_split(a, sh.max_context, 132, shared);
+      EXPECT_GE(a.warps, 1);
+      EXPECT_LE(a.warps, kernels::kMatrixDecodeMaxWarps);
+      EXPECT_LE(a.warps * kernels::matrix_decode_warp_bytes(sh.head_dim, sh.kv_bytes), shared);
+      EXPECT_LE(int64_t{a.warps} * a.parts * a.seqs * a.kv_heads, std::max<int64_t>(8 * 132, a.seqs * a.kv_heads));
+      if (a.parts > 1) {
+        EXPECT_EQ(a.partition % 16, 0);
+        EXPECT_GE(int64_t{a.partition} * a.parts, sh.max_context);
+        EXPECT_LT(int64_t{a.partition} * (a.parts - 1), sh.max_context);
+        EXPECT_GE(a.partition, 32 * a.warps);  // each warp at least 32 keys
+      } else {
+        EXPECT_EQ(a.partition, 0);
+      }
+    }
+  }
+  // 16 sequences of 4096 keys on the H200: 128 (sequence, head) pairs of 8 warps, no partitions
+  // (no second launch).
+  kernels::MatrixDecodeArgs a{};
+  a.seqs = 16;
+  a.q_heads = 32;
+  a.kv_heads = 8;
+  a.head_dim = 128;
+  kernels::choose_matrix_decode_split(a, 4096, 132, 227 * 1024);
+  EXPECT_EQ(a.warps, 8);
+  EXPECT_EQ(a.parts, 1);
 }
 
 TEST(KvCache, WritesRowsThroughSlotsAndSkipsPadding) {

@@ -8,6 +8,15 @@
 
 namespace lw::gpu {
 
+// Lets `kernel` take `bytes` of dynamic shared memory: past the 48 KiB every kernel gets,
+// NVIDIA and AMD need the kernel's limit raised first (a no-op below it and on the emulator).
+template <class... KArgs>
+void allow_dynamic_shared(void (*kernel)(KArgs...), size_t bytes) {
+  constexpr size_t kDefault = 48 * 1024;
+  if (bytes <= kDefault) return;
+  LW_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
 template <class... KArgs, class... Args>
 void launch(const char* name, void (*kernel)(KArgs...), const LaunchConfig& cfg, Args&&... args) {
   check_launch_config(name, cfg);

@@ -58,19 +58,22 @@ struct DecodeShared {
   static constexpr size_t ring_at = scales_at + scales * sizeof(float);
   static constexpr size_t bytes = ring_at + R * entry * sizeof(C);
 };
+// A warp's share of the block's dynamic shared memory: its ring and tiles, which the merge of
+// the block's warps overlays at the end. Rounded to 16 bytes, so every warp's ring is aligned.
 template <class T, class C, int D>
-constexpr size_t shared_bytes() {
-  return DecodeShared<T, C, D>::bytes;
+LW_HOST_DEVICE constexpr size_t warp_shared_bytes() {
+  return (DecodeShared<T, C, D>::bytes + 15) / 16 * 16;
 }
 
-// Grid (decode-list entry, key/value head, partition), one warp per block. Row r of the
-// fragment is new token r / group, query head kvh * group + r % group; rows past the sequence's
-// are zeros and not written. The warp keeps ring_tiles - 1 tiles of K and V loading ahead of
-// the one it computes: S = Q.K^T, scale, soft-cap and mask, the online softmax update (log2
-// units), O += P.V. With a split it writes its normalised part, maximum and sum.
+// Grid (decode-list entry, key/value head, partition), a.warps warps per block, each over its
+// share of the partition's key tiles (consecutive runs), merged in shared memory at the end.
+// Row r of the fragment is new token r / group, query head kvh * group + r % group; rows past
+// the sequence's are zeros and not written. Each warp keeps ring_tiles - 1 tiles of K and V
+// loading ahead of the one it computes: S = Q.K^T, scale, soft-cap and mask, the online softmax
+// update (log2 units), O += P.V. With a split it writes its normalised part, maximum and sum.
 // NVIDIA: eight warps per multiprocessor at most 255 registers each.
 #if defined(LW_TARGET_CUDA)
-#define LW_MATRIX_DECODE_BOUNDS __launch_bounds__(gpu::kWarpSize, 8)
+#define LW_MATRIX_DECODE_BOUNDS __launch_bounds__(kMatrixDecodeMaxWarps * 32, 1)  // lint: not-a-warp (CUDA's warp)
 #else
 #define LW_MATRIX_DECODE_BOUNDS
 #endif
@@ -91,10 +94,17 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
   constexpr int kTilePieces = kKeys * kRowPieces;  // of a K (or V) tile
   constexpr int kPasses = (kTilePieces + gpu::kWarpSize - 1) / gpu::kWarpSize;
   constexpr int kTile = static_cast<int>(Shared::entry);  // elements of one ring entry: K, then V
-  LW_DYNAMIC_SHARED(U, smem_u);
-  LW_DYNAMIC_SHARED(float, smem_f);
-  LW_DYNAMIC_SHARED(C, smem_c);
-  const auto ring = smem_c + Shared::ring_at / sizeof(C);
+  constexpr size_t kWarpBytes = warp_shared_bytes<T, C, D>();
+  static_assert(attention_tile::merge_floats<D / 16>() * sizeof(float) <= kWarpBytes,
+                "the merge of the block's warps overlays their shared memory");
+  LW_DYNAMIC_SHARED(U, block_u);
+  LW_DYNAMIC_SHARED(float, block_f);
+  LW_DYNAMIC_SHARED(C, block_c);
+  const int warp = gpu::warp_id();
+  // This warp's share of the shared memory.
+  const auto smem_u = block_u + warp * (kWarpBytes / sizeof(U));
+  const auto smem_f = block_f + warp * (kWarpBytes / sizeof(float));
+  const auto ring = block_c + (warp * kWarpBytes + Shared::ring_at) / sizeof(C);
   const auto ring_scales = smem_f + Shared::scales_at / sizeof(float);
   const auto staging = smem_u + Shared::converted;
   const int s = decode_seqs[blockIdx.x];
@@ -115,11 +125,6 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
   const bool per_slot_scales = Shared::kQuantized && scales.slot_stride != 0;
   const float out_factor = Shared::kQuantized && !per_slot_scales ? scales.v[kvh] : 1.0f;
   constexpr float kQueryFactor = std::is_same_v<T, U> || std::is_same_v<T, half> ? 1.0f : 0x1p-8f;
-  mma::FragA<U> qa[D / 16];
-  attention_tile::load_q(qa, 0, rows, [&](int r) { return q + (q_row(r) * a.q_heads + q_head(r)) * D; }, kQueryFactor);
-  mma::FragC o[D / 16];
-  float m[mma::kRowSlots], l[mma::kRowSlots];
-  attention_tile::start_rows(o, m, l);
 
   // The keys any row of the block sees (from the first token's window), within the partition.
   int key_end = ctx;
@@ -129,7 +134,11 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
     key_end = min(key_end, (part + 1) * a.partition);
   }
   const int first = key_begin / kKeys * kKeys;
-  const int tiles = key_end > first ? (key_end - first + kKeys - 1) / kKeys : 0;
+  const int all_tiles = key_end > first ? (key_end - first + kKeys - 1) / kKeys : 0;
+  // This warp's run of the partition's tiles: [tile_begin, tiles).
+  const int per_warp = (all_tiles + a.warps - 1) / a.warps;
+  const int tile_begin = min(all_tiles, warp * per_warp);
+  const int tiles = min(all_tiles, tile_begin + per_warp);
 
   // Tile t's K and V into ring entry t % R (8-bit caches: with the keys' scales), in the
   // background where the target can; always one commit, so that the wait below counts tiles.
@@ -170,8 +179,14 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
   };
 
 #pragma unroll
-  for (int t = 0; t < R - 1; ++t) load_tile(t);
-  for (int t = 0; t < tiles; ++t) {
+  for (int t = 0; t < R - 1; ++t) load_tile(tile_begin + t);
+  // Q after the ring's first tiles are on their way: its loads' latency overlaps theirs.
+  mma::FragA<U> qa[D / 16];
+  attention_tile::load_q(qa, 0, rows, [&](int r) { return q + (q_row(r) * a.q_heads + q_head(r)) * D; }, kQueryFactor);
+  mma::FragC o[D / 16];
+  float m[mma::kRowSlots], l[mma::kRowSlots];
+  attention_tile::start_rows(o, m, l);
+  for (int t = tile_begin; t < tiles; ++t) {
     load_tile(t + R - 1);
     gpu::async_wait<R - 1>();  // tile t is in (this lane's pieces) ...
     gpu::sync_warp();          // ... and every lane's
@@ -247,6 +262,8 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
     gpu::sync_warp();  // every lane is done with the entry before a later load refills it
   }
 
+  attention_tile::merge_warps(o, m, l, a.warps, [&](int w) { return block_f + w * (kWarpBytes / sizeof(float)); });
+  if (warp != 0) return;
   attention_tile::write_rows<T>(
       o, m, l, a.parts, [&](int r) { return r < rows; }, [&](int r) { return q_row(r) * a.q_heads + q_head(r); },
       [&](int r) { return (part_row(a, blockIdx.x) + (r / group) * a.q_heads + q_head(r)) * a.parts + part; }, out,
@@ -279,9 +296,12 @@ void launch_decode(const MatrixDecodeArgs& a, const T* q, const C* k_cache, cons
   float* part_out = a.parts > 1 ? workspace : nullptr;
   float* part_max = a.parts > 1 ? workspace + per * a.head_dim : nullptr;
   float* part_sum = a.parts > 1 ? part_max + per : nullptr;
-  gpu::launch("matrix_decode_attention", matrix_decode_kernel<T, C, D>,
+  const auto kernel = matrix_decode_kernel<T, C, D>;
+  const size_t shared = a.warps * warp_shared_bytes<T, C, D>();
+  gpu::allow_dynamic_shared(kernel, shared);
+  gpu::launch("matrix_decode_attention", kernel,
               {dim3(static_cast<unsigned>(a.seqs), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(a.parts)),
-               dim3(warp_size), shared_bytes<T, C, D>(), stream},
+               dim3(a.warps * warp_size), shared, stream},
               a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, part_out, part_max, part_sum, out);
   if (a.parts > 1) {
     gpu::launch("matrix_decode_attention_merge", matrix_decode_merge_kernel<T>,
@@ -293,44 +313,62 @@ void launch_decode(const MatrixDecodeArgs& a, const T* q, const C* k_cache, cons
 
 }  // namespace
 
-// Resident warps per multiprocessor: as many rings as fit in an H100/H200's 227 KiB of shared
-// memory (1 KiB of each block's is the runtime's), at most eight (the launch bounds): 8 for
-// head dims up to 128, 6 for 256 (16-bit caches).
-template <class C>
-int resident_warps(int head_dim) {
-  constexpr size_t kSharedPerMultiprocessor = 227 * 1024, kReserved = 1024;
-  size_t ring = 0;
-  switch (head_dim) {
-    case 64: ring = shared_bytes<half, C, 64>(); break;  // lint: not-a-warp
-    case 80: ring = shared_bytes<half, C, 80>(); break;
-    case 96: ring = shared_bytes<half, C, 96>(); break;
-    case 128: ring = shared_bytes<half, C, 128>(); break;
-    default: ring = shared_bytes<half, C, 256>(); break;
-  }
-  return static_cast<int>(std::clamp<size_t>(kSharedPerMultiprocessor / (ring + kReserved), 1, 8));
+// A warp's shared memory for this head dim and cache element size (the compute type's size
+// does not change it: half stands for both).
+size_t matrix_decode_warp_bytes(int head_dim, int kv_bytes) {
+  auto of = [&]<class C>() {
+    switch (head_dim) {
+      case 64: return warp_shared_bytes<half, C, 64>();  // lint: not-a-warp
+      case 80: return warp_shared_bytes<half, C, 80>();
+      case 96: return warp_shared_bytes<half, C, 96>();
+      case 128: return warp_shared_bytes<half, C, 128>();
+      default: return warp_shared_bytes<half, C, 256>();
+    }
+  };
+  return kv_bytes == 1 ? of.template operator()<uint8_t>() : of.template operator()<half>();
 }
 
-// A launch runs in waves of the resident warps: a split that leaves a second, thin wave doubles
-// the time for a few percent more warps. Split into as many parts as fit in one wave, or not at
-// all. Partitions keep at least 128 keys: at one sequence of 4096 (batch-1 decode), 32 parts
-// of 128 measured 12% faster than 64 of 64 on the H200 (fewer warps' fixed costs and a shorter
-// merge), 16 of 256 no faster (docs/PERFORMANCE.md).
-void choose_matrix_decode_split(MatrixDecodeArgs& a, int max_context, int multiprocessors) {
-  constexpr int kMinPartition = 128;  // lint: not-a-warp (keys)
+// Resident warps per multiprocessor in blocks of `warps`: as many blocks as fit in an
+// H100/H200's 227 KiB of shared memory (1 KiB of each block's is the runtime's), at most eight
+// warps (the launch bounds). 16-bit caches: 8 for head dims up to 128 in blocks of 1, 2, 4 or
+// 8 warps; 6 for 256 in blocks of 1 or 2.
+int resident_warps(size_t warp_bytes, int warps) {
+  constexpr size_t kSharedPerMultiprocessor = 227 * 1024, kReserved = 1024;
+  const size_t blocks = kSharedPerMultiprocessor / (warps * warp_bytes + kReserved);
+  return static_cast<int>(std::min<size_t>(blocks * warps, kMatrixDecodeMaxWarps));
+}
+
+// The plan: how many warps each (sequence, key/value head) takes, so that the launch fills one
+// wave of resident warps without starting a second, thin one (a second wave doubles the time
+// for a few percent more warps), each warp with at least kMinWarpKeys keys (its fixed costs:
+// Q's load, the ring's start, the merge). Those warps go first into one block (a power of two,
+// as many as the block's shared memory takes; merged in shared memory, no second launch), then
+// into partitions of the context, merged by the second launch.
+void choose_matrix_decode_split(MatrixDecodeArgs& a, int max_context, int multiprocessors,
+                                size_t shared_per_block) {
+  constexpr int kMinWarpKeys = 32;  // lint: not-a-warp (keys)
   a.partition = 0;
   a.parts = 1;
-  const int64_t blocks = static_cast<int64_t>(a.seqs) * a.kv_heads;
-  const int64_t wave =
-      static_cast<int64_t>(a.kv_bytes == 1 ? resident_warps<uint8_t>(a.head_dim) : resident_warps<half>(a.head_dim)) *
-      std::max(1, multiprocessors);
-  if (blocks == 0 || 2 * blocks > wave || max_context <= kMinPartition) return;
-  const int64_t splits = wave / blocks;
-  int64_t partition = (max_context + splits - 1) / splits;
-  partition = std::max<int64_t>(kMinPartition, (partition + kKeys - 1) / kKeys * kKeys);
-  const int parts = static_cast<int>((max_context + partition - 1) / partition);
+  a.warps = 1;
+  const int64_t groups = static_cast<int64_t>(a.seqs) * a.kv_heads;
+  if (groups == 0 || max_context <= 0) return;
+  const size_t warp_bytes = matrix_decode_warp_bytes(a.head_dim, a.kv_bytes);
+  const int64_t by_work = (max_context + kMinWarpKeys - 1) / kMinWarpKeys;
+  // Warps per group that one wave of blocks of `warps` holds, and that have keys to take.
+  auto wanted = [&](int warps) {
+    const int64_t wave = static_cast<int64_t>(resident_warps(warp_bytes, warps)) * std::max(1, multiprocessors);
+    return std::min(wave / groups, by_work);
+  };
+  int warps = 1;
+  while (2 * warps <= kMatrixDecodeMaxWarps && 2 * warps * warp_bytes <= shared_per_block && 2 * warps <= wanted(2 * warps))
+    warps *= 2;
+  a.warps = warps;
+  const int64_t parts = wanted(warps) / warps;
   if (parts <= 1) return;
-  a.partition = static_cast<int>(partition);
-  a.parts = parts;
+  int64_t partition = (max_context + parts - 1) / parts;
+  partition = (partition + kKeys - 1) / kKeys * kKeys;
+  a.parts = static_cast<int>((max_context + partition - 1) / partition);
+  a.partition = a.parts > 1 ? static_cast<int>(partition) : 0;
 }
 
 int64_t matrix_decode_workspace(const MatrixDecodeArgs& a) {
@@ -347,6 +385,8 @@ void matrix_decode_attention(const MatrixDecodeArgs& a, const T* q, const C* k_c
                                        << " key/value heads (at most " << kMatrixDecodeRows << " per key/value head)");
   LW_CHECK(a.parts == 1 || (a.partition > 0 && a.partition % kKeys == 0 && workspace != nullptr),
            "matrix_decode_attention: a split needs partitions of a multiple of " << kKeys << " keys and a workspace");
+  LW_CHECK(a.warps >= 1 && a.warps <= kMatrixDecodeMaxWarps,
+           "matrix_decode_attention: " << a.warps << " warps per block (1 to " << kMatrixDecodeMaxWarps << ")");
   switch (a.head_dim) {
     case 64: launch_decode<T, C, 64>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;  // lint: not-a-warp
     case 80: launch_decode<T, C, 80>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;

@@ -2,8 +2,8 @@
 // one key/value head (its new tokens x the query heads of the group, at most 16) form one
 // fragment, and one warp walks that sequence's keys in tiles of 16 through a ring of tiles in
 // shared memory that the warp fills in the background (cp.async on NVIDIA) while it computes,
-// so that several tiles per warp are in flight; long contexts are split over several warps
-// (blocks) and merged. The prefill kernel (kernels/attention_prefill.h) takes the sequences
+// so that several tiles per warp are in flight; long contexts are split over several warps of
+// a block (merged in shared memory) and over several blocks (merged by a second launch). The prefill kernel (kernels/attention_prefill.h) takes the sequences
 // with more rows; both read the same tables.
 #pragma once
 #include <cstdint>
@@ -24,9 +24,11 @@ struct MatrixDecodeArgs {
   int window;              // > 0: a query at position p sees keys j with p - window < j <= p
   float softcap;           // > 0: scores become softcap * tanh(score / softcap) before the mask
   // Split of each context into partitions of `partition` keys (a multiple of 16) run by their
-  // own warps and merged: parts > 1 needs the workspace of matrix_decode_workspace. 0: none.
+  // own blocks and merged: parts > 1 needs the workspace of matrix_decode_workspace. 0: none.
   int partition = 0;
   int parts = 1;
+  // Warps of a block (1..kMatrixDecodeMaxWarps), each over a run of its partition's key tiles.
+  int warps = 1;
   int kv_bytes = 2;  // bytes of a cache element (1: 8-bit codes), for the split's resident warps
 };
 
@@ -36,11 +38,16 @@ inline constexpr int kMatrixDecodeRows = 16;
 // key/value head (0: none).
 inline int matrix_decode_max_tokens(int group) { return group >= 1 && group <= kMatrixDecodeRows ? kMatrixDecodeRows / group : 0; }
 
+inline constexpr int kMatrixDecodeMaxWarps = 8;
+
 // Splits contexts of up to max_context keys so that the launch fills one wave of resident warps
 // (8 per multiprocessor, 6 for head_dim 256: enough tiles in flight to cover the memory
-// latency) without starting a second, in partitions of at least 64 keys; no split when the
-// batch alone fills half a wave.
-void choose_matrix_decode_split(MatrixDecodeArgs& a, int max_context, int multiprocessors);
+// latency) without starting a second, at least 64 keys per warp: first over the warps of a
+// block (as many as shared_per_block bytes hold), then into partitions. Sets warps, parts and
+// partition; a batch that fills the wave alone keeps one warp per block and no split.
+void choose_matrix_decode_split(MatrixDecodeArgs& a, int max_context, int multiprocessors, size_t shared_per_block);
+// Dynamic shared memory of one warp of the kernel (a block takes warps times it).
+size_t matrix_decode_warp_bytes(int head_dim, int kv_bytes);
 // Floats of workspace a split launch needs (0 without a split): the partial results of the
 // decode-list entries only, whatever else the batch holds.
 int64_t matrix_decode_workspace(const MatrixDecodeArgs& a);

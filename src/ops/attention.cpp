@@ -205,7 +205,8 @@ void matrix_prefill(Context& ctx, const Tensor& q, const PagedKv& cache, const T
     a.window = options.window;
     a.softcap = options.softcap;
     a.kv_bytes = static_cast<int>(kv_cache_element_bytes(cache.format, q.dtype()));
-    kernels::choose_matrix_decode_split(a, plan.decode_max_context, ctx.caps().multiprocessors);
+    kernels::choose_matrix_decode_split(a, plan.decode_max_context, ctx.caps().multiprocessors,
+                                         ctx.caps().shared_memory_per_block_optin);
     const int64_t ws = kernels::matrix_decode_workspace(a);
     Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
     dispatch_half(q.dtype(), [&]<class T>() {
