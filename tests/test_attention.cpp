@@ -463,8 +463,9 @@ TEST(PrefillAttention, LongPromptWholeAndChunked) {
 
 // The matrix decode kernel under plans forced past what the automatic choice gives this device:
 // blocks of 1 to 4 warps (their rows merged in shared memory), with and without partitions
-// (merged by the second launch), runs that leave some warps of a block no keys, and sequences
-// of several new tokens (the causal edge inside the fragment); each against float64.
+// (merged by a second launch or by the last block of each split), runs that leave some warps
+// of a block no keys, and sequences of several new tokens (the causal edge inside the
+// fragment); each against float64.
 TEST(MatrixDecodeAttention, WarpsOfABlockAndPartitionsMerge) {
   const auto paths = ops::available_paths<ops::AttentionPaths>(ctx().caps());
   if (std::find(paths.begin(), paths.end(), ops::AttentionPath::matrix) == paths.end())
@@ -502,13 +503,24 @@ TEST(MatrixDecodeAttention, WarpsOfABlockAndPartitionsMerge) {
     a.parts = p.partition > 0 ? (in.max_ctx + p.partition - 1) / p.partition : 1;
     const int64_t ws = kernels::matrix_decode_workspace(a);
     Tensor workspace = ws > 0 ? ctx().empty({ws}, DType::f32) : Tensor();
-    Tensor out = ctx().empty({in.total, c.q_heads, c.head_dim}, DType::bf16);
-    poison(out);
-    kernels::matrix_decode_attention<bfloat16, bfloat16>(
-        a, in.q.data<bfloat16>(), in.cache.cache.k.data<bfloat16>(), in.cache.cache.v.data<bfloat16>(), {},
-        in.tables.data<int32_t>(), seq_info.data<int32_t>(), decode_seqs.data<int32_t>(),
-        ws > 0 ? workspace.data<float>() : nullptr, out.data<bfloat16>(), ctx().warp_size(), ctx().stream().get());
-    expect_reference(in, DType::bf16, out);
+    // A split merges in a second launch (no counters) or by its last blocks (counters, twice:
+    // the first launch must leave them zero for the second).
+    Tensor zeros = Tensor::empty_host({kernels::matrix_decode_counters(a)}, DType::i32);
+    std::fill_n(zeros.data<int32_t>(), zeros.numel(), 0);
+    const Tensor counters = ctx().to_device(zeros);
+    for (int merge = 0; merge < (a.parts > 1 ? 3 : 1); ++merge) {
+      SCOPED_TRACE(merge == 0 ? "second launch" : "last blocks");
+      Tensor out = ctx().empty({in.total, c.q_heads, c.head_dim}, DType::bf16);
+      poison(out);
+      kernels::matrix_decode_attention<bfloat16, bfloat16>(
+          a, in.q.data<bfloat16>(), in.cache.cache.k.data<bfloat16>(), in.cache.cache.v.data<bfloat16>(), {},
+          in.tables.data<int32_t>(), seq_info.data<int32_t>(), decode_seqs.data<int32_t>(),
+          ws > 0 ? workspace.data<float>() : nullptr, merge == 0 ? nullptr : counters.data<int32_t>(),
+          out.data<bfloat16>(), ctx().warp_size(), ctx().stream().get());
+      expect_reference(in, DType::bf16, out);
+      const Tensor left = ctx().to_host(counters);
+      for (int64_t i = 0; i < left.numel(); ++i) ASSERT_EQ(left.data<int32_t>()[i], 0) << "counter " << i;
+    }
   }
 }
 

@@ -84,7 +84,7 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
                                                              const int32_t* block_tables,
                                                              const int32_t* seq_info, const int32_t* decode_seqs,
                                                              float* part_out, float* part_max, float* part_sum,
-                                                             T* out) {
+                                                             int32_t* counters, T* out) {
 #if LW_MATRIX_CORES
   using Shared = DecodeShared<T, C, D>;
   using U = typename Shared::U;  // the fragments' type
@@ -263,11 +263,31 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
   }
 
   attention_tile::merge_warps(o, m, l, a.warps, [&](int w) { return block_f + w * (kWarpBytes / sizeof(float)); });
-  if (warp != 0) return;
-  attention_tile::write_rows<T>(
-      o, m, l, a.parts, [&](int r) { return r < rows; }, [&](int r) { return q_row(r) * a.q_heads + q_head(r); },
-      [&](int r) { return (part_row(a, blockIdx.x) + (r / group) * a.q_heads + q_head(r)) * a.parts + part; }, out,
-      part_out, part_max, part_sum, out_factor);
+  if (warp == 0) {
+    attention_tile::write_rows<T>(
+        o, m, l, a.parts, [&](int r) { return r < rows; }, [&](int r) { return q_row(r) * a.q_heads + q_head(r); },
+        [&](int r) { return (part_row(a, blockIdx.x) + (r / group) * a.q_heads + q_head(r)) * a.parts + part; }, out,
+        part_out, part_max, part_sum, out_factor);
+  }
+  if (a.parts == 1 || counters == nullptr) return;
+  // The last of the (entry, head)'s blocks to finish merges the partitions: its count comes
+  // after every block's partial results are visible device-wide (the fence before each count).
+  LW_SHARED(int, last_block, [1]);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t* count = counters + static_cast<int64_t>(blockIdx.x) * a.kv_heads + kvh;
+    last_block[0] = atomicAdd(count, 1) == a.parts - 1;
+    if (last_block[0]) *count = 0;  // every block has counted: zero again for the next launch
+  }
+  __syncthreads();
+  if (!last_block[0]) return;
+  __threadfence();
+  for (int r = warp; r < rows; r += a.warps) {
+    const int64_t at = part_row(a, blockIdx.x) + static_cast<int64_t>(r / group) * a.q_heads + q_head(r);
+    merge_partitions(part_out + at * a.parts * D, part_max + at * a.parts, part_sum + at * a.parts, a.parts, D,
+                     out + (q_row(r) * a.q_heads + q_head(r)) * D, lane, gpu::kWarpSize);
+  }
 #else
   __trap();  // no matrix cores in this device compilation: the op never selects this path here
 #endif
@@ -291,7 +311,7 @@ __global__ void matrix_decode_merge_kernel(MatrixDecodeArgs a, const int32_t* se
 template <class T, class C, int D>
 void launch_decode(const MatrixDecodeArgs& a, const T* q, const C* k_cache, const C* v_cache, const KvScales& scales,
                    const int32_t* block_tables, const int32_t* seq_info, const int32_t* decode_seqs, float* workspace,
-                   T* out, int warp_size, cudaStream_t stream) {
+                   int32_t* counters, T* out, int warp_size, cudaStream_t stream) {
   const int64_t per = static_cast<int64_t>(a.seqs) * part_rows(a) * a.parts;
   float* part_out = a.parts > 1 ? workspace : nullptr;
   float* part_max = a.parts > 1 ? workspace + per * a.head_dim : nullptr;
@@ -302,8 +322,9 @@ void launch_decode(const MatrixDecodeArgs& a, const T* q, const C* k_cache, cons
   gpu::launch("matrix_decode_attention", kernel,
               {dim3(static_cast<unsigned>(a.seqs), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(a.parts)),
                dim3(a.warps * warp_size), shared, stream},
-              a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, part_out, part_max, part_sum, out);
-  if (a.parts > 1) {
+              a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, part_out, part_max, part_sum, counters,
+              out);
+  if (a.parts > 1 && counters == nullptr) {
     gpu::launch("matrix_decode_attention_merge", matrix_decode_merge_kernel<T>,
                 {dim3(static_cast<unsigned>(a.q_heads), static_cast<unsigned>(a.seqs)),
                  dim3(gpu::round_block_size(a.head_dim, warp_size)), 0, stream},
@@ -378,7 +399,7 @@ int64_t matrix_decode_workspace(const MatrixDecodeArgs& a) {
 template <class T, class C>
 void matrix_decode_attention(const MatrixDecodeArgs& a, const T* q, const C* k_cache, const C* v_cache,
                              const KvScales& scales, const int32_t* block_tables, const int32_t* seq_info, const int32_t* decode_seqs,
-                             float* workspace, T* out, int warp_size, cudaStream_t stream) {
+                             float* workspace, int32_t* counters, T* out, int warp_size, cudaStream_t stream) {
   if (a.seqs == 0) return;
   LW_CHECK(a.kv_heads > 0 && a.q_heads % a.kv_heads == 0 && a.q_heads / a.kv_heads <= kMatrixDecodeRows,
            "matrix_decode_attention: " << a.q_heads << " query heads over " << a.kv_heads
@@ -388,11 +409,11 @@ void matrix_decode_attention(const MatrixDecodeArgs& a, const T* q, const C* k_c
   LW_CHECK(a.warps >= 1 && a.warps <= kMatrixDecodeMaxWarps,
            "matrix_decode_attention: " << a.warps << " warps per block (1 to " << kMatrixDecodeMaxWarps << ")");
   switch (a.head_dim) {
-    case 64: launch_decode<T, C, 64>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;  // lint: not-a-warp
-    case 80: launch_decode<T, C, 80>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
-    case 96: launch_decode<T, C, 96>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
-    case 128: launch_decode<T, C, 128>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
-    case 256: launch_decode<T, C, 256>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, out, warp_size, stream); break;
+    case 64: launch_decode<T, C, 64>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, counters, out, warp_size, stream); break;  // lint: not-a-warp
+    case 80: launch_decode<T, C, 80>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, counters, out, warp_size, stream); break;
+    case 96: launch_decode<T, C, 96>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, counters, out, warp_size, stream); break;
+    case 128: launch_decode<T, C, 128>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, counters, out, warp_size, stream); break;
+    case 256: launch_decode<T, C, 256>(a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, workspace, counters, out, warp_size, stream); break;
     default: LW_FAIL("matrix_decode_attention: head_dim " << a.head_dim << " is not one of 64, 80, 96, 128, 256");
   }
 }
@@ -400,7 +421,7 @@ void matrix_decode_attention(const MatrixDecodeArgs& a, const T* q, const C* k_c
 #define LW_MATRIX_DECODE(T, C)                                                                               \
   template void matrix_decode_attention<T, C>(const MatrixDecodeArgs&, const T*, const C*, const C*,            \
                                               const KvScales&, const int32_t*, const int32_t*, const int32_t*, \
-                                              float*, T*, int, cudaStream_t);
+                                              float*, int32_t*, T*, int, cudaStream_t);
 #define LW_MATRIX_DECODE_ALL(T) LW_MATRIX_DECODE(T, T) LW_MATRIX_DECODE(T, uint8_t) LW_MATRIX_DECODE(T, int8_t)
 LW_MATRIX_DECODE_ALL(half)
 LW_MATRIX_DECODE_ALL(bfloat16)

@@ -3,8 +3,9 @@
 // fragment, and one warp walks that sequence's keys in tiles of 16 through a ring of tiles in
 // shared memory that the warp fills in the background (cp.async on NVIDIA) while it computes,
 // so that several tiles per warp are in flight; long contexts are split over several warps of
-// a block (merged in shared memory) and over several blocks (merged by a second launch). The prefill kernel (kernels/attention_prefill.h) takes the sequences
-// with more rows; both read the same tables.
+// a block (merged in shared memory) and over several blocks (merged by the last of them to
+// finish, or by a second launch). The prefill kernel (kernels/attention_prefill.h) takes the
+// sequences with more rows; both read the same tables.
 #pragma once
 #include <cstdint>
 
@@ -46,6 +47,9 @@ inline constexpr int kMatrixDecodeMaxWarps = 8;
 // block (as many as shared_per_block bytes hold), then into partitions. Sets warps, parts and
 // partition; a batch that fills the wave alone keeps one warp per block and no split.
 void choose_matrix_decode_split(MatrixDecodeArgs& a, int max_context, int multiprocessors, size_t shared_per_block);
+// The counters a split launch with a merge by its last blocks takes: one per decode-list entry
+// and key/value head.
+inline int64_t matrix_decode_counters(const MatrixDecodeArgs& a) { return static_cast<int64_t>(a.seqs) * a.kv_heads; }
 // Dynamic shared memory of one warp of the kernel (a block takes warps times it).
 size_t matrix_decode_warp_bytes(int head_dim, int kv_bytes);
 // Floats of workspace a split launch needs (0 without a split): the partial results of the
@@ -57,9 +61,12 @@ int64_t matrix_decode_workspace(const MatrixDecodeArgs& a);
 // the paged cache. q, out [rows, q_heads, head_dim]; rows of other sequences are not touched.
 // T: half or bfloat16; C: the cache's element (kernels/kv_cache.h), 8-bit codes loaded in the
 // background as they are and converted to T per tile, times their scales.
+// A split's partitions are merged by the last of their blocks to finish where `counters` is
+// given (matrix_decode_counters(a) zeroed int32s, left zero again after the launch: keep them
+// for later launches), else by a second launch.
 template <class T, class C>
 void matrix_decode_attention(const MatrixDecodeArgs& a, const T* q, const C* k_cache, const C* v_cache,
                              const KvScales& scales, const int32_t* block_tables, const int32_t* seq_info, const int32_t* decode_seqs,
-                             float* workspace, T* out, int warp_size, cudaStream_t stream);
+                             float* workspace, int32_t* counters, T* out, int warp_size, cudaStream_t stream);
 
 }  // namespace lw::kernels

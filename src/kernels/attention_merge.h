@@ -9,12 +9,13 @@
 
 namespace lw::kernels {
 
-// One query row and head: out_parts [parts][head_dim], max_parts and sum_parts [parts]. The
-// threads of the block stride over the head dims. A partition without keys has max -inf and
-// sum 0 (weight 0); a row without any key gives zeros.
+// One query row and head: out_parts [parts][head_dim], max_parts and sum_parts [parts]. Threads
+// thread, thread + threads, ... (all of the block by default) stride over the head dims. A
+// partition without keys has max -inf and sum 0 (weight 0); a row without any key gives zeros.
 template <class T>
 LW_DEVICE_INLINE void merge_partitions(const float* out_parts, const float* max_parts, const float* sum_parts,
-                                       int parts, int head_dim, T* out) {
+                                       int parts, int head_dim, T* out, int thread = static_cast<int>(threadIdx.x),
+                                       int threads = static_cast<int>(blockDim.x)) {
   // Unrolled so that each thread has several partitions' loads in flight (a split decode row
   // has up to tens of partitions; their loads, not the arithmetic, are the merge's cost).
   float m = -INFINITY;
@@ -24,7 +25,7 @@ LW_DEVICE_INLINE void merge_partitions(const float* out_parts, const float* max_
   float total = 0.0f;
 #pragma unroll 8
   for (int p = 0; p < parts; ++p) total += sum_parts[p] * exp2f(max_parts[p] - ref);
-  for (int d = static_cast<int>(threadIdx.x); d < head_dim; d += static_cast<int>(blockDim.x)) {
+  for (int d = thread; d < head_dim; d += threads) {
     float acc = 0.0f;
 #pragma unroll 8
     for (int p = 0; p < parts; ++p) acc += out_parts[p * head_dim + d] * sum_parts[p] * exp2f(max_parts[p] - ref);
