@@ -169,7 +169,8 @@ TEST(Sampling, FrequenciesFollowTheFilteredDistribution) {
 TEST(Sampling, GreedyTiesGoToTheLowestIdAndRunsRepeat) {
   Tensor lh = Tensor::empty_host({2, 3000}, DType::f32);
   for (int i = 0; i < 6000; ++i) lh.data<float>()[i] = -1.0f;
-  lh.data<float>()[1234] = lh.data<float>()[2999] = 5.0f;  // row 0: tie between 1234 and 2999
+  // Row 0: a tie between 1234, 2258 (one thread's elements: ids 1024 apart) and 2999.
+  lh.data<float>()[2258] = lh.data<float>()[1234] = lh.data<float>()[2999] = 5.0f;
   lh.data<float>()[3000 + 7] = 2.0f;
   std::vector<ops::SamplingOptions> opts(2);
   opts[0].temperature = opts[1].temperature = 0;

@@ -13,10 +13,13 @@ namespace {
 
 constexpr int kThreads = kSamplingThreads;
 
-// One block of kThreads per sequence. Thread j owns the contiguous chunk
-// [j * chunk, (j + 1) * chunk) of the vocabulary. Sums add each chunk in index order, then
-// combine the chunks by a fixed pairwise tree: the order, and so every rounding, is the same
-// on every target and warp size. Maxima and counts are exact in any order.
+// One block of kThreads per sequence. The passes every sequence takes (the raw maximum and
+// sum, the copy into the workspace, the greedy choice) stride over the vocabulary, so that a
+// warp's loads and stores are contiguous; the sampling passes give thread j the contiguous
+// chunk [j * chunk, (j + 1) * chunk) (the draw walks the chunks in index order). Sums add each
+// thread's elements in index order, then combine the threads by a fixed pairwise tree: the
+// order, and so every rounding, is the same on every target and warp size. Maxima and counts
+// are exact in any order.
 // Orders floats as unsigned integers (negative below positive), for bisection on raw logits.
 LW_DEVICE_INLINE unsigned order_key(float f) {
   const unsigned b = __float_as_uint(f);
@@ -54,10 +57,10 @@ __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, 
 
   // The raw distribution, for the log-probability of the chosen token.
   float m = -INFINITY;
-  for (int64_t i = lo; i < hi; ++i) m = fmaxf(m, gpu::to_float(x[i]));
+  for (int64_t i = tid; i < vocab; i += kThreads) m = fmaxf(m, gpu::to_float(x[i]));
   const float raw_max = tree_max(m);
   float acc = 0.0f;
-  for (int64_t i = lo; i < hi; ++i) {
+  for (int64_t i = tid; i < vocab; i += kThreads) {
     const float v = gpu::to_float(x[i]);
     w[i] = v;
     acc += gpu::exp_portable(v - raw_max);
@@ -96,10 +99,10 @@ __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, 
   const float temperature = p.temperature[s];
   int64_t token = -1;
   if (temperature == 0.0f) {
-    // Greedy: the largest logit, ties to the lowest id.
+    // Greedy: the largest logit, ties to the lowest id (each thread's first of its largest).
     float best = -INFINITY;
-    int64_t arg = lo < hi ? lo : -1;
-    for (int64_t i = lo; i < hi; ++i) {
+    int64_t arg = tid < vocab ? tid : -1;
+    for (int64_t i = tid; i < vocab; i += kThreads) {
       if (w[i] > best) {
         best = w[i];
         arg = i;
