@@ -39,6 +39,27 @@ LW_DEVICE_INLINE unsigned largest_cut(unsigned a, unsigned b, Keep keep) {
   return a;
 }
 
+// f(i, load(i)) for i = thread, thread + kThreads, ... below n, in increasing order, with the
+// loads of kAhead elements issued before their use: one load in flight per warp would leave
+// the pass bound by the memory latency.
+constexpr int kAhead = 8;
+template <class Load, class F>
+LW_DEVICE_INLINE void for_strided(int thread, int64_t n, Load load, F f) {
+  for (int64_t base = thread; base < n; base += int64_t{kAhead} * kThreads) {
+    float v[kAhead];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int64_t i = base + int64_t{u} * kThreads;
+      v[u] = i < n ? load(i) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int64_t i = base + int64_t{u} * kThreads;
+      if (i < n) f(i, v[u]);
+    }
+  }
+}
+
 template <class T>
 __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, float* workspace, int32_t* tokens,
                               float* logprobs, int top_n, int32_t* top_ids, float* top_logprobs) {
@@ -56,15 +77,15 @@ __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, 
   auto tree_max = [&](float v) { return gpu::tree_reduce(v, fs, gpu::MaxOp{}); };
 
   // The raw distribution, for the log-probability of the chosen token.
+  const auto logit = [&](int64_t i) { return gpu::to_float(x[i]); };
   float m = -INFINITY;
-  for (int64_t i = tid; i < vocab; i += kThreads) m = fmaxf(m, gpu::to_float(x[i]));
+  for_strided(tid, vocab, logit, [&](int64_t, float v) { m = fmaxf(m, v); });
   const float raw_max = tree_max(m);
   float acc = 0.0f;
-  for (int64_t i = tid; i < vocab; i += kThreads) {
-    const float v = gpu::to_float(x[i]);
+  for_strided(tid, vocab, logit, [&](int64_t i, float v) {
     w[i] = v;
     acc += gpu::exp_portable(v - raw_max);
-  }
+  });
   const float raw_sum = tree_sum(acc);
 
   // Penalties over the history, once per distinct token: the thread holding a token's first
@@ -102,12 +123,12 @@ __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, 
     // Greedy: the largest logit, ties to the lowest id (each thread's first of its largest).
     float best = -INFINITY;
     int64_t arg = tid < vocab ? tid : -1;
-    for (int64_t i = tid; i < vocab; i += kThreads) {
-      if (w[i] > best) {
-        best = w[i];
+    for_strided(tid, vocab, [&](int64_t i) { return w[i]; }, [&](int64_t i, float v) {
+      if (v > best) {
+        best = v;
         arg = i;
       }
-    }
+    });
     const float top = tree_max(best);
     // The lowest id holding the maximum: each thread offers its own, the tree keeps the least.
     token = gpu::tree_reduce((best == top && arg >= 0) ? static_cast<int>(arg) : 0x7fffffff, is, gpu::MinOp{});
