@@ -19,7 +19,9 @@ struct Shape {
   int q_heads, k_heads, head_dim;
 };
 
-void run_case(const ops::RopeConfig& cfg, DType dt, const Shape& s, DType pos_dt) {
+// out_of_place: q's rotated heads go to a tensor of their own (the fused buffer's q part must
+// then stay as it was).
+void run_case(const ops::RopeConfig& cfg, DType dt, const Shape& s, DType pos_dt, bool out_of_place = false) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", rot " << cfg.rotary_dim << "/" << s.head_dim
                                     << (cfg.neox ? " neox" : " gptj") << ", scaling " << static_cast<int>(cfg.scaling)
                                     << ", " << s.tokens << " tokens, heads " << s.q_heads << "/" << s.k_heads);
@@ -37,7 +39,12 @@ void run_case(const ops::RopeConfig& cfg, DType dt, const Shape& s, DType pos_dt
   const int64_t qw = static_cast<int64_t>(s.q_heads) * s.head_dim, kw = static_cast<int64_t>(s.k_heads) * s.head_dim;
   Tensor q = qkv.slice(1, 0, qw).unflatten(1, {s.q_heads, s.head_dim});
   Tensor k = qkv.slice(1, qw, qw + kw).unflatten(1, {s.k_heads, s.head_dim});
-  rope.apply(ctx(), q, k, positions);
+  Tensor q_out;
+  if (out_of_place) {
+    q_out = ctx().empty({s.tokens, s.q_heads, s.head_dim}, dt);
+    poison(q_out);
+  }
+  rope.apply(ctx(), q, k, positions, q_out);
   Tensor got = ctx().to_host(qkv);
 
   const std::vector<double> x = to_doubles(qkv_h);
@@ -60,6 +67,19 @@ void run_case(const ops::RopeConfig& cfg, DType dt, const Shape& s, DType pos_dt
   // One rounding to the dtype, plus float sincos of angles up to ~4e4 (range reduction is
   // exact, so a few ulps of the angle's float rounding are all that remains).
   const double abs = 4 * std::ldexp(max_angle, -24) * 2 * rope.mscale() + 1e-6;
+  if (out_of_place) {
+    // The rotated queries from q_out, the fused buffer's queries unchanged.
+    std::vector<double> want_q, want_rest = want;
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      for (int64_t e = 0; e < qw; ++e) {
+        want_q.push_back(want[t * width + e]);
+        want_rest[t * width + e] = x[t * width + e];
+      }
+    }
+    EXPECT_TRUE(all_close(ctx().to_host(q_out), want_q, epsilon(dt) * 2, abs));
+    EXPECT_TRUE(all_close(got, want_rest, epsilon(dt) * 2, abs));
+    return;
+  }
   EXPECT_TRUE(all_close(got, want, epsilon(dt) * 2, abs));
 }
 
@@ -68,15 +88,18 @@ TEST(Rope, NeoxAndGptjFullAndPartialRotary) {
     for (bool neox : {true, false}) {
       ops::RopeConfig cfg;
       cfg.neox = neox;
-      cfg.rotary_dim = 64;
-      run_case(cfg, dt, {5, 4, 2, 64}, DType::i64);
-      cfg.rotary_dim = 32;  // partial: the second half of each head stays as it is
-      run_case(cfg, dt, {3, 3, 1, 80}, DType::i32);
-      cfg.rotary_dim = 128;
-      cfg.theta = 500000;
-      run_case(cfg, dt, {2, 8, 8, 128}, DType::i64);
-      cfg.rotary_dim = 6;  // three pairs: no vector path
-      run_case(cfg, dt, {3, 2, 1, 10}, DType::i32);
+      for (bool out_of_place : {false, true}) {
+        cfg.rotary_dim = 64;
+        cfg.theta = 10000;
+        run_case(cfg, dt, {5, 4, 2, 64}, DType::i64, out_of_place);
+        cfg.rotary_dim = 32;  // partial: the second half of each head stays as it is (copied out of place)
+        run_case(cfg, dt, {3, 3, 1, 80}, DType::i32, out_of_place);
+        cfg.rotary_dim = 128;
+        cfg.theta = 500000;
+        run_case(cfg, dt, {2, 8, 8, 128}, DType::i64, out_of_place);
+        cfg.rotary_dim = 6;  // three pairs: no vector path
+        run_case(cfg, dt, {3, 2, 1, 10}, DType::i32, out_of_place);
+      }
     }
   }
 }
@@ -165,6 +188,13 @@ TEST(Rope, RejectsMisuse) {
   EXPECT_THROW(rope.apply(ctx(), q64, Tensor(), pos3), Error);
   Tensor k_f16 = ctx().empty({2, 1, 64}, DType::f16);
   EXPECT_THROW(rope.apply(ctx(), q64, k_f16, pos), Error);
+  // q_out: q's shape and dtype, and memory of its own.
+  Tensor qkv = ctx().empty({2, 6 * 64}, DType::bf16);
+  const Tensor qv = qkv.slice(1, 0, 4 * 64).unflatten(1, {4, 64}), kv = qkv.slice(1, 4 * 64, 5 * 64).unflatten(1, {1, 64});
+  EXPECT_THROW(rope.apply(ctx(), qv, kv, pos, ctx().empty({2, 4, 64}, DType::f16)), Error);
+  EXPECT_THROW(rope.apply(ctx(), qv, kv, pos, ctx().empty({2, 3, 64}, DType::bf16)), Error);
+  expect_error([&] { rope.apply(ctx(), qv, kv, pos, qkv.slice(1, 2 * 64, 6 * 64).unflatten(1, {4, 64})); },
+               "overlaps q or k");
 }
 
 }  // namespace

@@ -14,13 +14,16 @@ struct RopeArgs {
   int rotary_dim;        // even, <= head_dim: the first rotary_dim dims rotate
   int64_t q_token_stride;  // elements between tokens of q (>= q_heads * head_dim)
   int64_t k_token_stride;
+  int64_t q_out_token_stride;  // elements between tokens of q_out (see rope())
   bool neox;             // true: pairs (i, i + rotary_dim/2); false (GPT-J): pairs (2i, 2i+1)
   float mscale;          // multiplies cos and sin (YaRN attention factor; 1 otherwise)
 };
 
 // q, k: T; positions: int32 or int64 [tokens]; inv_freq: float [rotary_dim / 2], device.
+// k rotates in place; q's rotated heads go to q_out (q itself, or memory apart from it, which
+// then also receives the dims past rotary_dim).
 template <class T, class Pos>
-void rope(const RopeArgs& a, T* q, T* k, const Pos* positions, const float* inv_freq, int warp_size,
+void rope(const RopeArgs& a, const T* q, T* q_out, T* k, const Pos* positions, const float* inv_freq, int warp_size,
           cudaStream_t stream);
 
 }  // namespace lw::kernels

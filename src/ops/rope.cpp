@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <utility>
 
 #include "kernels/rope.h"
 #include "ops/check.h"
@@ -85,7 +86,7 @@ Rope::Rope(Context& ctx, const RopeConfig& config) : config_(config) {
   table_ = ctx.to_device(host);
 }
 
-void Rope::apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& positions) const {
+void Rope::apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& q_out) const {
   check_on_device("rope", "q", q);
   check_float("rope", "q", q);
   LW_CHECK(q.dim() == 3, "rope: q " << q.describe() << " must be [tokens, heads, head_dim]");
@@ -100,6 +101,26 @@ void Rope::apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& p
              "rope: k " << k.describe() << " must be [" << tokens << ", heads, " << head_dim << "]");
     LW_CHECK(k.stride(2) == 1 && k.stride(1) == head_dim, "rope: k " << k.describe() << " needs contiguous heads");
   }
+  const Tensor& qo = q_out.defined() ? q_out : q;
+  if (q_out.defined()) {
+    check_on_device("rope", "q_out", q_out);
+    check_same_shape("rope", "q", q, "q_out", q_out);
+    check_same_dtype("rope", "q", q, "q_out", q_out);
+    LW_CHECK(q_out.stride(2) == 1 && q_out.stride(1) == head_dim,
+             "rope: q_out " << q_out.describe() << " needs contiguous heads");
+    // Rows of q_out and of q (or k) interleaved would be read after they are written.
+    auto span = [](const Tensor& t) {
+      const auto* b = static_cast<const char*>(t.data_ptr());
+      return std::pair{b, b + ((t.size(0) - 1) * t.stride(0) + t.size(1) * t.size(2)) * dtype_size(t.dtype())};
+    };
+    auto apart = [&](const Tensor& t) {
+      const auto [a0, a1] = span(q_out);
+      const auto [b0, b1] = span(t);
+      return a1 <= b0 || b1 <= a0;
+    };
+    LW_CHECK(q.size(0) == 0 || (apart(q) && (!k.defined() || apart(k))),
+             "rope: q_out " << q_out.describe() << " overlaps q or k (pass no q_out to rotate q in place)");
+  }
   check_on_device("rope", "positions", positions);
   LW_CHECK((positions.dtype() == DType::i32 || positions.dtype() == DType::i64) && positions.dim() == 1 &&
                positions.size(0) == tokens && positions.is_contiguous(),
@@ -111,16 +132,17 @@ void Rope::apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& p
                       config_.rotary_dim,
                       q.stride(0),
                       k.defined() ? k.stride(0) : 0,
+                      qo.stride(0),
                       config_.neox,
                       mscale_};
   dispatch_float(q.dtype(), "rope", [&]<class T>() {
     T* kp = k.defined() ? k.data<T>() : nullptr;
     if (positions.dtype() == DType::i32) {
-      kernels::rope<T, int32_t>(a, q.data<T>(), kp, positions.data<int32_t>(), table_.data<float>(), ctx.warp_size(),
-                                ctx.stream().get());
+      kernels::rope<T, int32_t>(a, q.data<T>(), qo.data<T>(), kp, positions.data<int32_t>(), table_.data<float>(),
+                                ctx.warp_size(), ctx.stream().get());
     } else {
-      kernels::rope<T, int64_t>(a, q.data<T>(), kp, positions.data<int64_t>(), table_.data<float>(), ctx.warp_size(),
-                                ctx.stream().get());
+      kernels::rope<T, int64_t>(a, q.data<T>(), qo.data<T>(), kp, positions.data<int64_t>(), table_.data<float>(),
+                                ctx.warp_size(), ctx.stream().get());
     }
   });
 }

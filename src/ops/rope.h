@@ -30,7 +30,11 @@ class Rope {
   // q: [tokens, q_heads, head_dim], k: [tokens, k_heads, head_dim] (or undefined), each with
   // contiguous heads and any token stride (views into a fused QKV output work); same float
   // dtype; positions: i32 or i64 [tokens]; all on the device. head_dim >= rotary_dim.
-  void apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& positions) const;
+  // k rotates in place; q in place, or into q_out where given (q's shape and dtype, contiguous
+  // heads, memory apart from q and k): a view of a fused QKV output becomes a tensor of its
+  // own without a copy first.
+  void apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& positions,
+             const Tensor& q_out = Tensor()) const;
 
   const std::vector<float>& inv_freq() const { return inv_freq_; }
   float mscale() const { return mscale_; }
