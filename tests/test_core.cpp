@@ -103,6 +103,52 @@ TEST(Allocator, ReusesFreedBlocksAndCountsThem) {
   EXPECT_EQ(alloc.allocate(0), nullptr);
 }
 
+TEST(Allocator, PrivatePoolKeepsItsBlocksFromOthers) {
+  CachingAllocator alloc(ctx().device());
+  void* before = alloc.allocate(1000);  // a shared block the recorded work frees
+  void* shared_free = alloc.allocate(1000);
+  alloc.deallocate(shared_free);
+  void *temp = nullptr, *kept = nullptr;
+  {
+    PrivatePool pool(alloc);
+    pool.use([&] {
+      temp = alloc.allocate(1000);  // taken from the shared cache: the pool's now
+      EXPECT_EQ(temp, shared_free);
+      kept = alloc.allocate(3 << 20);
+      alloc.deallocate(temp);
+      EXPECT_EQ(alloc.allocate(1000), temp);  // reused inside the pool
+      alloc.deallocate(temp);
+      alloc.deallocate(before);  // adopted by the pool
+    });
+    EXPECT_EQ(pool.bytes(), 1024u + 1024u + (4u << 20));
+    EXPECT_EQ(alloc.stats().pooled_bytes, 2048u);
+    EXPECT_EQ(alloc.stats().cached_bytes, 0u);
+    // Outside the pool nobody gets its blocks, even of the same size.
+    void* other = alloc.allocate(1000);
+    EXPECT_NE(other, temp);
+    EXPECT_NE(other, before);
+    alloc.deallocate(other);
+    alloc.deallocate(kept);  // a pool block freed later returns to the pool
+    EXPECT_EQ(alloc.stats().pooled_bytes, 2048u + (4u << 20));
+    void* big = alloc.allocate(3 << 20);
+    EXPECT_NE(big, kept);
+    alloc.deallocate(big);
+    pool.use([&] { EXPECT_EQ(alloc.allocate(3 << 20), kept); });  // the pool serves again
+    EXPECT_THROW(alloc.begin_pool(12345), Error);
+    alloc.begin_pool(alloc.create_pool());
+    EXPECT_THROW(pool.use([] {}), Error);  // one pool active at a time
+    alloc.end_pool();
+    EXPECT_THROW(alloc.end_pool(), Error);
+  }
+  // Released: the free blocks are the shared cache's, the block still in use returns there.
+  AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.pooled_bytes, 0u);
+  EXPECT_EQ(s.cached_bytes, 1024u + 1024u + 1024u + (4u << 20));
+  alloc.deallocate(kept);
+  EXPECT_EQ(alloc.stats().cached_bytes, 1024u * 3 + (8u << 20));
+  EXPECT_EQ(alloc.stats().allocated_bytes, 0u);
+}
+
 TEST(Allocator, ReportsMisuseAndExhaustion) {
   CachingAllocator alloc(ctx().device());
   int on_stack = 0;

@@ -1,5 +1,7 @@
 #include "core/allocator.h"
 
+#include <algorithm>
+
 #include "core/logging.h"
 #include "gpu/runtime.h"
 
@@ -34,6 +36,9 @@ CachingAllocator::~CachingAllocator() {
                mib(stats_.allocated_bytes));
   }
   try {
+    for (auto& [id, pool] : pools_)
+      for (auto& [size, blocks] : pool.free) free_[size].insert(free_[size].end(), blocks.begin(), blocks.end());
+    pools_.clear();
     release_cache_locked();
   } catch (const std::exception& e) {
     log().error("releasing the allocator cache failed: {}", e.what());
@@ -51,6 +56,19 @@ void* CachingAllocator::allocate(size_t bytes) {
   std::lock_guard lock(mu_);
   ++stats_.allocations;
   void* ptr = nullptr;
+  Pool* pool = active_ ? &pool_locked(active_, "allocate from") : nullptr;
+  if (pool) {
+    if (auto it = pool->free.find(size); it != pool->free.end() && !it->second.empty()) {
+      ptr = it->second.back();
+      it->second.pop_back();
+      stats_.pooled_bytes -= size;
+      ++stats_.cache_hits;
+      live_.emplace(ptr, Block{size, active_});
+      stats_.allocated_bytes += size;
+      stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+      return ptr;
+    }
+  }
   if (auto it = free_.find(size); it != free_.end() && !it->second.empty()) {
     ptr = it->second.back();
     it->second.pop_back();
@@ -75,9 +93,10 @@ void* CachingAllocator::allocate(size_t bytes) {
     }
     ++stats_.device_allocations;
   }
-  live_.emplace(ptr, size);
+  if (pool) pool->bytes += size;
+  live_.emplace(ptr, Block{size, active_});
   stats_.allocated_bytes += size;
-  if (stats_.allocated_bytes > stats_.peak_allocated_bytes) stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
   return ptr;
 }
 
@@ -87,11 +106,70 @@ void CachingAllocator::deallocate(void* ptr) {
   auto it = live_.find(ptr);
   LW_CHECK(it != live_.end(), "deallocate of pointer " << ptr << " that device " << device_
                                                        << "'s allocator did not hand out (or already took back)");
-  const size_t size = it->second;
+  Block b = it->second;
   live_.erase(it);
-  stats_.allocated_bytes -= size;
-  stats_.cached_bytes += size;
-  free_[size].push_back(ptr);
+  stats_.allocated_bytes -= b.size;
+  if (b.pool == 0 && active_ != 0) {  // used by the work being recorded: the active pool's now
+    b.pool = active_;
+    pool_locked(active_, "free into").bytes += b.size;
+  }
+  if (b.pool != 0) {
+    pool_locked(b.pool, "free into").free[b.size].push_back(ptr);
+    stats_.pooled_bytes += b.size;
+    return;
+  }
+  stats_.cached_bytes += b.size;
+  free_[b.size].push_back(ptr);
+}
+
+CachingAllocator::Pool& CachingAllocator::pool_locked(PoolId pool, const char* what) {
+  auto it = pools_.find(pool);
+  LW_CHECK(it != pools_.end(), "device " << device_ << "'s allocator: " << what << " private pool " << pool
+                                         << ", which it does not have (released?)");
+  return it->second;
+}
+
+CachingAllocator::PoolId CachingAllocator::create_pool() {
+  std::lock_guard lock(mu_);
+  const PoolId id = next_pool_++;
+  pools_.emplace(id, Pool{});
+  return id;
+}
+
+void CachingAllocator::begin_pool(PoolId pool) {
+  std::lock_guard lock(mu_);
+  pool_locked(pool, "begin");
+  LW_CHECK(active_ == 0, "device " << device_ << "'s allocator: private pool " << pool << " begun while pool "
+                                   << active_ << " is active");
+  active_ = pool;
+}
+
+void CachingAllocator::end_pool() {
+  std::lock_guard lock(mu_);
+  LW_CHECK(active_ != 0, "device " << device_ << "'s allocator: end_pool without an active pool");
+  active_ = 0;
+}
+
+void CachingAllocator::release_pool(PoolId pool) {
+  std::lock_guard lock(mu_);
+  auto it = pools_.find(pool);
+  if (it == pools_.end()) return;
+  if (active_ == pool) active_ = 0;
+  for (auto& [size, blocks] : it->second.free) {
+    stats_.pooled_bytes -= size * blocks.size();
+    stats_.cached_bytes += size * blocks.size();
+    std::vector<void*>& shared = free_[size];
+    shared.insert(shared.end(), blocks.begin(), blocks.end());
+  }
+  for (auto& [ptr, b] : live_)
+    if (b.pool == pool) b.pool = 0;
+  pools_.erase(it);
+}
+
+size_t CachingAllocator::pool_bytes(PoolId pool) const {
+  std::lock_guard lock(mu_);
+  auto it = pools_.find(pool);
+  return it == pools_.end() ? 0 : it->second.bytes;
 }
 
 void CachingAllocator::empty_cache() {

@@ -26,14 +26,16 @@ int64_t kv_blocks_that_fit(Context& ctx, const model::Model& model, double fract
   size_t free_bytes = 0, total_bytes = 0;
   LW_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   const size_t per_block = model::KvCache::block_bytes(model.shard_config(), model.dtype(), block_size, format);
-  // The expansion of the largest quantised projection stays free for the forward passes.
-  const size_t reserve = model.expansion_bytes();
+  // The expansion of the largest quantised projection stays free for the forward passes, and
+  // what the decode graphs may hold (their private pool).
+  const size_t reserve = model.expansion_bytes() + model.graph_bytes();
   const size_t usable = free_bytes > reserve ? free_bytes - reserve : 0;
   const auto blocks = static_cast<int64_t>(static_cast<double>(usable) * fraction / static_cast<double>(per_block));
   LW_CHECK(blocks > 0, "engine: no memory left on device " << ctx.device() << " for the KV cache ("
                                                            << free_bytes / (1 << 20) << " MiB free, "
                                                            << reserve / (1 << 20)
-                                                           << " MiB of it kept for expanding quantised weights, "
+                                                           << " MiB of it kept for expanding quantised weights and "
+                                                              "for decode graphs, "
                                                            << per_block << " bytes per block)");
   return blocks;
 }

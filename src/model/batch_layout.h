@@ -41,6 +41,8 @@ struct BatchLayout {
   Tensor ids, positions, slots, block_tables, logit_rows;
   ops::PrefillPlan attention;
   int64_t tokens = 0, logits = 0;
+  // Where the logits go ([logits, vocab], the model's dtype), or undefined: a new tensor.
+  Tensor logits_out;
 
   BatchLayout() = default;
   // attention_group: query heads per key/value head (the matrix attention's tiles).

@@ -35,8 +35,11 @@ Tensor DecodeGraphs::run(Context& ctx, const KvCache& cache, const HostLayout& h
                          cache.num_blocks(), cache.block_size(), static_cast<int>(cache.format())};
   if (!(cache_id == cache_)) {
     entries_.clear();  // the graphs hold the old cache's addresses
+    logits_.clear();
+    pool_.reset();
     cache_ = cache_id;
   }
+  if (!pool_) pool_ = std::make_unique<PrivatePool>(ctx.allocator());
   const int64_t n = h.tokens, rows = pow2_at_least(n, 1);
   int64_t longest = 0;
   for (int32_t c : h.context_lens) longest = std::max<int64_t>(longest, c);
@@ -77,12 +80,33 @@ Tensor DecodeGraphs::run(Context& ctx, const KvCache& cache, const HostLayout& h
   upload(ctx, seq_info, e->layout.attention.seq_info);
 
   if (fresh) {
-    Tensor eager = compute(e->layout);
-    e->graph.capture(ctx.stream(), [&] { e->logits = compute(e->layout); });
-    return eager.slice(0, 0, n);
+    try {
+      Tensor eager = compute(e->layout);
+      Tensor& out = logits_[rows];
+      if (!out.defined()) pool_->use([&] { out = ctx.empty(eager.shape(), eager.dtype()); });
+      e->layout.logits_out = out;
+      pool_->use([&] { e->graph.capture(ctx.stream(), [&] { e->logits = compute(e->layout); }); });
+      return eager.slice(0, 0, n);
+    } catch (...) {
+      entries_.erase({rows, bucket, ctx.deterministic()});
+      throw;
+    }
   }
   e->graph.launch(ctx.stream());
   return e->logits.slice(0, 0, n);
+}
+
+size_t DecodeGraphs::reserve_bytes(const ModelConfig& c, DType dtype) {
+  const auto d = static_cast<int64_t>(dtype_size(dtype));
+  // Logits: one tensor per batch size (1, 2, 4, ... kMaxBatch rows).
+  const int64_t logits = (2 * kMaxBatch - 1) * c.vocab * d;
+  // A step's temporaries per row: the residual stream and its norm, q/k/v and the rotated q,
+  // the attention output, gate/up and their product, the logits; the decode attention's
+  // partial rows (up to 16 partitions of fp32 rows with their max and sum).
+  const int64_t q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
+  const int64_t per_row = (4 * c.hidden + 3 * q + 2 * kv + 3 * c.intermediate + c.vocab) * d +
+                          16 * c.heads * (c.head_dim + 2) * 4;
+  return static_cast<size_t>(logits + 2 * kMaxBatch * per_row);
 }
 
 std::unique_ptr<DecodeGraphs::Entry> DecodeGraphs::make_entry(Context& ctx, int64_t rows, int64_t bucket,

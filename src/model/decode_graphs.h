@@ -5,6 +5,12 @@
 // steps of the bucket copy their inputs into the graph's buffers and replay it. Padding rows
 // write no K/V (slot -1) and their logits are dropped. MoE models decode eagerly: the grouped
 // expert GEMM reads the expert offsets on the host.
+//
+// Every block the captures allocate or free lives in the graphs' private pool of the caching
+// allocator (core/allocator.h) until the graphs are dropped: a replay writes them, so nothing
+// else may be given them. The graphs replay one at a time on the context's stream, so their
+// temporaries share the pool, and the graphs of one batch size write their logits to one tensor
+// (valid until the next step). reserve_bytes() is what the engine keeps free for them when it sizes the KV cache.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -14,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/context.h"
 #include "core/stream.h"
 #include "core/tensor.h"
@@ -38,6 +45,13 @@ class DecodeGraphs {
   // The step's logits ([tokens, vocab]), from the bucket's graph (captured on first use).
   Tensor run(Context& ctx, const KvCache& cache, const HostLayout& h, int64_t max_position, const Compute& compute);
 
+  // Device memory the graphs of a model (its shard's `config`) may hold at most: the logits of
+  // every (batch, context bucket) graph, and twice the temporaries of a step of kMaxBatch rows
+  // (the pool's blocks of smaller batches beside them).
+  static size_t reserve_bytes(const ModelConfig& config, DType dtype);
+  // Bytes the graphs' pool holds now.
+  size_t pool_bytes() const { return pool_ ? pool_->bytes() : 0; }
+
  private:
   struct Entry {
     BatchLayout layout;
@@ -46,6 +60,8 @@ class DecodeGraphs {
   };
   std::unique_ptr<Entry> make_entry(Context& ctx, int64_t rows, int64_t bucket, int64_t width) const;
 
+  std::unique_ptr<PrivatePool> pool_;  // declared before what it holds: released after them
+  std::map<int64_t, Tensor> logits_;   // by rows
   // By (rows, context bucket, deterministic mode: the attention tables differ).
   std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<Entry>> entries_;
   int group_ = 1;

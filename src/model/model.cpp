@@ -46,11 +46,12 @@ Model::Model(Context& ctx, const ModelConfig& config, DType dtype, const Shard& 
     : config_(config), local_(model::shard_config(config, shard.size)), shard_(shard), dtype_(dtype) {
   rope_.emplace(ctx, config.rope);
   for (int64_t l = 0; l < config.layers; ++l) blocks_.push_back(block_variant(config, l));
-  // Opt-in until a captured graph's temporaries live in a pool of their own: today they
-  // return to the caching allocator, and a buffer allocated later (another graph's inputs)
-  // may share an address with one a replay writes.
   const char* graphs = std::getenv("LW_CUDA_GRAPHS");
-  decode_graphs_ = graphs && std::string(graphs) == "1";
+  decode_graphs_ = !(graphs && std::string(graphs) == "0");
+}
+
+size_t Model::graph_bytes() const {
+  return decode_graphs() && config_.experts == 0 ? DecodeGraphs::reserve_bytes(local_, dtype_) : 0;
 }
 
 void Model::set_decode_graphs(bool on) {
@@ -149,8 +150,15 @@ Tensor Model::logits(Context& ctx, const Tensor& normed, const BatchLayout& b) {
     rows = ctx.empty({b.logits, h}, dtype_);
     ops::embedding(ctx, normed, b.logit_rows, rows, false);
   }
+  const int64_t vocab = config_.vocab;
+  if (b.logits_out.defined())
+    LW_CHECK(b.logits_out.dim() == 2 && b.logits_out.size(0) == b.logits && b.logits_out.size(1) == vocab &&
+                 b.logits_out.dtype() == dtype_ && b.logits_out.is_contiguous(),
+             "model: the logits go to " << b.logits_out.describe() << ", not a contiguous " << dtype_name(dtype_) << "["
+                                        << b.logits << ", " << vocab << "]");
+  const auto output = [&] { return b.logits_out.defined() ? b.logits_out : ctx.empty({b.logits, vocab}, dtype_); };
   if (shard_.size == 1) {
-    Tensor logits = ctx.empty({b.logits, config_.vocab}, dtype_);
+    Tensor logits = output();
     ops::linear(ctx, rows, weights_.lm_head, Tensor(), logits);
     return logits;
   }
@@ -162,9 +170,9 @@ Tensor Model::logits(Context& ctx, const Tensor& normed, const BatchLayout& b) {
   shard_.comm->all_gather(ctx, part, all);
   Tensor gathered = ctx.empty({b.logits, n, vs}, dtype_);
   ops::copy(ctx, all.transpose(0, 1), gathered);
-  if (n * vs == config_.vocab) return gathered.view({b.logits, config_.vocab});
-  Tensor logits = ctx.empty({b.logits, config_.vocab}, dtype_);
-  ops::copy(ctx, gathered.view({b.logits, n * vs}).slice(1, 0, config_.vocab), logits);
+  if (n * vs == vocab && !b.logits_out.defined()) return gathered.view({b.logits, vocab});
+  Tensor logits = output();
+  ops::copy(ctx, gathered.view({b.logits, n * vs}).slice(1, 0, vocab), logits);
   return logits;
 }
 

@@ -58,8 +58,11 @@ class Model {
   size_t expansion_bytes() const { return expansion_bytes_; }
 
   // Decode steps (one new token per sequence) replayed from CUDA / HIP graphs, where the
-  // target has them: off unless LW_CUDA_GRAPHS=1 (see model/decode_graphs.h).
+  // target has them: on unless LW_CUDA_GRAPHS=0 (see model/decode_graphs.h).
   void set_decode_graphs(bool on);
+  bool decode_graphs() const { return decode_graphs_ && Graph::graphs_supported(); }
+  // Device memory the decode graphs may hold (the KV cache leaves it free; 0 without graphs).
+  size_t graph_bytes() const;
 
   // Runs a batch of sequence chunks (prefill chunks and decode tokens alike), writing their
   // K/V into `cache`, and returns the logits the chunks asked for, in batch order, as
