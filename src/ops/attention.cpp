@@ -9,6 +9,7 @@
 #include "kernels/kv_cache.h"
 #include "gpu/vector.h"
 #include "ops/check.h"
+#include "ops/launch_counters.h"
 
 namespace lw::ops {
 
@@ -176,22 +177,6 @@ void dispatch_half(DType dt, F&& f) {
   else f.template operator()<bfloat16>();
 }
 
-// The counters of the matrix decode kernel's merge by the last block of each split (one per
-// decode-list entry and key/value head): zeroed once, and every launch leaves them zero again.
-// Made on the context's first matrix decode, an eager step: decode graphs capture later steps.
-class DecodeMergeCounters {
- public:
-  static constexpr int64_t kCount = int64_t{1} << 16;
-  explicit DecodeMergeCounters(Context& ctx) : counters_(ctx.empty({kCount}, DType::i32)) {
-    LW_CUDA_CHECK(cudaMemsetAsync(counters_.data_ptr(), 0, counters_.nbytes(), ctx.stream().get()));
-  }
-  // n counters, or null where there are not enough (the split then merges in a second launch).
-  int32_t* get(int64_t n) { return n <= kCount ? counters_.data<int32_t>() : nullptr; }
-
- private:
-  Tensor counters_;
-};
-
 // The matrix-core kernels: the decode kernel for the plan's decode list
 // (kernels/attention_decode_matrix.cu), the prefill kernel for its query tiles
 // (kernels/attention_prefill.cu). They write disjoint rows of out.
@@ -225,7 +210,7 @@ void matrix_prefill(Context& ctx, const Tensor& q, const PagedKv& cache, const T
                                          ctx.caps().shared_memory_per_block_optin);
     const int64_t ws = kernels::matrix_decode_workspace(a);
     Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
-    DecodeMergeCounters& counters = ctx.resource<DecodeMergeCounters>();
+    LaunchCounters& counters = ctx.resource<LaunchCounters>();
     int32_t* merge_counters = a.parts > 1 ? counters.get(kernels::matrix_decode_counters(a)) : nullptr;
     dispatch_half(q.dtype(), [&]<class T>() {
       dispatch_cache(cache, [&]<class C>(const kernels::KvScales& scales) {

@@ -16,6 +16,7 @@
 #include "ops/check.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
+#include "ops/launch_counters.h"
 #include "ops/quant.h"
 #include "ops/select.h"
 #include "ops/vendor_gemm.h"
@@ -443,13 +444,14 @@ void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
   // Rows beyond the kernel's tiles of x run in passes of kInt4GemmMaxRows (the forced path).
   const int splits = kernels::int4_gemm_splits(m, caps.multiprocessors);
   Tensor workspace = splits > 1 ? ctx.empty({splits * std::min(rows, kernels::kInt4GemmMaxRows) * n}, DType::f32) : Tensor();
+  int32_t* counters = splits > 1 ? ctx.resource<LaunchCounters>().get(kernels::int4_gemm_counters(m, rows)) : nullptr;
   Tensor ys = out.view({rows, n});
   for (int64_t r0 = 0; r0 < rows; r0 += kernels::kInt4GemmMaxRows) {
     const int64_t count = std::min(rows - r0, kernels::kInt4GemmMaxRows);
     auto run = [&]<class T>() {
       kernels::int4_gemm<T>(ys.data<T>() + r0 * n, xs.data<T>() + r0 * k, m, bias.defined() ? bias.data<T>() : nullptr,
-                            count, k, n, splits, splits > 1 ? workspace.data<float>() : nullptr, ctx.warp_size(),
-                            ctx.stream().get());
+                            count, k, n, splits, splits > 1 ? workspace.data<float>() : nullptr, counters,
+                            ctx.warp_size(), ctx.stream().get());
     };
     if (x.dtype() == DType::bf16) run.operator()<bfloat16>();
     else run.operator()<half>();

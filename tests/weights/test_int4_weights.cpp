@@ -238,8 +238,31 @@ TEST(Int4Weights, FusedKernelOnLargerShapes) {
     const ops::Weight w = ops::int4_weight(ctx(), t);
     EXPECT_EQ(w.perm().defined(), sh.act_order);
     const Tensor wref = ctx().to_host(ops::expand(ctx(), w, DType::f32));
-    if (sh.k == 2048)
-      EXPECT_GT(kernels::int4_gemm_splits({w.data().data_ptr(), nullptr, nullptr, sh.n, sh.k, sh.group}, 2), 1);
+    const kernels::Int4Matrix km{w.data().data_ptr(), w.scales().data<float>(),
+                                 static_cast<const uint8_t*>(w.zeros().data_ptr()), sh.n, sh.k, sh.group};
+    if (sh.k == 2048) {
+      EXPECT_GT(kernels::int4_gemm_splits(km, 2), 1);
+      // The splits added by the last block of each row block (counters) and by a second launch:
+      // the same bits, and the counters zero again after each launch.
+      for (int64_t m : {1, 9, 40}) {
+        SCOPED_TRACE(::testing::Message() << m << " rows of x");
+        const int splits = kernels::int4_gemm_splits(km, 2);
+        const int64_t blocks = kernels::int4_gemm_counters(km, m);
+        const Tensor x = ctx().to_device(random_host({m, sh.k}, DType::bf16));
+        Tensor by_last = ctx().empty({m, sh.n}, DType::bf16), by_launch = ctx().empty({m, sh.n}, DType::bf16);
+        Tensor ws = ctx().empty({splits * m * sh.n}, DType::f32);
+        Tensor counters = ctx().to_device(Tensor::empty_host({blocks}, DType::i32));
+        LW_CUDA_CHECK(cudaMemsetAsync(counters.data_ptr(), 0, counters.nbytes(), ctx().stream().get()));
+        for (int launch = 0; launch < 2; ++launch)
+          kernels::int4_gemm<bfloat16>(by_last.data<bfloat16>(), x.data<bfloat16>(), km, nullptr, m, sh.k, sh.n, splits,
+                                       ws.data<float>(), counters.data<int32_t>(), ctx().warp_size(), ctx().stream().get());
+        kernels::int4_gemm<bfloat16>(by_launch.data<bfloat16>(), x.data<bfloat16>(), km, nullptr, m, sh.k, sh.n, splits,
+                                     ws.data<float>(), nullptr, ctx().warp_size(), ctx().stream().get());
+        EXPECT_TRUE(bitwise_equal(ctx().to_host(by_last), ctx().to_host(by_launch)));
+        const Tensor left = ctx().to_host(counters);
+        for (int64_t b = 0; b < blocks; ++b) EXPECT_EQ(left.data<int32_t>()[b], 0) << "counter " << b;
+      }
+    }
     for (DType dt : {DType::f16, DType::bf16}) {
       const int64_t m = 40;
       const Tensor xh = random_host({m, sh.k}, dt);
@@ -273,6 +296,29 @@ TEST(Int4Weights, FusedKernelOnLargerShapes) {
           ASSERT_LE(std::abs(element(got, i * sh.n + j) - ref), eps * std::abs(ref) + acc_eps * mag + 1e-6)
               << dtype_name(dt) << " element [" << i << ", " << j << "]";
         }
+    }
+  }
+}
+
+// The fused kernel's splits on a 132-multiprocessor device for Llama-3-8B's projections: no
+// second wave begun by a few blocks (the blocks of one row of x fit one wave of four a
+// multiprocessor), splits of at least four steps, none where the row blocks alone fill a wave.
+TEST(Int4Weights, SplitsFillWholeWaves) {
+  struct Shape {
+    int64_t n, k;
+  };
+  for (const Shape& sh : {Shape{6144, 4096}, Shape{4096, 4096}, Shape{28672, 4096}, Shape{4096, 14336},
+                          Shape{14336, 4096}, Shape{128256, 4096}}) {
+    SCOPED_TRACE(::testing::Message() << "[" << sh.n << ", " << sh.k << "]");
+    const kernels::Int4Matrix w{nullptr, nullptr, nullptr, sh.n, sh.k, 128};
+    const int splits = kernels::int4_gemm_splits(w, 132);
+    const int64_t row_blocks = kernels::int4_gemm_counters(w, 1), slots = 4 * 132;
+    EXPECT_GE(sh.k / 64 / splits, 4);
+    if (row_blocks >= slots) {
+      EXPECT_EQ(splits, 1);
+    } else {
+      EXPECT_LE(row_blocks * splits, slots);
+      EXPECT_GT(row_blocks * splits, slots / 2) << splits << " splits of " << row_blocks << " row blocks";
     }
   }
 }

@@ -185,7 +185,7 @@ static_assert(kStages<1> >= 2 && kStages<2> >= 2 && kStages<4> >= 2, "a ring of 
 // split the warp writes y; else its partial sums go to `workspace` for reduce_splits.
 template <class T, int NT, bool kNarrow>
 __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m, int ldx, int64_t ldy,
-                            int tiles_per_split, bool x_vectors, float* workspace) {
+                            int tiles_per_split, bool x_vectors, float* workspace, int32_t* counters) {
   static_assert(!kNarrow || NT == 1, "narrow products serve one tile of x");
   constexpr int R = kRowTiles<NT>, S = kStages<NT>, E = kEntryWords<NT>;
   LW_DYNAMIC_SHARED(uint32_t, ring);
@@ -419,9 +419,34 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
           workspace[(static_cast<int64_t>(blockIdx.y) * m + tok) * n + row] = v;
         }
       }
+  if (gridDim.y == 1 || counters == nullptr) return;
+  // The last of the row block's splits to finish adds them (in split order, as
+  // reduce_splits_kernel does): its count comes after every split's sums are visible
+  // device-wide (the fence before each count).
+  LW_SHARED(int, last_block, [1]);
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    int32_t* count = counters + blockIdx.x;
+    last_block[0] = atomicAdd(count, 1) == static_cast<int>(gridDim.y) - 1;
+    if (last_block[0]) *count = 0;  // every split has counted: zero again for the next launch
+  }
+  __syncthreads();
+  if (!last_block[0]) return;
+  __threadfence();
+  const int block_row0 = block_tile0 * static_cast<int>(kInt4TileRows);
+  const int block_rows = min(kGemmWarps * R * static_cast<int>(kInt4TileRows), n - block_row0);
+  const int64_t plane = static_cast<int64_t>(m) * n;
+  for (int e = tid; e < m * block_rows; e += kBlockThreads) {
+    const int tok = e / block_rows, row = block_row0 + e % block_rows;
+    const int64_t at = static_cast<int64_t>(tok) * n + row;
+    float v = 0.0f;
+    for (int sp = 0; sp < static_cast<int>(gridDim.y); ++sp) v += workspace[sp * plane + at];
+    y[tok * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
+  }
 #else
   (void)ring, (void)ring_elements, (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_split, (void)x_vectors,
-      (void)workspace;
+      (void)workspace, (void)counters;
 #endif
 }
 
@@ -501,23 +526,36 @@ int64_t gemm_row_blocks(const Int4Matrix& w, int64_t m) {
 }  // namespace
 
 int int4_gemm_splits(const Int4Matrix& w, int multiprocessors) {
-  // Enough blocks to fill the device at one row of x, each split with at least four steps of k;
-  // the same for every m, so that a row's sums are added in one order whatever the batch.
+  // The blocks of one row of x run in waves of the device's resident blocks, each as long as its
+  // split's steps plus a block's fixed cost (the ring's first entries, the group parameters, the
+  // epilogue: about four steps): the splits with the fewest such steps over all waves, the
+  // fewest splits among equals, each with at least four steps. A wave one block too many
+  // doubles the time (28672 x 4096 took 3 splits, 1.27 waves, where 2 fill 0.85 of one). The
+  // same for every m, so that a row's sums are added in one order whatever the batch.
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols;
-  const int64_t target = int64_t{LW_INT4_GEMM_BLOCKS_PER_SM} * std::max(multiprocessors, 1);
+  const int64_t slots = int64_t{LW_INT4_GEMM_BLOCKS_PER_SM} * std::max(multiprocessors, 1);
   const int64_t blocks = gemm_row_blocks(w, 1);
-  const int64_t want = std::max<int64_t>(1, (target + blocks - 1) / blocks);
-  const int64_t most = std::max<int64_t>(1, tiles_k / 4);
   constexpr int64_t kMostSplits = 64;  // lint: not-a-warp (a bound on the workspace)
-  const int64_t splits = std::min<int64_t>({want, most, kMostSplits});
-  // No split without steps: as many as ceil(tiles_k / splits) steps each need.
-  const int64_t per_split = (tiles_k + splits - 1) / splits;
-  return static_cast<int>((tiles_k + per_split - 1) / per_split);
+  constexpr int64_t kBlockCost = 4;    // steps
+  const int64_t most = std::min<int64_t>(std::max<int64_t>(1, tiles_k / 4), kMostSplits);
+  int64_t best = 1, best_cost = -1;
+  for (int64_t s = 1; s <= most; ++s) {
+    // No split without steps: as many as ceil(tiles_k / s) steps each need.
+    const int64_t per_split = (tiles_k + s - 1) / s, splits = (tiles_k + per_split - 1) / per_split;
+    const int64_t waves = (blocks * splits + slots - 1) / slots, cost = waves * (per_split + kBlockCost);
+    if (best_cost < 0 || cost < best_cost) {
+      best = splits;
+      best_cost = cost;
+    }
+  }
+  return static_cast<int>(best);
 }
+
+int64_t int4_gemm_counters(const Int4Matrix& w, int64_t m) { return gemm_row_blocks(w, m); }
 
 template <class T>
 void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, int64_t ldx, int64_t ldy, int splits,
-               float* workspace, int warp_size, cudaStream_t stream) {
+               float* workspace, int32_t* counters, int warp_size, cudaStream_t stream) {
   check_matrix("int4_gemm", w);
   LW_CHECK(m >= 0 && m <= kInt4GemmMaxRows, "int4_gemm: " << m << " rows; at most " << kInt4GemmMaxRows);
   LW_CHECK(int4_gemm_supports(w), "int4_gemm: groups of " << w.group << " columns are not whole 16-column steps");
@@ -537,7 +575,7 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
     const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(gemm_row_blocks(w, m)), static_cast<unsigned>(splits)),
                                 dim3(kGemmWarps * warp_size), sizeof(uint32_t) * kStages<NT> * kEntryWords<NT>, stream};
     gpu::launch("int4_gemm", gemm_kernel<T, NT, kNarrow>, cfg, y, x, w, bias, static_cast<int>(m), static_cast<int>(ldx), ldy,
-                static_cast<int>(per_split), x_vectors, workspace);
+                static_cast<int>(per_split), x_vectors, workspace, counters);
   };
   // Up to kNarrowCols rows: products of the MMA's first columns only (the same sums per row).
   if (m <= gpu::mma::kNarrowCols) {
@@ -549,7 +587,7 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
       default: run.template operator()<4, false>(); break;
     }
   }
-  if (splits > 1) {
+  if (splits > 1 && counters == nullptr) {
     gpu::launch("int4_reduce_splits", reduce_splits_kernel<T>,
                 {dim3(static_cast<unsigned>(grid_for(m * w.n))), dim3(kThreads), 0, stream}, y, workspace, bias, m, w.n, ldy,
                 splits);
@@ -571,8 +609,8 @@ LW_INT4_INSTANTIATE(half)
 LW_INT4_INSTANTIATE(bfloat16)
 #undef LW_INT4_INSTANTIATE
 template void int4_gemm<half>(half*, const half*, const Int4Matrix&, const half*, int64_t, int64_t, int64_t, int, float*,
-                              int, cudaStream_t);
+                              int32_t*, int, cudaStream_t);
 template void int4_gemm<bfloat16>(bfloat16*, const bfloat16*, const Int4Matrix&, const bfloat16*, int64_t, int64_t,
-                                  int64_t, int, float*, int, cudaStream_t);
+                                  int64_t, int, float*, int32_t*, int, cudaStream_t);
 
 }  // namespace lw::kernels

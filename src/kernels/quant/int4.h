@@ -63,13 +63,18 @@ void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, int warp_size
 // zero points are subtracted exactly in T (integers), each group's products accumulate in fp32
 // and are multiplied by their scales there. x rows ldx elements apart (even, 4-byte aligned),
 // y rows ldy. `splits` > 1 divides k over that many blocks per row tile, whose fp32 partial sums
-// go to `workspace` ([splits, m, n] floats) and are added in a fixed order: the result does not
-// depend on m or on other rows of x. Needs matrix cores (int4_gemm_available).
+// go to `workspace` ([splits, m, n] floats) and are added in split order by the last of a row
+// block's splits to finish (`counters`: int4_gemm_counters zeroed ints, left zero) or, without
+// counters, by a second launch (the same sums): the result does not depend on m or on other rows
+// of x. Needs matrix cores (int4_gemm_available).
 template <class T>
 void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, int64_t ldx, int64_t ldy, int splits,
-               float* workspace, int warp_size, cudaStream_t stream);
-// How many k splits fill the device: `multiprocessors` of it (the same for any rows of x).
+               float* workspace, int32_t* counters, int warp_size, cudaStream_t stream);
+// How many k splits suit the device (`multiprocessors` of it), the same for any rows of x: the
+// fewest waves of blocks for the longest split at one row of x.
 int int4_gemm_splits(const Int4Matrix& w, int multiprocessors);
+// The counters int4_gemm takes for m rows of x (one per block of row tiles).
+int64_t int4_gemm_counters(const Int4Matrix& w, int64_t m);
 // Whether int4_gemm reads this matrix: groups of whole 16-column steps (or one group).
 bool int4_gemm_supports(const Int4Matrix& w);
 
