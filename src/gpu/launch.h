@@ -17,6 +17,17 @@ void allow_dynamic_shared(void (*kernel)(KArgs...), size_t bytes) {
   LW_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
+// First in a kernel launched with LaunchConfig::overlaps_prior: waits until the kernel before it
+// on the stream has finished and its writes are visible, then lets the next overlapping kernel
+// be launched. Every thread calls it before it reads or writes global memory. A no-op where
+// launches do not overlap (HIP, the emulator, devices before compute capability 9.0).
+LW_DEVICE_INLINE void begin_after_prior_grid() {
+#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 template <class... KArgs, class... Args>
 void launch(const char* name, void (*kernel)(KArgs...), const LaunchConfig& cfg, Args&&... args) {
   check_launch_config(name, cfg);
@@ -27,6 +38,26 @@ void launch(const char* name, void (*kernel)(KArgs...), const LaunchConfig& cfg,
     LW_FAIL("kernel " << name << " failed on the SIMT emulator:\n" << e.what());
   }
 #else
+#if defined(LW_TARGET_CUDA)
+  if (cfg.overlaps_prior && overlapped_launch()) {
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t lc{};
+    lc.gridDim = cfg.grid;
+    lc.blockDim = cfg.block;
+    lc.dynamicSmemBytes = cfg.shared_bytes;
+    lc.stream = cfg.stream;
+    lc.attrs = attribute;
+    lc.numAttrs = 1;
+    const cudaError_t err = cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      ::lw::detail::throw_vendor_error(__FILE__, __LINE__, name, "CUDA launch", cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+    return;
+  }
+#endif
   kernel<<<cfg.grid, cfg.block, cfg.shared_bytes, cfg.stream>>>(std::forward<Args>(args)...);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {

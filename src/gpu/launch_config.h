@@ -8,13 +8,26 @@ namespace lw::gpu {
 
 // Every field is given: a launch that named no stream would go to the legacy default stream,
 // which does not order with the context's non-blocking stream.
+//
+// overlaps_prior: the kernel calls gpu::begin_after_prior_grid() first (gpu/launch.h), so it may
+// be launched while the kernel before it on the stream is still running (NVIDIA's programmatic
+// dependent launch, compute capability 9.0 and later; elsewhere an ordinary launch). Its blocks
+// are then resident and waiting when that kernel ends, instead of being launched after it:
+// a step of many small kernels (a decode step at batch 1) loses a launch latency per kernel.
 struct LaunchConfig {
-  LaunchConfig(dim3 g, dim3 b, size_t shared, cudaStream_t s) : grid(g), block(b), shared_bytes(shared), stream(s) {}
+  LaunchConfig(dim3 g, dim3 b, size_t shared, cudaStream_t s, bool overlaps = false)
+      : grid(g), block(b), shared_bytes(shared), stream(s), overlaps_prior(overlaps) {}
   dim3 grid;
   dim3 block;
   size_t shared_bytes;
   cudaStream_t stream;
+  bool overlaps_prior;
 };
+inline constexpr bool kOverlapsPrior = true;
+
+// Whether launches that allow it overlap the kernel before them on the current device: a CUDA
+// device of compute capability 9.0 or later, unless LW_OVERLAPPED_LAUNCH=0.
+bool overlapped_launch();
 
 // Throws lw::Error naming the kernel when the configuration cannot be launched.
 void check_launch_config(const char* kernel, const LaunchConfig& cfg);

@@ -1,5 +1,9 @@
 #include "gpu/runtime.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 namespace lw::gpu {
 
 const char* target_name() {
@@ -41,6 +45,31 @@ int round_block_size(int threads, int warp_size) {
 #include "gpu/launch_config.h"
 
 namespace lw::gpu {
+
+bool overlapped_launch() {
+#if defined(LW_TARGET_CUDA)
+  static const bool wanted = [] {
+    const char* env = std::getenv("LW_OVERLAPPED_LAUNCH");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  if (!wanted) return false;
+  constexpr int kDevices = 64;
+  static std::atomic<int8_t> known[kDevices] = {};  // 0 unknown, 1 no, 2 yes
+  int device = 0;
+  LW_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= kDevices) return false;
+  int8_t k = known[device].load(std::memory_order_relaxed);
+  if (k == 0) {
+    int major = 0;
+    LW_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    k = major >= 9 ? 2 : 1;
+    known[device].store(k, std::memory_order_relaxed);
+  }
+  return k == 2;
+#else
+  return false;
+#endif
+}
 
 void check_launch_config(const char* kernel, const LaunchConfig& cfg) {
   const dim3 g = cfg.grid, b = cfg.block;

@@ -85,6 +85,7 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
                                                              const int32_t* seq_info, const int32_t* decode_seqs,
                                                              float* part_out, float* part_max, float* part_sum,
                                                              int32_t* counters, T* out) {
+  gpu::begin_after_prior_grid();
 #if LW_MATRIX_CORES
   using Shared = DecodeShared<T, C, D>;
   using U = typename Shared::U;  // the fragments' type
@@ -298,6 +299,7 @@ template <class T>
 __global__ void matrix_decode_merge_kernel(MatrixDecodeArgs a, const int32_t* seq_info, const int32_t* decode_seqs,
                                            const float* part_out, const float* part_max, const float* part_sum,
                                            T* out) {
+  gpu::begin_after_prior_grid();
   const int s = decode_seqs[blockIdx.y];
   const int row0 = seq_info[3 * s], qlen = seq_info[3 * s + 1];
   for (int j = 0; j < qlen; ++j) {
@@ -321,13 +323,13 @@ void launch_decode(const MatrixDecodeArgs& a, const T* q, const C* k_cache, cons
   gpu::allow_dynamic_shared(kernel, shared);
   gpu::launch("matrix_decode_attention", kernel,
               {dim3(static_cast<unsigned>(a.seqs), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(a.parts)),
-               dim3(a.warps * warp_size), shared, stream},
+               dim3(a.warps * warp_size), shared, stream, gpu::kOverlapsPrior},
               a, q, k_cache, v_cache, scales, block_tables, seq_info, decode_seqs, part_out, part_max, part_sum, counters,
               out);
   if (a.parts > 1 && counters == nullptr) {
     gpu::launch("matrix_decode_attention_merge", matrix_decode_merge_kernel<T>,
                 {dim3(static_cast<unsigned>(a.q_heads), static_cast<unsigned>(a.seqs)),
-                 dim3(gpu::round_block_size(a.head_dim, warp_size)), 0, stream},
+                 dim3(gpu::round_block_size(a.head_dim, warp_size)), 0, stream, gpu::kOverlapsPrior},
                 a, seq_info, decode_seqs, part_out, part_max, part_sum, out);
   }
 }

@@ -10,6 +10,7 @@ namespace {
 
 template <class TDst, class TSrc>
 __global__ void strided_copy_kernel(CopyLayout l, const TSrc* src, TDst* dst, int64_t numel) {
+  gpu::begin_after_prior_grid();
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += step) {
     int64_t rest = i, s = 0, d = 0;
@@ -27,6 +28,7 @@ using Piece = gpu::Vec<uint32_t, 4>;
 
 __global__ void copy_rows_kernel(const Piece* src, Piece* dst, int64_t rows, int64_t pieces, int64_t src_stride,
                                  int64_t dst_stride) {
+  gpu::begin_after_prior_grid();
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x, total = rows * pieces;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
     const int64_t r = i / pieces, c = i - r * pieces;
@@ -43,7 +45,7 @@ void copy_rows(const void* src, void* dst, int64_t rows, int64_t pieces, int64_t
   const int threads = gpu::round_block_size(256, warp_size);
   const int64_t blocks = (rows * pieces + threads - 1) / threads;
   gpu::launch("copy_rows", copy_rows_kernel,
-              {dim3(static_cast<unsigned>(blocks < 65536 ? blocks : 65536)), dim3(threads), 0, stream},
+              {dim3(static_cast<unsigned>(blocks < 65536 ? blocks : 65536)), dim3(threads), 0, stream, gpu::kOverlapsPrior},
               static_cast<const Piece*>(src), static_cast<Piece*>(dst), rows, pieces, src_stride, dst_stride);
 }
 
@@ -54,7 +56,7 @@ void strided_copy(const CopyLayout& layout, const TSrc* src, TDst* dst, int64_t 
   const int threads = gpu::round_block_size(256, warp_size);
   const int64_t blocks = (numel + threads - 1) / threads;
   gpu::launch("strided_copy", strided_copy_kernel<TDst, TSrc>,
-              {dim3(static_cast<unsigned>(blocks < 65536 ? blocks : 65536)), dim3(threads), 0, stream}, layout, src, dst,
+              {dim3(static_cast<unsigned>(blocks < 65536 ? blocks : 65536)), dim3(threads), 0, stream, gpu::kOverlapsPrior}, layout, src, dst,
               numel);
 }
 

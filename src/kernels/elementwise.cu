@@ -37,6 +37,7 @@ LW_DEVICE_INLINE float activate(Activation act, float x) {
 // Vector main part: VEC elements per step; a scalar tail covers n % VEC.
 template <class TOut, class TIn, int VEC, bool Binary>
 __global__ void map_kernel(MapOp op, TOut* out, const TIn* a, const TIn* b, float s, int64_t n) {
+  gpu::begin_after_prior_grid();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nvec = n / VEC;
@@ -62,6 +63,7 @@ __global__ void map_kernel(MapOp op, TOut* out, const TIn* a, const TIn* b, floa
 
 template <class T, int VEC>
 __global__ void act_mul_kernel(Activation act, T* out, const T* in, int64_t tokens, int64_t inter) {
+  gpu::begin_after_prior_grid();
   const int64_t per_row = inter / VEC;
   const int64_t total = tokens * per_row;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -96,7 +98,7 @@ void map(MapOp op, TOut* out, const TIn* a, const TIn* b, float scalar, int64_t 
   constexpr int V = gpu::kVecWidth<TIn> < gpu::kVecWidth<TOut> ? gpu::kVecWidth<TIn> : gpu::kVecWidth<TOut>;
   const int threads = gpu::round_block_size(256, warp_size);
   const bool vec = binary(op) ? gpu::aligned_to(gpu::kVectorBytes, out, a, b) : gpu::aligned_to(gpu::kVectorBytes, out, a);
-  const gpu::LaunchConfig cfg{dim3(grid_for(vec ? n / V + 1 : n, threads)), dim3(threads), 0, stream};
+  const gpu::LaunchConfig cfg{dim3(grid_for(vec ? n / V + 1 : n, threads)), dim3(threads), 0, stream, gpu::kOverlapsPrior};
   if (binary(op)) {
     if (vec) gpu::launch("map", map_kernel<TOut, TIn, V, true>, cfg, op, out, a, b, scalar, n);
     else gpu::launch("map", map_kernel<TOut, TIn, 1, true>, cfg, op, out, a, b, scalar, n);
@@ -146,10 +148,10 @@ void act_mul(Activation act, T* out, const T* in, int64_t tokens, int64_t inter,
   constexpr int V = gpu::kVecWidth<T>;
   const int threads = gpu::round_block_size(256, warp_size);
   if (inter % V == 0 && gpu::aligned_to(gpu::kVectorBytes, out, in)) {
-    const gpu::LaunchConfig cfg{dim3(grid_for(tokens * inter / V, threads)), dim3(threads), 0, stream};
+    const gpu::LaunchConfig cfg{dim3(grid_for(tokens * inter / V, threads)), dim3(threads), 0, stream, gpu::kOverlapsPrior};
     gpu::launch("act_mul", act_mul_kernel<T, V>, cfg, act, out, in, tokens, inter);
   } else {
-    const gpu::LaunchConfig cfg{dim3(grid_for(tokens * inter, threads)), dim3(threads), 0, stream};
+    const gpu::LaunchConfig cfg{dim3(grid_for(tokens * inter, threads)), dim3(threads), 0, stream, gpu::kOverlapsPrior};
     gpu::launch("act_mul", act_mul_kernel<T, 1>, cfg, act, out, in, tokens, inter);
   }
 }

@@ -10,6 +10,7 @@ namespace {
 template <class T, class Id, int VEC>
 __global__ void embedding_kernel(T* out, const T* table, const Id* ids, int64_t first, int64_t rows, int64_t hidden,
                                  int64_t* bad_token) {
+  gpu::begin_after_prior_grid();
   const int64_t t = blockIdx.x;
   const int64_t id = static_cast<int64_t>(ids[t]) - first;
   const bool ok = id >= 0 && id < rows;
@@ -40,7 +41,7 @@ void embedding(T* out, const T* table, const Id* ids, int64_t tokens, int64_t fi
   const bool vec = hidden % V == 0 && gpu::aligned_to(gpu::kVectorBytes, out, table);
   const int64_t nvec = vec ? hidden / V : hidden;
   const int threads = gpu::round_block_size(static_cast<int>(nvec < 256 ? nvec : 256), warp_size);
-  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(tokens)), dim3(threads), 0, stream};
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(tokens)), dim3(threads), 0, stream, gpu::kOverlapsPrior};
   if (vec) gpu::launch("embedding", embedding_kernel<T, Id, V>, cfg, out, table, ids, first, rows, hidden, bad_token);
   else gpu::launch("embedding", embedding_kernel<T, Id, 1>, cfg, out, table, ids, first, rows, hidden, bad_token);
 }

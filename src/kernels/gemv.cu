@@ -44,6 +44,7 @@ template <class T, int M, int R, int U, int V>
 __global__ void gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const T* __restrict__ w,
                             const T* __restrict__ bias, int m, int64_t n, int64_t k, int64_t ldx, int64_t ldy,
                             int groups) {
+  gpu::begin_after_prior_grid();
   LW_SHARED(float, partial, [kWarpsPerBlock * R * M]);
   const int slices = static_cast<int>(blockDim.x / gpu::kWarpSize) / groups;
   const int warp = gpu::warp_id(), group = warp / slices, slice = warp % slices;
@@ -127,7 +128,8 @@ void launch_rows(T* y, const T* x, const T* w, const T* bias, int m, int64_t n, 
   const int64_t rows_per_block = static_cast<int64_t>(groups) * R;
   const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
   LW_CHECK(blocks <= 0x7fffffff, "gemv: " << n << " output columns exceed the grid limit");
-  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks)), dim3(kWarpsPerBlock * warp_size), 0, stream};
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks)), dim3(kWarpsPerBlock * warp_size), 0, stream,
+                              gpu::kOverlapsPrior};
   constexpr int V = gpu::kVecWidth<T>;
   // Vector loads need every row of x and w to start on a 16-byte boundary.
   const bool vec = k % V == 0 && ldx % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x, w);

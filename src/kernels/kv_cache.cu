@@ -23,6 +23,7 @@ LW_DEVICE_INLINE int64_t checked_slot(const KvWriteArgs& a, const int64_t* slots
 template <class T, int VEC>
 __global__ void kv_write_kernel(KvWriteArgs a, const T* k, const T* v, const int64_t* slots, T* k_cache, T* v_cache,
                                 int64_t* bad_token) {
+  gpu::begin_after_prior_grid();
   const int64_t t = blockIdx.x;
   const int64_t slot = checked_slot(a, slots, t, bad_token);
   if (slot < 0) return;
@@ -82,6 +83,7 @@ LW_DEVICE_INLINE void encode_head(const T* src, C* dst, float* scale, int d) {
 template <class T, class C, int VEC>
 __global__ void kv_write_quantized_kernel(KvWriteArgs a, const T* k, const T* v, const int64_t* slots, C* k_cache,
                                           C* v_cache, KvScales scales, int64_t* bad_token) {
+  gpu::begin_after_prior_grid();
   const int64_t t = blockIdx.x;
   const int64_t slot = checked_slot(a, slots, t, bad_token);
   if (slot < 0) return;
@@ -111,7 +113,7 @@ void kv_write(const KvWriteArgs& a, const T* k, const T* v, const int64_t* slot_
     const bool vec = a.head_dim % V == 0 && a.k_token_stride % V == 0 && a.v_token_stride % V == 0 &&
                      gpu::aligned_to(gpu::kVectorBytes, k, v) && gpu::aligned_to(V, k_cache, v_cache);
     const int threads = gpu::round_block_size(a.kv_heads * warp_size < 256 ? a.kv_heads * warp_size : 256, warp_size);
-    const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(a.tokens)), dim3(threads), 0, stream};
+    const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(a.tokens)), dim3(threads), 0, stream, gpu::kOverlapsPrior};
     if (vec) {
       gpu::launch("kv_write", kv_write_quantized_kernel<T, C, V>, cfg, a, k, v, slot_mapping, k_cache, v_cache, scales,
                   bad_token);
@@ -125,7 +127,7 @@ void kv_write(const KvWriteArgs& a, const T* k, const T* v, const int64_t* slot_
                      gpu::aligned_to(gpu::kVectorBytes, k, v, k_cache, v_cache);
     const int64_t work = vec ? row / V : row;
     const int threads = gpu::round_block_size(static_cast<int>(work < 256 ? work : 256), warp_size);
-    const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(a.tokens)), dim3(threads), 0, stream};
+    const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(a.tokens)), dim3(threads), 0, stream, gpu::kOverlapsPrior};
     if (vec) gpu::launch("kv_write", kv_write_kernel<T, V>, cfg, a, k, v, slot_mapping, k_cache, v_cache, bad_token);
     else gpu::launch("kv_write", kv_write_kernel<T, 1>, cfg, a, k, v, slot_mapping, k_cache, v_cache, bad_token);
   }

@@ -16,6 +16,7 @@ constexpr int kMaxHalf = 256;  // rotary_dim <= 512
 // The angle is position * inv_freq in float, as Hugging Face computes it.
 template <class T, class Pos, int C>
 __global__ void rope_kernel(RopeArgs a, const T* q, T* q_out, T* k, const Pos* positions, const float* inv_freq) {
+  gpu::begin_after_prior_grid();
   LW_SHARED(float, cs, [2][kMaxHalf]);
   const int64_t t = blockIdx.x;
   const int half = a.rotary_dim / 2;
@@ -107,7 +108,7 @@ void rope(const RopeArgs& a, const T* q, T* q_out, T* k, const Pos* positions, c
   by = by < heads ? by : heads;
   const int threads = gpu::round_block_size(bx * by, warp_size);
   const dim3 block(static_cast<unsigned>(bx), static_cast<unsigned>(threads / bx));
-  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(a.tokens)), block, 0, stream};
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(a.tokens)), block, 0, stream, gpu::kOverlapsPrior};
   if (vec) gpu::launch("rope", rope_kernel<T, Pos, C>, cfg, a, q, q_out, k, positions, inv_freq);
   else gpu::launch("rope", rope_kernel<T, Pos, 1>, cfg, a, q, q_out, k, positions, inv_freq);
 }

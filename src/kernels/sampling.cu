@@ -63,6 +63,7 @@ LW_DEVICE_INLINE void for_strided(int thread, int64_t n, Load load, F f) {
 template <class T>
 __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, float* workspace, int32_t* tokens,
                               float* logprobs, int top_n, int32_t* top_ids, float* top_logprobs) {
+  gpu::begin_after_prior_grid();
   LW_SHARED(float, fs, [kThreads]);
   LW_SHARED(int, is, [kThreads]);
   const int64_t s = blockIdx.x;
@@ -284,7 +285,7 @@ void sample(const T* logits, int64_t seqs, int64_t vocab, const SamplingParams& 
   LW_CHECK(vocab > 0 && vocab < 0x7fffffff, "sample: vocabulary of " << vocab << " tokens");
   LW_CHECK(seqs <= 0x7fffffff, "sample: " << seqs << " sequences exceed the grid limit");
   LW_CHECK(top_n >= 0 && top_n <= kMaxTopLogprobs, "sample: top_n " << top_n << " must be in [0, " << kMaxTopLogprobs << "]");
-  gpu::launch("sample", sample_kernel<T>, {dim3(static_cast<unsigned>(seqs)), dim3(kThreads), 0, stream}, logits,
+  gpu::launch("sample", sample_kernel<T>, {dim3(static_cast<unsigned>(seqs)), dim3(kThreads), 0, stream, gpu::kOverlapsPrior}, logits,
               vocab, p, workspace, tokens, logprobs, top_n, top_ids, top_logprobs);
 }
 

@@ -186,6 +186,7 @@ static_assert(kStages<1> >= 2 && kStages<2> >= 2 && kStages<4> >= 2, "a ring of 
 template <class T, int NT, bool kNarrow>
 __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m, int ldx, int64_t ldy,
                             int tiles_per_split, bool x_vectors, float* workspace, int32_t* counters) {
+  gpu::begin_after_prior_grid();
   static_assert(!kNarrow || NT == 1, "narrow products serve one tile of x");
   constexpr int R = kRowTiles<NT>, S = kStages<NT>, E = kEntryWords<NT>;
   LW_DYNAMIC_SHARED(uint32_t, ring);
@@ -454,6 +455,7 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
 template <class T>
 __global__ void reduce_splits_kernel(T* y, const float* workspace, const T* bias, int64_t m, int64_t n, int64_t ldy,
                                      int splits) {
+  gpu::begin_after_prior_grid();
   const int64_t total = m * n, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
     const int64_t tok = idx / n, row = idx - tok * n;
@@ -573,7 +575,8 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
   const bool x_vectors = ldx % 8 == 0 && gpu::aligned_to(16, x);
   auto run = [&]<int NT, bool kNarrow>() {
     const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(gemm_row_blocks(w, m)), static_cast<unsigned>(splits)),
-                                dim3(kGemmWarps * warp_size), sizeof(uint32_t) * kStages<NT> * kEntryWords<NT>, stream};
+                                dim3(kGemmWarps * warp_size), sizeof(uint32_t) * kStages<NT> * kEntryWords<NT>, stream,
+                                gpu::kOverlapsPrior};
     gpu::launch("int4_gemm", gemm_kernel<T, NT, kNarrow>, cfg, y, x, w, bias, static_cast<int>(m), static_cast<int>(ldx), ldy,
                 static_cast<int>(per_split), x_vectors, workspace, counters);
   };
@@ -589,7 +592,7 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
   }
   if (splits > 1 && counters == nullptr) {
     gpu::launch("int4_reduce_splits", reduce_splits_kernel<T>,
-                {dim3(static_cast<unsigned>(grid_for(m * w.n))), dim3(kThreads), 0, stream}, y, workspace, bias, m, w.n, ldy,
+                {dim3(static_cast<unsigned>(grid_for(m * w.n))), dim3(kThreads), 0, stream, gpu::kOverlapsPrior}, y, workspace, bias, m, w.n, ldy,
                 splits);
   }
 }
