@@ -135,10 +135,18 @@ TEST(Allocator, PrivatePoolKeepsItsBlocksFromOthers) {
     alloc.deallocate(big);
     pool.use([&] { EXPECT_EQ(alloc.allocate(3 << 20), kept); });  // the pool serves again
     EXPECT_THROW(alloc.begin_pool(12345), Error);
-    alloc.begin_pool(alloc.create_pool());
+    const CachingAllocator::PoolId second = alloc.create_pool();
+    alloc.begin_pool(second);
     EXPECT_THROW(pool.use([] {}), Error);  // one pool active at a time
     alloc.end_pool();
     EXPECT_THROW(alloc.end_pool(), Error);
+    alloc.release_pool(second);
+    // Work that throws leaves the pool inactive: the next allocation is not the pool's.
+    EXPECT_THROW(pool.use([] { LW_FAIL("the recorded work failed"); }), Error);
+    void* after = alloc.allocate(1000);
+    EXPECT_NE(after, temp);
+    EXPECT_NE(after, before);
+    alloc.deallocate(after);
   }
   // Released: the free blocks are the shared cache's, the block still in use returns there.
   AllocatorStats s = alloc.stats();

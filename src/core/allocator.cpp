@@ -36,9 +36,7 @@ CachingAllocator::~CachingAllocator() {
                mib(stats_.allocated_bytes));
   }
   try {
-    for (auto& [id, pool] : pools_)
-      for (auto& [size, blocks] : pool.free) free_[size].insert(free_[size].end(), blocks.begin(), blocks.end());
-    pools_.clear();
+    while (!pools_.empty()) release_pool_locked(pools_.begin()->first);
     release_cache_locked();
   } catch (const std::exception& e) {
     log().error("releasing the allocator cache failed: {}", e.what());
@@ -77,7 +75,8 @@ void* CachingAllocator::allocate(size_t bytes) {
   } else {
     DeviceGuard guard(device_);
     cudaError_t err = cudaMalloc(&ptr, size);
-    if (err == cudaErrorMemoryAllocation && stats_.cached_bytes > 0) {
+    // Not while a pool is active: that is a graph capture, which cudaFree would break.
+    if (err == cudaErrorMemoryAllocation && stats_.cached_bytes > 0 && active_ == 0) {
       (void)cudaGetLastError();
       release_cache_locked();
       err = cudaMalloc(&ptr, size);
@@ -152,6 +151,10 @@ void CachingAllocator::end_pool() {
 
 void CachingAllocator::release_pool(PoolId pool) {
   std::lock_guard lock(mu_);
+  release_pool_locked(pool);
+}
+
+void CachingAllocator::release_pool_locked(PoolId pool) {
   auto it = pools_.find(pool);
   if (it == pools_.end()) return;
   if (active_ == pool) active_ = 0;
@@ -180,10 +183,14 @@ void CachingAllocator::empty_cache() {
 void CachingAllocator::release_cache_locked() {
   DeviceGuard guard(device_);
   for (auto& [size, blocks] : free_) {
-    for (void* p : blocks) LW_CUDA_CHECK(cudaFree(p));
+    while (!blocks.empty()) {  // each block leaves the cache before it is freed: a failure keeps the rest
+      void* p = blocks.back();
+      blocks.pop_back();
+      stats_.cached_bytes -= size;
+      LW_CUDA_CHECK(cudaFree(p));
+    }
   }
   free_.clear();
-  stats_.cached_bytes = 0;
 }
 
 AllocatorStats CachingAllocator::stats() const {

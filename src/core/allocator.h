@@ -67,6 +67,7 @@ class CachingAllocator {
     size_t bytes = 0;  // owned, in use or free
   };
   void release_cache_locked();
+  void release_pool_locked(PoolId pool);
   Pool& pool_locked(PoolId pool, const char* what);
 
   int device_;

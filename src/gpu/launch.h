@@ -39,7 +39,7 @@ void launch(const char* name, void (*kernel)(KArgs...), const LaunchConfig& cfg,
   }
 #else
 #if defined(LW_TARGET_CUDA)
-  if (cfg.overlaps_prior && overlapped_launch()) {
+  if (cfg.overlaps_prior && overlapped_launch(reinterpret_cast<const void*>(kernel), cfg.stream)) {
     cudaLaunchAttribute attribute[1];
     attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute[0].val.programmaticStreamSerializationAllowed = 1;

@@ -25,9 +25,11 @@ struct LaunchConfig {
 };
 inline constexpr bool kOverlapsPrior = true;
 
-// Whether launches that allow it overlap the kernel before them on the current device: a CUDA
-// device of compute capability 9.0 or later, unless LW_OVERLAPPED_LAUNCH=0.
-bool overlapped_launch();
+// Whether `kernel`, launched with overlaps_prior on `stream`, goes out as a programmatic
+// dependent launch: CUDA, a device of compute capability 9.0 or later, the kernel compiled for
+// 9.0 or later (older code has no wait in it), the stream not being captured into a graph
+// (graphs gain nothing from it: docs/PERFORMANCE.md), and LW_OVERLAPPED_LAUNCH not 0.
+bool overlapped_launch(const void* kernel, cudaStream_t stream);
 
 // Throws lw::Error naming the kernel when the configuration cannot be launched.
 void check_launch_config(const char* kernel, const LaunchConfig& cfg);

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 namespace lw::gpu {
 
@@ -46,7 +48,7 @@ int round_block_size(int threads, int warp_size) {
 
 namespace lw::gpu {
 
-bool overlapped_launch() {
+bool overlapped_launch(const void* kernel, cudaStream_t stream) {
 #if defined(LW_TARGET_CUDA)
   static const bool wanted = [] {
     const char* env = std::getenv("LW_OVERLAPPED_LAUNCH");
@@ -65,8 +67,23 @@ bool overlapped_launch() {
     k = major >= 9 ? 2 : 1;
     known[device].store(k, std::memory_order_relaxed);
   }
-  return k == 2;
+  if (k != 2) return false;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  LW_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return false;
+  // The PTX architecture each kernel was compiled for (the wait is compiled in from 9.0 on).
+  static std::mutex mu;
+  static std::unordered_map<const void*, bool> compiled;
+  std::lock_guard lock(mu);
+  auto it = compiled.find(kernel);
+  if (it == compiled.end()) {
+    cudaFuncAttributes attr{};
+    LW_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    it = compiled.emplace(kernel, attr.ptxVersion >= 90).first;
+  }
+  return it->second;
 #else
+  (void)kernel, (void)stream;
   return false;
 #endif
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/logging.h"
 #include "gpu/runtime.h"
 
 namespace lw::model {
@@ -80,33 +81,49 @@ Tensor DecodeGraphs::run(Context& ctx, const KvCache& cache, const HostLayout& h
   upload(ctx, seq_info, e->layout.attention.seq_info);
 
   if (fresh) {
+    Tensor eager;
     try {
-      Tensor eager = compute(e->layout);
-      Tensor& out = logits_[rows];
-      if (!out.defined()) pool_->use([&] { out = ctx.empty(eager.shape(), eager.dtype()); });
-      e->layout.logits_out = out;
-      pool_->use([&] { e->graph.capture(ctx.stream(), [&] { e->logits = compute(e->layout); }); });
-      return eager.slice(0, 0, n);
+      eager = compute(e->layout);
     } catch (...) {
       entries_.erase({rows, bucket, ctx.deterministic()});
       throw;
     }
+    try {
+      Tensor& out = logits_[rows];
+      if (!out.defined()) pool_->use([&] { out = ctx.empty(eager.shape(), eager.dtype()); });
+      e->layout.logits_out = out;
+      pool_->use([&] { e->graph.capture(ctx.stream(), [&] { e->logits = compute(e->layout); }); });
+    } catch (const std::exception& ex) {
+      e->layout.logits_out = Tensor();
+      log().warn("the decode graph of {} rows and context bucket {} could not be captured; that bucket runs eagerly ({})",
+                 rows, bucket, ex.what());
+    }
+    if (!warned_ && reserve_ > 0 && pool_->bytes() > reserve_) {
+      warned_ = true;
+      log().warn("the decode graphs hold {:.1f} MiB, past the {:.1f} MiB the KV cache left them", pool_->bytes() / 1048576.0,
+                 reserve_ / 1048576.0);
+    }
+    return eager.slice(0, 0, n);
   }
+  if (!e->graph.ready()) return compute(e->layout).slice(0, 0, n);  // a bucket whose capture failed
   e->graph.launch(ctx.stream());
   return e->logits.slice(0, 0, n);
 }
 
-size_t DecodeGraphs::reserve_bytes(const ModelConfig& c, DType dtype) {
+size_t DecodeGraphs::reserve_bytes(const ModelConfig& c, int64_t vocab, int64_t ranks, DType dtype) {
   const auto d = static_cast<int64_t>(dtype_size(dtype));
-  // Logits: one tensor per batch size (1, 2, 4, ... kMaxBatch rows).
-  const int64_t logits = (2 * kMaxBatch - 1) * c.vocab * d;
+  // Logits: one tensor per batch size (1, 2, 4, ... kMaxBatch rows), of the whole vocabulary.
+  const int64_t logits = (2 * kMaxBatch - 1) * vocab * d;
   // A step's temporaries per row: the residual stream and its norm, q/k/v and the rotated q,
-  // the attention output, gate/up and their product, the logits; the decode attention's
-  // partial rows (up to 16 partitions of fp32 rows with their max and sum).
+  // the attention output, gate/up and their product, the logits (a rank's share, and with
+  // several ranks the gathered rows twice over); the decode attention's partial rows (up to 16
+  // partitions of fp32 rows with their max and sum).
   const int64_t q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
-  const int64_t per_row = (4 * c.hidden + 3 * q + 2 * kv + 3 * c.intermediate + c.vocab) * d +
+  const int64_t per_row = (4 * c.hidden + 3 * q + 2 * kv + 3 * c.intermediate + c.vocab + (ranks > 1 ? 2 * vocab : 0)) * d +
                           16 * c.heads * (c.head_dim + 2) * 4;
-  return static_cast<size_t>(logits + 2 * kMaxBatch * per_row);
+  // The int4 GEMM's k-split sums: up to 16 splits of its widest output (gate/up) for up to 64 rows.
+  const int64_t int4_splits = 16 * 64 * 2 * std::max(c.intermediate, c.hidden) * 4;
+  return static_cast<size_t>(logits + 2 * kMaxBatch * per_row + int4_splits);
 }
 
 std::unique_ptr<DecodeGraphs::Entry> DecodeGraphs::make_entry(Context& ctx, int64_t rows, int64_t bucket,

@@ -10,7 +10,9 @@
 // allocator (core/allocator.h) until the graphs are dropped: a replay writes them, so nothing
 // else may be given them. The graphs replay one at a time on the context's stream, so their
 // temporaries share the pool, and the graphs of one batch size write their logits to one tensor
-// (valid until the next step). reserve_bytes() is what the engine keeps free for them when it sizes the KV cache.
+// (valid until the next step). reserve_bytes() is what the engine keeps free for them when it
+// sizes the KV cache. A bucket whose capture fails (out of memory inside it, say) runs eagerly
+// from then on, with a warning.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -34,7 +36,8 @@ class DecodeGraphs {
  public:
   static constexpr int64_t kMaxBatch = 256;
   // attention_group: the model's query heads per key/value head (the matrix attention's tiles).
-  explicit DecodeGraphs(int attention_group) : group_(attention_group) {}
+  // reserve: what the engine kept free for the graphs (reserve_bytes), for the pool's warning.
+  DecodeGraphs(int attention_group, size_t reserve) : group_(attention_group), reserve_(reserve) {}
   // Computes the logits of a batch laid out on the device (the model's layers).
   using Compute = std::function<Tensor(const BatchLayout&)>;
 
@@ -45,10 +48,12 @@ class DecodeGraphs {
   // The step's logits ([tokens, vocab]), from the bucket's graph (captured on first use).
   Tensor run(Context& ctx, const KvCache& cache, const HostLayout& h, int64_t max_position, const Compute& compute);
 
-  // Device memory the graphs of a model (its shard's `config`) may hold at most: the logits of
-  // every (batch, context bucket) graph, and twice the temporaries of a step of kMaxBatch rows
-  // (the pool's blocks of smaller batches beside them).
-  static size_t reserve_bytes(const ModelConfig& config, DType dtype);
+  // Device memory the graphs of a model may hold (an estimate from its shape: `shard` is a
+  // rank's config, `vocab` the whole vocabulary every rank's logits hold, `ranks` the group's
+  // size): one logits tensor per batch size, and twice the temporaries of a step of kMaxBatch
+  // rows (the pool's blocks of smaller batches beside them). run() warns once where the pool
+  // grows past it.
+  static size_t reserve_bytes(const ModelConfig& shard, int64_t vocab, int64_t ranks, DType dtype);
   // Bytes the graphs' pool holds now.
   size_t pool_bytes() const { return pool_ ? pool_->bytes() : 0; }
 
@@ -65,6 +70,8 @@ class DecodeGraphs {
   // By (rows, context bucket, deterministic mode: the attention tables differ).
   std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<Entry>> entries_;
   int group_ = 1;
+  size_t reserve_ = 0;
+  bool warned_ = false;
   struct CacheId {
     const void* data = nullptr;
     const void* scales = nullptr;

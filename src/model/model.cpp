@@ -51,7 +51,8 @@ Model::Model(Context& ctx, const ModelConfig& config, DType dtype, const Shard& 
 }
 
 size_t Model::graph_bytes() const {
-  return decode_graphs() && config_.experts == 0 ? DecodeGraphs::reserve_bytes(local_, dtype_) : 0;
+  return decode_graphs() && config_.experts == 0 ? DecodeGraphs::reserve_bytes(local_, config_.vocab, shard_.size, dtype_)
+                                                 : 0;
 }
 
 void Model::set_decode_graphs(bool on) {
@@ -117,7 +118,7 @@ Tensor Model::forward(Context& ctx, KvCache& cache, const std::vector<SequenceCh
   LW_CHECK(!batch.empty(), "forward: an empty batch");
   const HostLayout host(cache, batch, config_.vocab);
   if (decode_graphs_ && DecodeGraphs::applies(config_, batch)) {
-    if (!graphs_) graphs_ = std::make_unique<DecodeGraphs>(static_cast<int>(config_.heads / config_.kv_heads));
+    if (!graphs_) graphs_ = std::make_unique<DecodeGraphs>(static_cast<int>(config_.heads / config_.kv_heads), graph_bytes());
     return graphs_->run(ctx, cache, host, config_.max_position, [&](const BatchLayout& b) { return compute(ctx, cache, b); });
   }
   return compute(ctx, cache, BatchLayout(ctx, host, batch.size(), static_cast<int>(config_.heads / config_.kv_heads)));

@@ -238,31 +238,8 @@ TEST(Int4Weights, FusedKernelOnLargerShapes) {
     const ops::Weight w = ops::int4_weight(ctx(), t);
     EXPECT_EQ(w.perm().defined(), sh.act_order);
     const Tensor wref = ctx().to_host(ops::expand(ctx(), w, DType::f32));
-    const kernels::Int4Matrix km{w.data().data_ptr(), w.scales().data<float>(),
-                                 static_cast<const uint8_t*>(w.zeros().data_ptr()), sh.n, sh.k, sh.group};
-    if (sh.k == 2048) {
-      EXPECT_GT(kernels::int4_gemm_splits(km, 2), 1);
-      // The splits added by the last block of each row block (counters) and by a second launch:
-      // the same bits, and the counters zero again after each launch.
-      for (int64_t m : {1, 9, 40}) {
-        SCOPED_TRACE(::testing::Message() << m << " rows of x");
-        const int splits = kernels::int4_gemm_splits(km, 2);
-        const int64_t blocks = kernels::int4_gemm_counters(km, m);
-        const Tensor x = ctx().to_device(random_host({m, sh.k}, DType::bf16));
-        Tensor by_last = ctx().empty({m, sh.n}, DType::bf16), by_launch = ctx().empty({m, sh.n}, DType::bf16);
-        Tensor ws = ctx().empty({splits * m * sh.n}, DType::f32);
-        Tensor counters = ctx().to_device(Tensor::empty_host({blocks}, DType::i32));
-        LW_CUDA_CHECK(cudaMemsetAsync(counters.data_ptr(), 0, counters.nbytes(), ctx().stream().get()));
-        for (int launch = 0; launch < 2; ++launch)
-          kernels::int4_gemm<bfloat16>(by_last.data<bfloat16>(), x.data<bfloat16>(), km, nullptr, m, sh.k, sh.n, splits,
-                                       ws.data<float>(), counters.data<int32_t>(), ctx().warp_size(), ctx().stream().get());
-        kernels::int4_gemm<bfloat16>(by_launch.data<bfloat16>(), x.data<bfloat16>(), km, nullptr, m, sh.k, sh.n, splits,
-                                     ws.data<float>(), nullptr, ctx().warp_size(), ctx().stream().get());
-        EXPECT_TRUE(bitwise_equal(ctx().to_host(by_last), ctx().to_host(by_launch)));
-        const Tensor left = ctx().to_host(counters);
-        for (int64_t b = 0; b < blocks; ++b) EXPECT_EQ(left.data<int32_t>()[b], 0) << "counter " << b;
-      }
-    }
+    if (sh.k == 2048)
+      EXPECT_GT(kernels::int4_gemm_splits({w.data().data_ptr(), nullptr, nullptr, sh.n, sh.k, sh.group}, 2), 1);
     for (DType dt : {DType::f16, DType::bf16}) {
       const int64_t m = 40;
       const Tensor xh = random_host({m, sh.k}, dt);
@@ -297,6 +274,53 @@ TEST(Int4Weights, FusedKernelOnLargerShapes) {
               << dtype_name(dt) << " element [" << i << ", " << j << "]";
         }
     }
+  }
+}
+
+// The fused kernel's k splits added by the last block of each row block (counters) and by a
+// second launch: the same bits, with a bias, over several row blocks (the last one partial, its
+// last row tile half outside N), at 1, 9 and 40 rows of x; the counters are zero after each
+// launch, and a second call through the same counters gives the same result.
+TEST(Int4Weights, SplitsAddedByTheirLastBlock) {
+  std::mt19937_64& gen = rng();
+  const int64_t n = 296, k = 1024, group = 128, groups = k / group;
+  auto words = [&](int64_t rows, int64_t cols) {
+    Tensor h = Tensor::empty_host({rows, cols}, DType::i32);
+    for (int64_t i = 0; i < h.numel(); ++i) h.data<int32_t>()[i] = static_cast<int32_t>(gen());
+    return ctx().to_device(h);
+  };
+  ops::Int4Tensors t;
+  t.n = n, t.k = k, t.group = group;
+  t.qweight = words(k / 8, n);
+  t.qzeros = words(groups, n / 8);
+  t.scales = ctx().to_device(random_host({groups, n}, DType::f16, 0.01, 0.1));
+  const ops::Weight w = ops::int4_weight(ctx(), t);
+  const kernels::Int4Matrix km{w.data().data_ptr(), w.scales().data<float>(),
+                               static_cast<const uint8_t*>(w.zeros().data_ptr()), n, k, group};
+  const int splits = kernels::int4_gemm_splits(km, 2);
+  ASSERT_GT(splits, 1);
+  const Tensor bias = ctx().to_device(random_host({n}, DType::bf16));
+  for (int64_t m : {1, 9, 40}) {
+    SCOPED_TRACE(::testing::Message() << m << " rows of x, " << splits << " splits");
+    const int64_t blocks = kernels::int4_gemm_counters(km, m);
+    ASSERT_GT(blocks, 1);
+    const Tensor x = ctx().to_device(random_host({m, k}, DType::bf16));
+    Tensor by_last = ctx().empty({m, n}, DType::bf16), again = ctx().empty({m, n}, DType::bf16),
+           by_launch = ctx().empty({m, n}, DType::bf16);
+    Tensor ws = ctx().empty({splits * m * n}, DType::f32);
+    Tensor counters = ctx().to_device(Tensor::empty_host({blocks}, DType::i32));
+    LW_CUDA_CHECK(cudaMemsetAsync(counters.data_ptr(), 0, counters.nbytes(), ctx().stream().get()));
+    auto run = [&](Tensor& y, int32_t* c) {
+      kernels::int4_gemm<bfloat16>(y.data<bfloat16>(), x.data<bfloat16>(), km, bias.data<bfloat16>(), m, k, n, splits,
+                                   ws.data<float>(), c, ctx().warp_size(), ctx().stream().get());
+    };
+    run(by_last, counters.data<int32_t>());
+    const Tensor left = ctx().to_host(counters);
+    for (int64_t b = 0; b < blocks; ++b) EXPECT_EQ(left.data<int32_t>()[b], 0) << "counter " << b;
+    run(again, counters.data<int32_t>());
+    run(by_launch, nullptr);
+    EXPECT_TRUE(bitwise_equal(ctx().to_host(by_last), ctx().to_host(by_launch)));
+    EXPECT_TRUE(bitwise_equal(ctx().to_host(again), ctx().to_host(by_launch)));
   }
 }
 

@@ -182,7 +182,8 @@ static_assert(kStages<1> >= 2 && kStages<2> >= 2 && kStages<4> >= 2, "a ring of 
 // N; kNarrow: x has at most 8 rows, the MMA's first 8 columns), its A fragments decoded from
 // the entry's words and x's B fragments loaded from the entry's columns; rows of x past m are
 // zeros. A group's products accumulate in fp32 and are scaled when the group ends. With one
-// split the warp writes y; else its partial sums go to `workspace` for reduce_splits.
+// split the warp writes y; else its partial sums go to `workspace`, which the last of the row
+// block's splits to finish adds (or, without counters, reduce_splits_kernel).
 template <class T, int NT, bool kNarrow>
 __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m, int ldx, int64_t ldy,
                             int tiles_per_split, bool x_vectors, float* workspace, int32_t* counters) {
@@ -442,7 +443,7 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
     const int tok = e / block_rows, row = block_row0 + e % block_rows;
     const int64_t at = static_cast<int64_t>(tok) * n + row;
     float v = 0.0f;
-    for (int sp = 0; sp < static_cast<int>(gridDim.y); ++sp) v += workspace[sp * plane + at];
+    for (int sp = 0; sp < static_cast<int>(gridDim.y); ++sp) v += gpu::load_from_other_block(workspace + sp * plane + at);
     y[tok * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
   }
 #else
