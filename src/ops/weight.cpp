@@ -444,7 +444,12 @@ void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
   // Rows beyond the kernel's tiles of x run in passes of kInt4GemmMaxRows (the forced path).
   const int splits = kernels::int4_gemm_splits(m, caps.multiprocessors);
   Tensor workspace = splits > 1 ? ctx.empty({splits * std::min(rows, kernels::kInt4GemmMaxRows) * n}, DType::f32) : Tensor();
-  int32_t* counters = splits > 1 ? ctx.resource<LaunchCounters>().get(kernels::int4_gemm_counters(m, rows)) : nullptr;
+  // The splits are added by their last block up to a few rows (a pass or two of its threads);
+  // more rows take the second launch, whose many blocks add them faster.
+  constexpr int64_t kInt4LastBlockRows = 8;
+  int32_t* counters = splits > 1 && rows <= kInt4LastBlockRows
+                          ? ctx.resource<LaunchCounters>().get(kernels::int4_gemm_counters(m, rows))
+                          : nullptr;
   Tensor ys = out.view({rows, n});
   for (int64_t r0 = 0; r0 < rows; r0 += kernels::kInt4GemmMaxRows) {
     const int64_t count = std::min(rows - r0, kernels::kInt4GemmMaxRows);

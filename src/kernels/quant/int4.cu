@@ -438,13 +438,29 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
   __threadfence();
   const int block_row0 = block_tile0 * static_cast<int>(kInt4TileRows);
   const int block_rows = min(kGemmWarps * R * static_cast<int>(kInt4TileRows), n - block_row0);
+  // Each thread's elements of the row block, their splits loaded before any is added or stored
+  // (a store may alias the next loads: one L2 latency per element otherwise, which at 64 rows
+  // of x made the launch 28% slower than a second launch; ops passes counters up to 8 rows).
   const int64_t plane = static_cast<int64_t>(m) * n;
-  for (int e = tid; e < m * block_rows; e += kBlockThreads) {
-    const int tok = e / block_rows, row = block_row0 + e % block_rows;
-    const int64_t at = static_cast<int64_t>(tok) * n + row;
-    float v = 0.0f;
-    for (int sp = 0; sp < static_cast<int>(gridDim.y); ++sp) v += gpu::load_from_other_block(workspace + sp * plane + at);
-    y[tok * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
+  constexpr int kAhead = 4;
+  const int splits = static_cast<int>(gridDim.y);
+  for (int e0 = tid; e0 < m * block_rows; e0 += kAhead * kBlockThreads) {
+    float v[kAhead];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int e = e0 + u * kBlockThreads;
+      v[u] = 0.0f;
+      if (e >= m * block_rows) continue;
+      const int64_t at = static_cast<int64_t>(e / block_rows) * n + block_row0 + e % block_rows;
+      for (int sp = 0; sp < splits; ++sp) v[u] += gpu::load_from_other_block(workspace + sp * plane + at);
+    }
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int e = e0 + u * kBlockThreads;
+      if (e >= m * block_rows) continue;
+      const int tok = e / block_rows, row = block_row0 + e % block_rows;
+      y[tok * ldy + row] = gpu::from_float<T>(v[u] + (bias ? gpu::to_float(bias[row]) : 0.0f));
+    }
   }
 #else
   (void)ring, (void)ring_elements, (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_split, (void)x_vectors,
