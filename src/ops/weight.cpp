@@ -444,9 +444,10 @@ void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
   // Rows beyond the kernel's tiles of x run in passes of kInt4GemmMaxRows (the forced path).
   const int splits = kernels::int4_gemm_splits(m, caps.multiprocessors);
   Tensor workspace = splits > 1 ? ctx.empty({splits * std::min(rows, kernels::kInt4GemmMaxRows) * n}, DType::f32) : Tensor();
-  // The splits are added by their last block up to a few rows (a pass or two of its threads);
-  // more rows take the second launch, whose many blocks add them faster.
-  constexpr int64_t kInt4LastBlockRows = 8;
+  // The splits are added by their last block up to 4 rows of x (one pass of its threads, as at
+  // one row, where it measured as fast as the second launch); more rows take the second launch,
+  // whose many blocks add them faster (the last block's passes made 64 rows 28% slower).
+  constexpr int64_t kInt4LastBlockRows = 4;
   int32_t* counters = splits > 1 && rows <= kInt4LastBlockRows
                           ? ctx.resource<LaunchCounters>().get(kernels::int4_gemm_counters(m, rows))
                           : nullptr;

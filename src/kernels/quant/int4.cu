@@ -440,7 +440,7 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
   const int block_rows = min(kGemmWarps * R * static_cast<int>(kInt4TileRows), n - block_row0);
   // Each thread's elements of the row block, their splits loaded before any is added or stored
   // (a store may alias the next loads: one L2 latency per element otherwise, which at 64 rows
-  // of x made the launch 28% slower than a second launch; ops passes counters up to 8 rows).
+  // of x made the launch 28% slower than a second launch; ops passes counters up to 4 rows).
   const int64_t plane = static_cast<int64_t>(m) * n;
   constexpr int kAhead = 4;
   const int splits = static_cast<int>(gridDim.y);
