@@ -172,17 +172,21 @@ TEST(Model, QuantizationConfigIsReadOrRefused) {
 
   // 4-bit schemes: the group size (-1: one per output row) and GPTQ's zero-point convention.
   q = read(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": true})").quantization;
-  EXPECT_EQ(q.int4_group, 128);
+  EXPECT_EQ(q.group_size, 128);
+  EXPECT_EQ(q.gptq_bits, 4);
   EXPECT_FALSE(q.gptq_v2);
+  q = read(R"({"quant_method": "gptq", "bits": 8, "group_size": 32, "sym": true})").quantization;
+  EXPECT_EQ(q.gptq_bits, 8);
+  EXPECT_EQ(q.group_size, 32);
   q = read(R"({"quant_method": "gptq", "bits": 4, "group_size": -1, "checkpoint_format": "gptq_v2"})").quantization;
-  EXPECT_EQ(q.int4_group, -1);
+  EXPECT_EQ(q.group_size, -1);
   EXPECT_TRUE(q.gptq_v2);
   EXPECT_EQ(read(R"({"quant_method": "awq", "bits": 4, "group_size": 64, "version": "gemm", "zero_point": true})")
-                .quantization.int4_group,
+                .quantization.group_size,
             64);
-  EXPECT_EQ(ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32})").int4_group, 32);
-  EXPECT_EQ(ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "channel"})").int4_group, -1);
-  expect_error([&] { read(R"({"quant_method": "gptq", "bits": 8})"); }, "8-bit GPTQ weights are not supported (4-bit)");
+  EXPECT_EQ(ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32})").group_size, 32);
+  EXPECT_EQ(ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "channel"})").group_size, -1);
+  expect_error([&] { read(R"({"quant_method": "gptq", "bits": 3})"); }, "3-bit GPTQ weights are not supported (4-bit, 8-bit)");
   expect_error([&] { read(R"({"quant_method": "gptq", "bits": 4, "group_size": 0})"); }, "group_size 0 must be positive or -1");
   expect_error([&] { read(R"({"quant_method": "gptq", "bits": 4, "checkpoint_format": "marlin"})"); },
                "GPTQ checkpoint_format 'marlin' is not supported (gptq, gptq_v2)");
@@ -195,7 +199,7 @@ TEST(Model, QuantizationConfigIsReadOrRefused) {
   const model::WeightQuantization asym =
       ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "group", "symmetric": false, "group_size": 32})");
   EXPECT_TRUE(asym.int4_asymmetric);
-  EXPECT_EQ(asym.int4_group, 32);
+  EXPECT_EQ(asym.group_size, 32);
   EXPECT_FALSE(ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "channel"})").int4_asymmetric);
   expect_error([&] { ct("pack-quantized", R"({"num_bits": 4, "type": "int", "strategy": "tensor"})"); },
                "4-bit weight strategy 'tensor' is not supported (group, channel)");

@@ -4,7 +4,7 @@ every supported architecture: logits of a batch of prompts in fp32 and bf16, and
 continuations in fp32. Needs torch and transformers (the GPU machine has both).
 
     python3 tools/compare_hf.py --lightwave build/device/src/app/lightwave [--arch llama,qwen3] [--keep DIR]
-                                [--tp N [--nnodes M]] [--quant fp8|gptq|awq|w4a16]
+                                [--tp N [--nnodes M]] [--quant fp8|gptq|gptq8|awq|w4a16]
 
 --quant fp8 saves the attention, dense-MLP and routed experts' projections (each expert's own
 matrices; not experts fused into one tensor, nor shared experts) as a Hugging Face fp8
@@ -14,8 +14,8 @@ quantised by torch (a block's scale is its absolute maximum / 448, values cast t
 float8_e4m3fn), and gives transformers the dequantised weights (fp8 value x scale, in fp32):
 both engines then run the same weights, and the fp32 and bf16 bounds below hold unchanged.
 
---quant gptq, awq and w4a16 save the same projections with 4-bit weights in groups of 32 input
-columns, quantised by round to nearest per output row and group (numpy's rint) with the scales
+--quant gptq, gptq8, awq and w4a16 save the same projections with 4-bit (gptq8: 8-bit) weights in
+groups of 32 input columns, quantised by round to nearest per output row and group (numpy's rint) with the scales
 rounded to their stored dtype first, and likewise give transformers the dequantised weights
 ((q - zero) x scale in fp32):
   gptq: AutoGPTQ's layout (qweight [K/8, N], qzeros [K/32, N/8] holding zero - 1, scales f16,
@@ -28,6 +28,10 @@ rounded to their stored dtype first, and likewise give transformers the dequanti
   w4a16: compressed-tensors pack-quantized (weight_packed [N, K/8] holding q + 8, weight_scale
     bf16 [N, K/32], weight_shape), symmetric group strategy: scale amax / 7.5 (llm-compressor's
     rule), q = clamp(rint(w / scale), -8, 7).
+  gptq8: AutoGPTQ's 8-bit layout (qweight [K/4, N] and qzeros [K/32, N/4] of bytes, zero - 1
+    stored, scales f16, g_idx [K] in group order), symmetric: scale 2 amax / 255, zero 128
+    (AutoGPTQ's sym), q = clamp(rint(w / scale) + 128, 0, 255); quantization_config {quant_method
+    gptq, bits 8, desc_act false, sym true}: lightwave keeps these as int8 with group scales.
 The packed layouts need N a multiple of 8 and K a multiple of the group: a projection that is
 not (every down projection: K = 100, 104, 56 or 48 here; the dense MLPs' gate and up, N = 100)
 stays fp32 as "<p>.weight" in all three formats, and with the router, shared experts and
@@ -171,12 +175,14 @@ def round_scales(s, dtype):
     return np.where(r == 0, np.float32(1), r).astype(np.float32)
 
 
-def int4_quantise(w, g_idx, sym, scale_dtype, zero_min=0):
+def int4_quantise(w, g_idx, sym, scale_dtype, zero_min=0, bits=4):
     """w [N, K] float32 by round to nearest per output row and group of input columns (g_idx[k]:
-    column k's group; act order scatters a group's columns). Asymmetric: s = (max - min) / 15,
-    z = clamp(rint(-min / s), zero_min, 15); symmetric (compressed-tensors): s = amax / 7.5, z = 8;
-    both with s rounded to scale_dtype first, q = clamp(rint(w / s) + z, 0, 15).
+    column k's group; act order scatters a group's columns), maxq = 2^bits - 1 (15 at 4 bits).
+    Asymmetric: s = (max - min) / maxq, z = clamp(rint(-min / s), zero_min, maxq); symmetric
+    (compressed-tensors, AutoGPTQ's sym): s = amax / (maxq / 2), z = 2^(bits - 1); both with s
+    rounded to scale_dtype first, q = clamp(rint(w / s) + z, 0, maxq).
     -> q [N, K], z [G, N], s float32 [G, N] (values of scale_dtype), (q - z) * s [N, K] float32."""
+    maxq = 2 ** bits - 1
     n, k = w.shape
     groups = int(g_idx.max()) + 1
     q = np.zeros((n, k), np.int64)
@@ -186,13 +192,13 @@ def int4_quantise(w, g_idx, sym, scale_dtype, zero_min=0):
         cols = np.flatnonzero(g_idx == g)
         blk = w[:, cols]
         if sym:
-            s[g] = round_scales(np.abs(blk).max(axis=1) / np.float32(7.5), scale_dtype)
-            z[g] = 8
+            s[g] = round_scales(np.abs(blk).max(axis=1) / np.float32(maxq / 2), scale_dtype)
+            z[g] = 2 ** (bits - 1)
         else:
             lo, hi = blk.min(axis=1), blk.max(axis=1)
-            s[g] = round_scales((hi - lo) / np.float32(15), scale_dtype)
-            z[g] = np.clip(np.rint(-lo / s[g]), zero_min, 15)
-        q[:, cols] = np.clip(np.rint(blk / s[g][:, None]) + z[g][:, None], 0, 15)
+            s[g] = round_scales((hi - lo) / np.float32(maxq), scale_dtype)
+            z[g] = np.clip(np.rint(-lo / s[g]), zero_min, maxq)
+        q[:, cols] = np.clip(np.rint(blk / s[g][:, None]) + z[g][:, None], 0, maxq)
     deq = ((q - z[g_idx].T).astype(np.float32) * s[g_idx].T).astype(np.float32)
     return q, z, s, deq
 
@@ -207,6 +213,16 @@ def pack_int4(a, order=tuple(range(8))):
     return words.view(np.int32)
 
 
+def pack_int8(a):
+    """a [R, C] of 0..255 -> int32 [R, C/4]: bits 8i..8i+7 of word [r, c] hold a[r, 4c + i]."""
+    r, c = a.shape
+    a = a.astype(np.uint32).reshape(r, c // 4, 4)
+    words = np.zeros((r, c // 4), np.uint32)
+    for i in range(4):
+        words |= a[:, :, i] << np.uint32(8 * i)
+    return words.view(np.int32)
+
+
 def int4_tensors(quant, w, rng):
     """One [N, K] float32 matrix in a 4-bit format: ({suffix: tensor} replacing its "weight",
     the dequantised values [N, K] float32). gptq: v1 (zero - 1 stored), asymmetric, act order
@@ -216,7 +232,11 @@ def int4_tensors(quant, w, rng):
     g_idx = np.empty(k, np.int32)
     g_idx[rng.permutation(k) if quant == "gptq" else np.arange(k)] = np.arange(k) // INT4_GROUP
     t = torch.from_numpy
-    if quant == "gptq":
+    if quant == "gptq8":
+        q, z, s, deq = int4_quantise(w, g_idx, True, "float16", bits=8)
+        out = {"qweight": t(np.ascontiguousarray(pack_int8(q).T)), "qzeros": t(pack_int8(z - 1)),
+               "scales": t(s).to(torch.float16), "g_idx": t(g_idx)}
+    elif quant == "gptq":
         q, z, s, deq = int4_quantise(w, g_idx, False, "float16", zero_min=1)
         out = {"qweight": t(np.ascontiguousarray(pack_int4(q).T)), "qzeros": t(pack_int4(z - 1)),
                "scales": t(s).to(torch.float16), "g_idx": t(g_idx)}
@@ -235,6 +255,9 @@ def quantization_config(quant, full_precision):
     """config.json's quantization_config; full_precision: the Linear modules left unquantised."""
     if quant == "fp8":
         return {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
+    if quant == "gptq8":
+        return {"quant_method": "gptq", "bits": 8, "group_size": INT4_GROUP, "desc_act": False, "sym": True,
+                "checkpoint_format": "gptq"}
     if quant == "gptq":
         return {"quant_method": "gptq", "bits": 4, "group_size": INT4_GROUP, "desc_act": True, "sym": False,
                 "checkpoint_format": "gptq"}
@@ -367,7 +390,7 @@ def main():
     ap.add_argument("--keep", default="")
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--nnodes", type=int, default=1)
-    ap.add_argument("--quant", default="", choices=["", "fp8", "gptq", "awq", "w4a16"])
+    ap.add_argument("--quant", default="", choices=["", "fp8", "gptq", "gptq8", "awq", "w4a16"])
     a = ap.parse_args()
     cfgs = configs()
     archs = a.arch.split(",") if a.arch else list(cfgs)
@@ -377,7 +400,7 @@ def main():
           f"<= 1e-4; bf16 ||logits - fp32 logits|| / ||fp32 logits|| <= 1.5 x transformers' own; "
           f"greedy {GREEDY} tokens identical in fp32; lightwave on {a.tp} rank(s) over {a.nnodes} process(es)"
           + (f"; projections in {a.quant} ("
-             + (f"{FP8_BLOCK} x {FP8_BLOCK} blocks" if a.quant == "fp8" else f"4-bit, groups of {INT4_GROUP}")
+             + (f"{FP8_BLOCK} x {FP8_BLOCK} blocks" if a.quant == "fp8" else f"{8 if a.quant == 'gptq8' else 4}-bit, groups of {INT4_GROUP}")
              + "), transformers on their dequantised values" if a.quant else ""))
     failed = 0
     for arch in archs:

@@ -87,18 +87,19 @@ WeightQuantization read_quantization(const ConfigKeys& c) {
     if (qc.has("weight_block_size")) block(qc.raw("weight_block_size"), "weight_block_size");
     return q;
   }
-  auto int4_group = [&](int64_t g, const std::string& at) {
+  auto read_group = [&](int64_t g, const std::string& at) {
     LW_CHECK(g == -1 || g > 0, at << ": group_size " << g << " must be positive or -1 (one group per output row)");
     return g;
   };
   if (q.method == "gptq") {
     const int bits = qc.get<int>("bits");
-    LW_CHECK(bits == 4, where << ": " << bits << "-bit GPTQ weights are not supported (4-bit)");
+    LW_CHECK(bits == 4 || bits == 8, where << ": " << bits << "-bit GPTQ weights are not supported (4-bit, 8-bit)");
+    q.gptq_bits = bits;
     const std::string format = qc.get<std::string>("checkpoint_format", "gptq");
     LW_CHECK(format == "gptq" || format == "gptq_v2",
              where << ": GPTQ checkpoint_format '" << format << "' is not supported (gptq, gptq_v2)");
     q.gptq_v2 = format == "gptq_v2";
-    q.int4_group = int4_group(qc.get<int64_t>("group_size", 128), where);
+    q.group_size = read_group(qc.get<int64_t>("group_size", 128), where);
     return q;
   }
   if (q.method == "awq") {
@@ -107,7 +108,7 @@ WeightQuantization read_quantization(const ConfigKeys& c) {
     LW_CHECK(bits == 4 && (version == "gemm" || version == "GEMM"),
              where << ": AWQ " << bits << "-bit weights of version '" << version << "' are not supported (4-bit, gemm)");
     LW_CHECK(qc.get<bool>("zero_point", true), where << ": AWQ without zero points is not supported");
-    q.int4_group = int4_group(qc.get<int64_t>("group_size", qc.get<int64_t>("q_group_size", 128)), where);
+    q.group_size = read_group(qc.get<int64_t>("group_size", qc.get<int64_t>("q_group_size", 128)), where);
     return q;
   }
   LW_CHECK(q.method == "compressed-tensors",
@@ -132,14 +133,14 @@ WeightQuantization read_quantization(const ConfigKeys& c) {
       LW_CHECK(bits == 4 && type == "int", at << ": pack-quantized " << bits << "-bit " << type
                                                << " weights are not supported (4-bit int)");
       const bool asymmetric = !w.get<bool>("symmetric", true);
-      LW_CHECK(q.int4_group == 0 || q.int4_asymmetric == asymmetric,
+      LW_CHECK(q.group_size == 0 || q.int4_asymmetric == asymmetric,
                where << ": config groups with symmetric and asymmetric 4-bit weights are not supported");
       q.int4_asymmetric = asymmetric;
       LW_CHECK(strategy == "group" || strategy == "channel",
                at << ": 4-bit weight strategy '" << strategy << "' is not supported (group, channel)");
-      const int64_t g = strategy == "channel" ? -1 : int4_group(w.get<int64_t>("group_size"), at);
-      LW_CHECK(q.int4_group == 0 || q.int4_group == g, where << ": config groups with different group sizes are not supported");
-      q.int4_group = g;
+      const int64_t g = strategy == "channel" ? -1 : read_group(w.get<int64_t>("group_size"), at);
+      LW_CHECK(q.group_size == 0 || q.group_size == g, where << ": config groups with different group sizes are not supported");
+      q.group_size = g;
       continue;
     }
     LW_CHECK(bits == 8 && (type == "float" || type == "int"),

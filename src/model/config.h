@@ -28,10 +28,12 @@ struct WeightQuantization {
   // Whether int8 weights go with int8 activations (W8A8: compressed-tensors input_activations);
   // false for weight-only int8 (W8A16), whose weights the loader expands.
   bool int8_activations = true;
-  // 4-bit weights: quant_method "gptq" (qweight, qzeros, scales, g_idx), "awq" (GEMM packing) or
-  // compressed-tensors "pack-quantized" (weight_packed, weight_scale): input columns per scale,
-  // -1 for one group per output row; 0 when the checkpoint has no 4-bit weights.
-  int64_t int4_group = 0;
+  // Weights with group scales: quant_method "gptq" (4 or 8 bits: qweight, qzeros, scales,
+  // g_idx), "awq" (4 bits, GEMM packing) or compressed-tensors "pack-quantized" (4 bits:
+  // weight_packed, weight_scale): input columns per scale, -1 for one group per output row; 0
+  // when the checkpoint has no such weights.
+  int64_t group_size = 0;
+  int gptq_bits = 4;  // bits per GPTQ value: 4 or 8
   // pack-quantized with zero points ("symmetric": false): weight_zero_point i32 [ceil(N/8), G].
   bool int4_asymmetric = false;
   bool gptq_v2 = false;  // GPTQ's qzeros hold the zero points (checkpoint_format gptq_v2), not zero - 1

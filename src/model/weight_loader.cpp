@@ -12,10 +12,12 @@
 
 #include "gpu/runtime.h"
 #include "core/logging.h"
+#include "ops/check.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/int4_weight.h"
 #include "kernels/quant/fp8.h"
+#include "kernels/quant/gptq8.h"
 #include "kernels/quant/int4.h"
 #include "weights/load.h"
 #include "weights/random_blocks.h"
@@ -174,11 +176,12 @@ ops::Weight WeightLoader::int4_weight(const std::string& name, const std::vector
   const WeightQuantization& q = quantization_;
   LW_CHECK(shape.size() == 2, where << " holds 4-bit values, but the model reads it as " << shape_str(shape)
                                     << " (4-bit tensors load as matrices)");
-  LW_CHECK(q.int4_group != 0 && (packed ? q.method == "compressed-tensors" : q.method == "gptq" || q.method == "awq"),
-           where << " holds 4-bit " << (packed ? "pack-quantized" : "GPTQ/AWQ")
+  LW_CHECK(q.group_size != 0 && (packed ? q.method == "compressed-tensors" : q.method == "gptq" || q.method == "awq"),
+           where << " holds " << (packed ? "4-bit pack-quantized" : "GPTQ/AWQ")
                  << " values, but the config's quantization_config ('" << q.method << "') does not describe them");
+  if (!packed && q.method == "gptq" && q.gptq_bits == 8) return gptq8_weight(name, shape, part);
   // A group wider than K (a small layer of a checkpoint quantised with groups of 128) is one group.
-  const int64_t n = shape[0], k = shape[1], group = q.int4_group < 0 ? k : std::min(q.int4_group, k);
+  const int64_t n = shape[0], k = shape[1], group = q.group_size < 0 ? k : std::min(q.group_size, k);
   int64_t r0 = 0, r1 = n, c0 = 0, c1 = k;
   if (part.dim == 0) r0 = part.start, r1 = part.end;
   if (part.dim == 1) c0 = part.start, c1 = part.end;
@@ -245,6 +248,105 @@ ops::Weight WeightLoader::int4_weight(const std::string& name, const std::vector
   return projection(ops::contiguous(ctx_, dense.slice(0, r0, r1).slice(1, c0, c1)));
 }
 
+ops::Weight WeightLoader::gptq8_weight(const std::string& name, const std::vector<int64_t>& shape, Part part) {
+  const std::string prefix = weight_prefix(name);
+  const std::string where = "tensor '" + prefix + "' in " + ckpt_->description();
+  LW_CHECK(shape.size() == 2, where << " holds 8-bit GPTQ values, but the model reads it as " << shape_str(shape)
+                                    << " (8-bit GPTQ tensors load as matrices)");
+  const int64_t n = shape[0], k = shape[1];
+  const int64_t group = quantization_.group_size < 0 ? k : std::min(quantization_.group_size, k);
+  const int64_t groups = (k + group - 1) / group;
+  LW_CHECK(n % 4 == 0 && k % 4 == 0, where << ": 8-bit GPTQ packs four values per int32 word; [" << n << ", " << k
+                                           << "] is not whole words");
+  // Every tensor's type and shape, named where it is wrong.
+  auto record = [&](const std::string& suffix, std::vector<int64_t> want, bool integer) -> const weights::TensorRecord* {
+    const weights::TensorRecord* r = ckpt_->find(prefix + suffix);
+    if (!r) return nullptr;
+    const bool type_ok = integer ? r->dtype == weights::FileDType::i32
+                                 : r->dtype == weights::FileDType::f16 || r->dtype == weights::FileDType::bf16 ||
+                                       r->dtype == weights::FileDType::f32;
+    LW_CHECK(type_ok && r->shape == want, where << ": " << prefix << suffix << " is " << r->type_name << shape_str(r->shape)
+                                                << "; 8-bit GPTQ [" << n << ", " << k << "] in groups of " << group
+                                                << " needs " << (integer ? "I32" : "F16/BF16/F32") << shape_str(want));
+    return r;
+  };
+  const weights::TensorRecord* qweight = record(".qweight", {k / 4, n}, true);
+  const weights::TensorRecord* qzeros = record(".qzeros", {groups, n / 4}, true);
+  const weights::TensorRecord* scales = record(".scales", {groups, n}, false);
+  const weights::TensorRecord* g_idx = record(".g_idx", {k}, true);
+  LW_CHECK(qweight && qzeros && scales, where << ": 8-bit GPTQ needs " << prefix << ".qweight, .qzeros and .scales");
+  // Act-order columns (g_idx other than column / group) and zero points, read from the file's
+  // mapping so that the dry run counts what the load keeps.
+  bool act_order = false;
+  if (g_idx) {
+    const auto* g = reinterpret_cast<const int32_t*>(g_idx->data);
+    for (int64_t col = 0; col < k; ++col) {
+      LW_CHECK(g[col] >= 0 && g[col] < groups,
+               where << ": " << prefix << ".g_idx[" << col << "] = " << g[col] << " is not a group (0 .. " << groups - 1 << ")");
+      act_order = act_order || g[col] != col / group;
+    }
+  }
+  const int zero_add = quantization_.gptq_v2 ? 0 : 1;
+  bool symmetric = true;
+  const auto* z = reinterpret_cast<const uint8_t*>(qzeros->data);
+  for (size_t i = 0; i < qzeros->bytes && symmetric; ++i) symmetric = z[i] + zero_add == 128;
+
+  int64_t r0 = 0, r1 = n, c0 = 0, c1 = k;
+  if (part.dim == 0) r0 = part.start, r1 = part.end;
+  if (part.dim == 1) c0 = part.start, c1 = part.end;
+  const int64_t pn = r1 - r0, pk = c1 - c0;
+  const bool whole_groups = part.dim != 1 || (c0 % group == 0 && (c1 % group == 0 || c1 == k));
+  const bool keep = keep_quantized_ && symmetric && !act_order && whole_groups;
+  if (keep_quantized_ && !keep && !dry_ && !logged_expanded_gptq8_) {
+    log().info("{}: 8-bit GPTQ weights {}: expanded to {} at load (int8_per_group holds symmetric weights in group "
+               "order, in whole groups)",
+               where,
+               !symmetric   ? "with zero points other than 128 (asymmetric)"
+               : act_order ? "in act order (groups scattered over K)"
+                           : "cut inside a group by a shard's columns",
+               dtype_name(dtype_));
+    logged_expanded_gptq8_ = true;
+  }
+  const int64_t part_groups = (pk + group - 1) / group;
+  if (keep) {
+    bytes_ += static_cast<size_t>(pn * pk + 4 * pn * part_groups);
+    kept_format_ = ops::WeightFormat::int8_per_group;
+  } else {
+    bytes_ += static_cast<size_t>(pn * pk) * dtype_size(dtype_);
+  }
+  if (dry_) return ops::Weight();
+
+  const Tensor words = weights::load_tensor(ctx_, *qweight, DType::f32);  // integers load as stored
+  const Tensor s = weights::load_tensor(ctx_, *scales, DType::f32);
+  const Tensor host_scales = ctx_.to_host(s);
+  for (int64_t i = 0; i < host_scales.numel(); ++i) {
+    const float v = host_scales.data<float>()[i];
+    LW_CHECK(std::isfinite(v), where << ": scale " << i << " of " << prefix << ".scales is " << v);
+  }
+  cudaStream_t stream = ctx_.stream().get();
+  if (keep) {
+    Tensor q = ctx_.empty({pn, pk}, DType::i8);
+    kernels::gptq8_unpack(static_cast<int8_t*>(q.data_ptr()), words.data<int32_t>(), n, k, r0, pn, c0, pk, stream);
+    // scales [G, N] -> the part's [rows, groups]
+    const Tensor ps = ops::contiguous(ctx_, s.slice(1, r0, r1).slice(0, c0 / group, c0 / group + part_groups).transpose(0, 1));
+    const ops::Weight w = ops::Weight::int8_per_group(q, ps, group);
+    draw();
+    return w;
+  }
+  const Tensor zeros = weights::load_tensor(ctx_, *qzeros, DType::f32);
+  const Tensor gi = g_idx ? weights::load_tensor(ctx_, *g_idx, DType::f32) : Tensor();
+  kernels::Gptq8Words wd;
+  wd.qweight = words.data<int32_t>();
+  wd.qzeros = zeros.data<int32_t>();
+  wd.scales = s.data<float>();
+  wd.g_idx = g_idx ? gi.data<int32_t>() : nullptr;
+  wd.n = n, wd.k = k, wd.group = group, wd.groups = groups, wd.zero_add = zero_add;
+  Tensor dense = ctx_.empty({n, k}, dtype_);
+  ops::dispatch_float(dtype_, "gptq8_weight", [&]<class T>() { kernels::gptq8_expand<T>(dense.data<T>(), wd, stream); });
+  draw();
+  return projection(part.dim < 0 ? dense : ops::contiguous(ctx_, dense.slice(0, r0, r1).slice(1, c0, c1)));
+}
+
 Tensor WeightLoader::head_scales(const std::string& name, int64_t heads, int64_t first, int64_t count) {
   const weights::TensorRecord* rec = ckpt_ ? ckpt_->find(name) : nullptr;
   if (!rec || dry_) return Tensor();
@@ -291,8 +393,8 @@ Tensor WeightLoader::get(const std::string& name, const std::vector<int64_t>& sh
   if (has_int4(name)) {
     // 4-bit matrices outside the projections (MoE experts, run as a grouped GEMM of one dtype).
     if (!dry_ && !logged_expanded_int4_) {
-      log().info("tensor '{}' in {}: 4-bit values outside the attention and dense MLP projections (MoE experts and the "
-                 "like) expanded to {} at load: the grouped expert GEMM has no 4-bit path",
+      log().info("tensor '{}' in {}: GPTQ/AWQ values outside the attention and dense MLP projections (MoE experts and "
+                 "the like) expanded to {} at load: the grouped expert GEMM has no path for them",
                  name, ckpt_->description(), dtype_name(dtype_));
       logged_expanded_int4_ = true;
     }
@@ -577,6 +679,7 @@ ops::Weight WeightLoader::fuse_scaled(const std::vector<ops::Weight>& parts) {
   switch (format) {
     case ops::WeightFormat::fp8_e4m3_per_channel: return ops::Weight::fp8_per_channel(q, s);
     case ops::WeightFormat::fp8_e4m3_per_block: return ops::Weight::fp8_per_block(q, s, parts[0].block());
+    case ops::WeightFormat::int8_per_group: return ops::Weight::int8_per_group(q, s, parts[0].group_size());
     default: return ops::Weight::int8_per_channel(q, s);
   }
 }

@@ -109,6 +109,10 @@ class WeightLoader {
   // Rows/columns `part` of that projection [N, K] (`shape`): int4 where the storage keeps
   // quantised weights and the part stays whole groups, else expanded to the model dtype.
   ops::Weight int4_weight(const std::string& name, const std::vector<int64_t>& shape, Part part);
+  // The same for 8-bit GPTQ (quantization_.gptq_bits 8): int8_per_group where the storage keeps
+  // quantised weights, the weights are symmetric (every zero point 128), the columns are in
+  // group order and the part keeps whole groups; else expanded to the model dtype.
+  ops::Weight gptq8_weight(const std::string& name, const std::vector<int64_t>& shape, Part part);
   // Random 4-bit GPTQ weights of group 128 (random_blocks i32), packed as a checkpoint's are.
   ops::Weight random_int4(const std::string& name, const std::vector<int64_t>& shape, Part part);
   // Scaled 8-bit parts stacked by rows, or an undefined Weight where their formats do not stack.
@@ -138,6 +142,7 @@ class WeightLoader {
   bool logged_w8a16_ = false;
   bool logged_expanded_8bit_ = false;
   bool logged_expanded_int4_ = false;
+  bool logged_expanded_gptq8_ = false;
 };
 
 }  // namespace lw::model

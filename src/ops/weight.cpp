@@ -75,6 +75,7 @@ const char* weight_format_name(WeightFormat format) {
     case WeightFormat::fp8_e4m3_per_channel: return "fp8_e4m3_per_channel";
     case WeightFormat::fp8_e4m3_per_block: return "fp8_e4m3_per_block";
     case WeightFormat::int8_per_channel: return "int8_per_channel";
+    case WeightFormat::int8_per_group: return "int8_per_group";
     case WeightFormat::int4: return "int4";
     case WeightFormat::gguf_q4_0: return "gguf_q4_0";
     case WeightFormat::gguf_q4_1: return "gguf_q4_1";
@@ -103,7 +104,8 @@ int64_t gguf_block_bytes(WeightFormat format) {
 }
 
 bool is_scaled_8bit_format(WeightFormat format) {
-  return format == WeightFormat::int8_per_channel || format == WeightFormat::fp8_e4m3_per_tensor ||
+  return format == WeightFormat::int8_per_channel || format == WeightFormat::int8_per_group ||
+         format == WeightFormat::fp8_e4m3_per_tensor ||
          format == WeightFormat::fp8_e4m3_per_channel || format == WeightFormat::fp8_e4m3_per_block;
 }
 
@@ -131,6 +133,19 @@ Weight Weight::int8_per_channel(Tensor q, Tensor scales) {
   Weight r(WeightFormat::int8_per_channel, n, k);
   r.data_ = std::move(q);
   r.scales_ = std::move(scales);
+  return r;
+}
+
+Weight Weight::int8_per_group(Tensor q, Tensor scales, int64_t group_size) {
+  const char* op = "Weight::int8_per_group";
+  auto [n, k] = check_matrix(op, "q", q, DType::i8);
+  LW_CHECK(group_size > 0, op << ": group_size " << group_size << " must be positive");
+  check_tensor(op, "scales", scales, DType::f32, {n, ceil_div(k, group_size)});
+  Weight r(WeightFormat::int8_per_group, n, k);
+  r.data_ = std::move(q);
+  r.scales_ = std::move(scales);
+  r.group_size_ = group_size;
+  r.block_ = {1, group_size};
   return r;
 }
 
@@ -227,12 +242,14 @@ namespace {
 
 // An 8-bit Weight as the kernels read it.
 kernels::ScaledMatrix scaled_matrix(const Weight& w) {
+  const bool int8 = w.format() == WeightFormat::int8_per_channel || w.format() == WeightFormat::int8_per_group;
   return {w.data().data_ptr(),
-          w.format() != WeightFormat::int8_per_channel,
+          !int8,
           w.scales().data<float>(),
-          w.format() == WeightFormat::fp8_e4m3_per_tensor  ? kernels::ScaleLayout::tensor
-          : w.format() == WeightFormat::fp8_e4m3_per_block ? kernels::ScaleLayout::block
-                                                           : kernels::ScaleLayout::row,
+          w.format() == WeightFormat::fp8_e4m3_per_tensor ? kernels::ScaleLayout::tensor
+          : w.format() == WeightFormat::fp8_e4m3_per_block || w.format() == WeightFormat::int8_per_group
+              ? kernels::ScaleLayout::block
+              : kernels::ScaleLayout::row,
           w.out_features(),
           w.in_features(),
           w.block().rows,
@@ -373,10 +390,10 @@ bool fp8_gemm(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias
   return false;
 }
 
-// GGUF blocks and FP8: the fused GEMV for decode-sized batches, else the weights expanded to x's
-// dtype and the dense linear. Deterministic mode takes the expansion for every M (one summation
-// order, the dense path's batch-invariant one). FP8 rows of a length not a multiple of 16 (no
-// 16-byte runs) always take the expansion.
+// GGUF blocks, FP8 and int8 with group scales: the fused GEMV for decode-sized batches, else the
+// weights expanded to x's dtype and the dense linear. Deterministic mode takes the expansion for
+// every M (one summation order, the dense path's batch-invariant one). 8-bit rows of a length not
+// a multiple of 16 (no 16-byte runs) always take the expansion.
 void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, GemmPath path) {
   const char* op = "linear";
   const int64_t n = w.out_features(), k = w.in_features();
@@ -385,12 +402,13 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   const GemmShape shape{GemmOp::linear, rows, n, k, 1, ctx.deterministic()};
   const Selection<GemmPath> sel = select<GemmPaths>(ctx.caps(), shape, path);
   const bool gguf = is_gguf_block_format(w.format());
+  const bool fp8 = !gguf && w.format() != WeightFormat::int8_per_group;
   // FP8 on FP8 tensor cores: W8A8 at every M (the tensor-core GEMV and cuBLASLt both beat the
   // W8A16 GEMV from one row: H200, docs/PERFORMANCE.md "FP8 and INT8 GEMMs"), unless another
   // path is forced (the forced vendor path is the library's GEMM alone) or the mode is
   // deterministic.
   const bool vendor = sel.forced() ? sel.path == GemmPath::vendor : !ctx.deterministic();
-  if (!gguf && vendor && has_fp8_gemm(ctx.caps()) && rows > 0 && fp8_gemm(ctx, x, w, bias, out, rows, !sel.forced()))
+  if (fp8 && vendor && has_fp8_gemm(ctx.caps()) && rows > 0 && fp8_gemm(ctx, x, w, bias, out, rows, !sel.forced()))
     return;
   const bool runs = gguf || (k % 16 == 0 && gpu::aligned_to(gpu::kVectorBytes, w.data().data_ptr()));
   const bool fused = runs && (sel.forced() ? sel.path == GemmPath::gemv : !ctx.deterministic() && rows <= kGgufGemvMaxRows);

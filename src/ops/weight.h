@@ -22,6 +22,7 @@ enum class WeightFormat : uint8_t {
   fp8_e4m3_per_channel,  // e4m3 bytes (i8) [N, K], f32 scales [N]
   fp8_e4m3_per_block,    // e4m3 bytes (i8) [N, K], f32 scales [ceil(N/bn), ceil(K/bk)]
   int8_per_channel,      // symmetric int8 [N, K], f32 scales [N]: w = q * scale[n]
+  int8_per_group,        // symmetric int8 [N, K], f32 scales [N, ceil(K / group)]: w = q * scale[n, k / group]
   int4,                  // 4-bit values in matrix-fragment tiles, f32 scales and zero points per (group, row)
   gguf_q4_0,             // GGML blocks (llama.cpp layout), rows of whole blocks
   gguf_q4_1,
@@ -37,7 +38,7 @@ enum class WeightFormat : uint8_t {
 
 const char* weight_format_name(WeightFormat format);
 bool is_gguf_block_format(WeightFormat format);
-// int8_per_channel and the fp8_e4m3 formats: one byte per element and f32 scales.
+// int8_per_channel, int8_per_group and the fp8_e4m3 formats: one byte per element and f32 scales.
 bool is_scaled_8bit_format(WeightFormat format);
 // The Weight format of GGML blocks the kernels decode (none for the plain float types).
 std::optional<WeightFormat> gguf_weight_format(kernels::BlockFormat format);
@@ -59,6 +60,9 @@ class Weight {
   static Weight dense(Tensor w);
   // q i8 [N, K], scales f32 [N]: w[n, k] = q[n, k] * scales[n] (q in [-127, 127]).
   static Weight int8_per_channel(Tensor q, Tensor scales);
+  // q i8 [N, K], scales f32 [N, ceil(K / group_size)]: w[n, k] = q[n, k] * scales[n, k / group_size]
+  // (GPTQ 8-bit, symmetric: q in [-128, 127]). Weight-only: linear keeps x in its dtype (W8A16).
+  static Weight int8_per_group(Tensor q, Tensor scales, int64_t group_size);
   // fp8 e4m3 bytes, held in an i8 [N, K] tensor (Tensor has no fp8 dtype): w = fp8(q) * scale.
   // scale: f32 with one element ([] or [1]). The NaN codes (0x7F, 0xFF) are not values: the
   // checkpoint loader refuses them; the kernels do not check again (they read them as +-480).
@@ -90,9 +94,9 @@ class Weight {
   const Tensor& zeros() const { return zeros_; }
   // int4: the column permutation (undefined where the columns are in order).
   const Tensor& perm() const { return perm_; }
-  // Input columns per scale group (int4), 0 where the format has no groups.
+  // Input columns per scale group (int4, int8_per_group), 0 where the format has no groups.
   int64_t group_size() const { return group_size_; }
-  // The fp8 scale block (per-block fp8 only; {0, 0} otherwise).
+  // The scale block (per-block fp8; {1, group} for int8_per_group; {0, 0} otherwise).
   WeightBlock block() const { return block_; }
   // Bytes of every tensor the weight holds on the device.
   size_t device_bytes() const;
@@ -134,6 +138,9 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //                     forced path, or deterministic mode: the weights expanded to x's dtype (a
 //                     temporary [N, K]) and the dense linear. Weights are the expansion's values
 //                     (rounded to x's dtype) on every path;
+//   int8_per_group    as the GGUF formats (W8A16): the fused 8-bit GEMV (kernels::scaled_gemv)
+//                     up to kGgufGemvMaxRows rows and on the forced gemv path, else the weights
+//                     expanded to x's dtype and the dense linear;
 //   int8_per_channel  x quantised per token (quantize_per_token), then `linear_int8` with x's
 //                     per-row scales and the weight's per-channel scales (exact int32
 //                     accumulation; the output rounded once); the gemv path is refused;

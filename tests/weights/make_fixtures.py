@@ -4,9 +4,9 @@ GGUF files come from the gguf package's GGUFWriter (quantized with gguf.quants.q
 reference values from gguf.quants.dequantize); safetensors files from the safetensors package.
 numpy has no bfloat16 and safetensors.numpy needs ml_dtypes for one, so bf16 tensors go
 through the package's own serialize_file with TensorSpec(dtype="bfloat16") instead. 8-bit
-(st_scaled) and 4-bit (st_int4: GPTQ, AWQ, compressed-tensors) weights are quantised here by the
-formats' published rules; the 4-bit tensors are unpacked again element by element and must give
-the reference values.
+(st_scaled), 4-bit (st_int4: GPTQ, AWQ, compressed-tensors) and 8-bit GPTQ (st_gptq8) weights
+are quantised here by the formats' published rules; the packed GPTQ/AWQ tensors are unpacked
+again element by element and must give the reference values.
 
 usage: make_fixtures.py OUTDIR
 """
@@ -379,11 +379,12 @@ def round_scale(s, scale_dtype):
     return stored, f
 
 
-def int4_quantise(w, g_idx, sym_div=None, scale_dtype="float16", zero_min=0):
+def int4_quantise(w, g_idx, sym_div=None, scale_dtype="float16", zero_min=0, bits=4):
     """w [N, K] float32 quantised per (row, group) over the group's own (possibly scattered)
-    columns. sym_div: None for asymmetric, else the divisor of amax (7 or 7.5) with zero 8.
-    Returns q [N, K] (0..15), z [G, N], the scales as stored [G, N] and as float32 [G, N], and
-    the reference values [N, K]."""
+    columns to `bits` bits (maxq = 2^bits - 1). sym_div: None for asymmetric, else the divisor of
+    amax (7 or 7.5 at 4 bits) with zero 2^(bits - 1). Returns q [N, K] (0..maxq), z [G, N], the
+    scales as stored [G, N] and as float32 [G, N], and the reference values [N, K]."""
+    maxq, mid = 2 ** bits - 1, 2 ** (bits - 1)
     n, k = w.shape
     groups = int(g_idx.max()) + 1
     q = np.zeros((n, k), np.int64)
@@ -395,12 +396,12 @@ def int4_quantise(w, g_idx, sym_div=None, scale_dtype="float16", zero_min=0):
         blk = w[:, cols]
         if sym_div is None:
             lo, hi = blk.min(axis=1), blk.max(axis=1)
-            st, s = round_scale(((hi - lo) / np.float32(15)).astype(np.float32), scale_dtype)
-            zg = np.clip(np.rint(-lo / s), zero_min, 15).astype(np.int64)
+            st, s = round_scale(((hi - lo) / np.float32(maxq)).astype(np.float32), scale_dtype)
+            zg = np.clip(np.rint(-lo / s), zero_min, maxq).astype(np.int64)
         else:
             st, s = round_scale((np.abs(blk).max(axis=1) / np.float32(sym_div)).astype(np.float32), scale_dtype)
-            zg = np.full(n, 8, np.int64)
-        q[:, cols] = np.clip(np.rint(blk / s[:, None]) + zg[:, None], 0, 15).astype(np.int64)
+            zg = np.full(n, mid, np.int64)
+        q[:, cols] = np.clip(np.rint(blk / s[:, None]) + zg[:, None], 0, maxq).astype(np.int64)
         z[grp], s32[grp], stored[grp] = zg, s, st
     values = ((q - z[g_idx].T).astype(np.float32) * s32[g_idx].T).astype(np.float32)
     # Within one step of the weight: a wrong group or scale shows here before any packing.
@@ -536,6 +537,74 @@ os.makedirs(os.path.join(out, "st_int4"))
 specs = {k: TensorSpec(dtype=dt, shape=list(shape), data_ptr=a.ctypes.data, data_len=a.nbytes)
          for k, (dt, a, shape) in int4.items()}
 serialize_file(specs, os.path.join(out, "st_int4/model.safetensors"), metadata={"format": "pt"})
+
+# --- 8-bit GPTQ -------------------------------------------------------------------------------
+# AutoGPTQ / GPTQModel with bits 8, quantised as above with maxq 255: asymmetric s = (max - min)
+# / 255, z = clamp(rint(-min / s), 0 or 1 (v1), 255); symmetric (AutoGPTQ's sym) s = 2 amax / 255
+# with zero 128. qweight [K/4, N]: byte i of word [r, n] holds column 4r + i; qzeros [G, N/4]:
+# byte i of word [g, c] holds row 4c + i (z - 1 in format "gptq", z in "gptq_v2"); scales f16
+# [G, N]; g_idx i32 [K]. Unpacked again byte by byte from that description; the symmetric cases
+# in group order load as int8 with group scales, the others expand.
+def pack_bytes(a):
+    """a [R, C] of 0..255 -> int32 [R, C/4]: bits 8i..8i+7 of word [r, c] hold a[r, 4c + i]."""
+    r, c = a.shape
+    a = a.astype(np.uint32).reshape(r, c // 4, 4)
+    words = np.zeros((r, c // 4), np.uint32)
+    for i in range(4):
+        words |= a[:, :, i] << np.uint32(8 * i)
+    return words.view(np.int32)
+
+
+def gptq8_unpack(t, n, k, checkpoint_format):
+    out = np.full((n, k), np.nan, np.float32)
+    for kk in range(k):
+        grp = int(t["g_idx"][kk])
+        for nn in range(n):
+            q = (int(t["qweight"][kk // 4, nn]) >> (8 * (kk % 4))) & 255
+            zero = ((int(t["qzeros"][grp, nn // 4]) >> (8 * (nn % 4))) & 255) + (1 if checkpoint_format == "gptq" else 0)
+            out[nn, kk] = np.float32(q - zero) * np.float32(t["scales"][grp, nn])
+    assert not np.isnan(out).any()
+    return out
+
+
+gptq8 = {}
+
+
+def gptq8_case(prefix, n, k, group_size, sym=False, desc_act=False, checkpoint_format="gptq", corrupt=None):
+    w = randf((n, k))
+    g_idx = int4_g_idx(k, group_size, rng.permutation(k) if desc_act else None)
+    q, z, stored, s32, values = int4_quantise(w, g_idx, 127.5 if sym else None, "float16",
+                                              zero_min=1 if checkpoint_format == "gptq" else 0, bits=8)
+    t = {"qweight": np.ascontiguousarray(pack_bytes(q).T),
+         "qzeros": pack_bytes(z - 1 if checkpoint_format == "gptq" else z), "scales": stored, "g_idx": g_idx}
+    if sym:
+        assert np.all(z == 128)
+    name = prefix + ".weight"
+    if corrupt is None:
+        assert np.array_equal(gptq8_unpack(t, n, k, checkpoint_format), values), prefix
+        expect("st_gptq8", name, (n, k), "gptq8", values)
+    else:
+        corrupt(t, int(g_idx.max()) + 1)
+        manifest.setdefault("st_gptq8", {})[name] = {"shape": [n, k], "type": "gptq8", "expected": None}
+    manifest["st_gptq8"][name].update({"method": "gptq", "bits": 8, "group_size": group_size, "sym": sym,
+                                       "desc_act": desc_act, "checkpoint_format": checkpoint_format})
+    for suffix, a in t.items():
+        gptq8[f"{prefix}.{suffix}"] = (a.dtype.name, np.ascontiguousarray(a), a.shape)
+
+
+gptq8_case("gptq8_sym_g32", 40, 96, 32, sym=True)
+gptq8_case("gptq8_sym_channel_v2", 24, 136, -1, sym=True, checkpoint_format="gptq_v2")
+gptq8_case("gptq8_sym_g64_tail", 32, 208, 64, sym=True)  # a last group of 16 columns
+gptq8_case("gptq8_asym_g64", 32, 192, 64)
+gptq8_case("gptq8_act_g32", 48, 128, 32, sym=True, desc_act=True)
+gptq8_case("bad8_qweight", 16, 64, 32, sym=True, corrupt=truncate("qweight"))
+gptq8_case("bad8_zeros", 16, 64, 32, sym=True, corrupt=truncate("qzeros"))
+gptq8_case("bad8_gidx", 16, 64, 32, sym=True, corrupt=bad_gidx)
+
+os.makedirs(os.path.join(out, "st_gptq8"))
+specs = {k: TensorSpec(dtype=dt, shape=list(shape), data_ptr=a.ctypes.data, data_len=a.nbytes)
+         for k, (dt, a, shape) in gptq8.items()}
+serialize_file(specs, os.path.join(out, "st_gptq8/model.safetensors"), metadata={"format": "pt"})
 
 with open(os.path.join(out, "manifest.json"), "w") as f:
     json.dump(manifest, f, indent=1)

@@ -45,7 +45,7 @@ struct Fixture {
     auto ld = std::make_unique<model::WeightLoader>(ctx(), ckpt.get(), DType::f32, false);
     model::WeightQuantization q;
     q.method = info["method"].get<std::string>();
-    q.int4_group = info["group_size"].get<int64_t>();
+    q.group_size = info["group_size"].get<int64_t>();
     q.gptq_v2 = info["checkpoint_format"].get<std::string>() == "gptq_v2";
     q.int4_asymmetric = q.method == "compressed-tensors" && !info["sym"].get<bool>();
     ld->set_quantization(q);
@@ -358,7 +358,7 @@ TEST(Int4Weights, TheDryRunCountsWhatTheLoadKeeps) {
     d.set_quantization([&] {
       model::WeightQuantization q;
       q.method = fx.manifest[name]["method"].get<std::string>();
-      q.int4_group = fx.manifest[name]["group_size"].get<int64_t>();
+      q.group_size = fx.manifest[name]["group_size"].get<int64_t>();
       q.gptq_v2 = fx.manifest[name]["checkpoint_format"].get<std::string>() == "gptq_v2";
       return q;
     }());
@@ -401,7 +401,7 @@ TEST(Int4Weights, BrokenTensorsAreRefusedByName) {
   model::WeightLoader asym(ctx(), fx.ckpt.get(), DType::f32, false);
   model::WeightQuantization q;
   q.method = "compressed-tensors";
-  q.int4_group = 128;
+  q.group_size = 128;
   q.int4_asymmetric = true;
   asym.set_quantization(q);
   expect_error([&] { asym.get_weight("ct_g128.weight", {48, 256}); },

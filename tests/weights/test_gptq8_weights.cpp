@@ -1,0 +1,219 @@
+// 8-bit GPTQ weights from make_fixtures.py's st_gptq8 checkpoint (symmetric with v1 and v2 zero
+// points, groups of 32 and 64, a last partial group, one group per row; asymmetric; act-order),
+// quantised and packed in Python by AutoGPTQ's rules. Symmetric weights in group order load as
+// ops::Weight::int8_per_group, the others expand; every case holds exactly the reference values;
+// linear (the 8-bit GEMV and the expansion) matches a float64 reference; shards and stacked
+// parts keep what they should; the dry run counts what the load keeps; broken tensors are
+// refused by name.
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "model/weight_loader.h"
+#include "ops/gemm.h"
+#include "ops/weight.h"
+#include "test_util.h"
+#include "weights/checkpoint.h"
+#include "weights/fixture_values.h"
+#include "weights/weight_values.h"
+
+namespace lw::test {
+namespace {
+
+const std::string kDir = LW_WEIGHTS_FIXTURES;
+
+struct Fixture {
+  std::unique_ptr<weights::Checkpoint> ckpt = weights::open_checkpoint(kDir + "/st_gptq8");
+  nlohmann::json manifest = [] {
+    std::ifstream f(kDir + "/manifest.json");
+    EXPECT_TRUE(f.good()) << "run the weights.make_fixtures test first (ctest -L weights)";
+    return nlohmann::json::parse(f)["st_gptq8"];
+  }();
+  std::vector<float> values(const std::string& name) const {
+    return read_values<float>(kDir + "/" + manifest[name]["expected"].get<std::string>());
+  }
+  std::vector<int64_t> shape(const std::string& name) const { return manifest[name]["shape"].get<std::vector<int64_t>>(); }
+  model::WeightQuantization quantization(const std::string& name) const {
+    model::WeightQuantization q;
+    q.method = "gptq";
+    q.gptq_bits = 8;
+    q.group_size = manifest[name]["group_size"].get<int64_t>();
+    q.gptq_v2 = manifest[name]["checkpoint_format"].get<std::string>() == "gptq_v2";
+    return q;
+  }
+  // A loader set up as the case's config.json would set it (dry: counting only).
+  std::unique_ptr<model::WeightLoader> loader(const std::string& name, const char* storage = "quantized",
+                                              bool dry = false) const {
+    ScopedEnv env("LW_WEIGHT_STORAGE", storage);
+    auto ld = std::make_unique<model::WeightLoader>(ctx(), ckpt.get(), DType::f32, dry);
+    ld->set_quantization(quantization(name));
+    return ld;
+  }
+  std::vector<std::string> cases() const {
+    std::vector<std::string> names;
+    for (const auto& [name, info] : manifest.items())
+      if (!info["expected"].is_null()) names.push_back(name);
+    return names;
+  }
+  // Symmetric and in group order: kept as int8 with group scales.
+  bool kept(const std::string& name) const {
+    return manifest[name]["sym"].get<bool>() && !manifest[name]["desc_act"].get<bool>();
+  }
+};
+
+TEST(Gptq8Weights, EveryCaseLoadsToTheReferenceValues) {
+  Fixture fx;
+  ASSERT_EQ(fx.cases().size(), 5u);
+  for (const std::string& name : fx.cases()) {
+    SCOPED_TRACE(name);
+    const std::vector<int64_t> shape = fx.shape(name);
+    const int64_t n = shape[0], k = shape[1];
+    const ops::Weight w = fx.loader(name)->get_weight(name, shape);
+    if (fx.kept(name)) {
+      ASSERT_EQ(w.format(), ops::WeightFormat::int8_per_group);
+      const int64_t g = fx.manifest[name]["group_size"].get<int64_t>(), group = g < 0 ? k : g;
+      EXPECT_EQ(w.group_size(), group);
+      EXPECT_EQ(w.data().nbytes(), static_cast<size_t>(n * k));
+      EXPECT_EQ(w.scales().shape(), std::vector<int64_t>({n, (k + group - 1) / group}));
+    } else {
+      EXPECT_EQ(w.format(), ops::WeightFormat::dense);
+    }
+    expect_kept_and_dense(w, fx.loader(name, "dense")->get_weight(name, shape), fx.values(name));
+  }
+}
+
+// y = x W^T + b against float64 over the reference values: the 8-bit GEMV (up to 4 rows and on
+// the forced gemv path; K a multiple of 16) and the expansion (more rows, K = 136, the tiled
+// GEMM). The GEMV multiplies exact weights in fp32; the expansion rounds each weight to x's
+// dtype once.
+TEST(Gptq8Weights, LinearMatchesTheFloat64Reference) {
+  Fixture fx;
+  struct Case {
+    int64_t m;
+    ops::GemmPath path;
+  };
+  const Case cases[] = {{1, ops::GemmPath::automatic}, {4, ops::GemmPath::automatic}, {9, ops::GemmPath::automatic},
+                        {7, ops::GemmPath::gemv},      {3, ops::GemmPath::tiled}};
+  for (const std::string& name : fx.cases()) {
+    const std::vector<int64_t> shape = fx.shape(name);
+    const int64_t n = shape[0], k = shape[1];
+    const ops::Weight w = fx.loader(name)->get_weight(name, shape);
+    const std::vector<float> wref = fx.values(name);
+    for (DType dt : {DType::f32, DType::f16, DType::bf16})
+      for (const Case& c : cases) {
+        if (w.format() == ops::WeightFormat::dense && dt != DType::f32) continue;  // expanded to the loader's f32
+        const bool with_bias = c.m % 2 == 1;
+        SCOPED_TRACE(::testing::Message() << name << " " << dtype_name(dt) << " M=" << c.m << " "
+                                          << ops::gemm_path_name(c.path) << (with_bias ? " bias" : ""));
+        const Tensor xh = random_host({c.m, k}, dt);
+        const Tensor bh = random_host({n}, dt);
+        Tensor out = ctx().empty({c.m, n}, dt);
+        poison(out);
+        ops::linear(ctx(), ctx().to_device(xh), w, with_bias ? ctx().to_device(bh) : Tensor(), out, c.path);
+        const Tensor got = ctx().to_host(out);
+        // fp32 sums (K * 2^-24 of sum |x w|), the weights rounded to dt on the expansion (eps of
+        // sum |x w|), one rounding of the result and, with a bias, of the product.
+        const double eps = epsilon(dt), acc_eps = static_cast<double>(k) * std::ldexp(1.0, -24);
+        for (int64_t i = 0; i < c.m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double ref = with_bias ? element(bh, j) : 0.0, mag = std::abs(ref), product = 0.0;
+            for (int64_t l = 0; l < k; ++l) {
+              const double p = element(xh, i * k + l) * static_cast<double>(wref[j * k + l]);
+              product += p;
+              mag += std::abs(p);
+            }
+            ref += product;
+            const double v = element(got, i * n + j);
+            ASSERT_LE(std::abs(v - ref), eps * (std::abs(ref) + std::abs(product)) + (acc_eps + eps) * mag + 1e-6)
+                << "element [" << i << ", " << j << "]: " << v << " vs " << ref;
+          }
+      }
+  }
+}
+
+// A rank's rows stay 8-bit; columns stay 8-bit on group edges and are expanded where they cut a
+// group; act-order weights expand whatever the part; parts stack by rows.
+TEST(Gptq8Weights, ShardsAndStackedParts) {
+  Fixture fx;
+  const std::string name = "gptq8_sym_g64_tail.weight";  // [32, 208], groups of 64 and a last of 16
+  const std::vector<float> ref = fx.values(name);
+  auto part = [&](const std::string& which, model::WeightLoader::Part p) {
+    return fx.loader(which)->get_weight(which, fx.shape(which), p);
+  };
+  const ops::Weight rows = part(name, {0, 4, 20});
+  EXPECT_EQ(rows.format(), ops::WeightFormat::int8_per_group);
+  expect_values(rows, ref, 208, 4, 20, 0, 208);
+  const ops::Weight cols = part(name, {1, 64, 208});
+  EXPECT_EQ(cols.format(), ops::WeightFormat::int8_per_group);
+  expect_values(cols, ref, 208, 0, 32, 64, 208);
+  const ops::Weight cut = part(name, {1, 32, 160});
+  EXPECT_EQ(cut.format(), ops::WeightFormat::dense);
+  expect_values(cut, ref, 208, 0, 32, 32, 160);
+  const std::string act = "gptq8_act_g32.weight";  // [48, 128]
+  const ops::Weight act_rows = part(act, {0, 8, 40});
+  EXPECT_EQ(act_rows.format(), ops::WeightFormat::dense);
+  expect_values(act_rows, fx.values(act), 128, 8, 40, 0, 128);
+
+  auto ld = fx.loader(name);
+  const ops::Weight stacked = ld->fuse_weights({part(name, {0, 0, 12}), part(name, {0, 12, 32})});
+  EXPECT_EQ(stacked.format(), ops::WeightFormat::int8_per_group);
+  EXPECT_EQ(stacked.group_size(), 64);
+  expect_values(stacked, ref, 208, 0, 32, 0, 208);
+  // Parts of different formats (int8 with groups of 32, a dense cut) expand into one matrix.
+  const std::string g32 = "gptq8_sym_g32.weight";  // [40, 96]
+  const ops::Weight other = fx.loader(g32)->get_weight(g32, fx.shape(g32));
+  const ops::Weight first = part(name, {1, 0, 96});
+  ASSERT_EQ(first.format(), ops::WeightFormat::dense);  // 96 cuts a group of 64
+  const ops::Weight mixed = ld->fuse_weights({other, first});
+  ASSERT_EQ(mixed.format(), ops::WeightFormat::dense);
+  expect_values(ops::Weight::dense(mixed.data().slice(0, 0, 40)), fx.values(g32), 96, 0, 40, 0, 96);
+  expect_values(ops::Weight::dense(mixed.data().slice(0, 40, 72)), ref, 208, 0, 32, 0, 96);
+}
+
+// The dry run counts what the load keeps: kept whole, a rank's rows and columns, expanded
+// weights (asymmetric, act-order, a cut group), stacked parts.
+TEST(Gptq8Weights, TheDryRunCountsWhatTheLoadKeeps) {
+  Fixture fx;
+  auto both = [&](const std::string& name, const std::function<void(model::WeightLoader&)>& load) {
+    SCOPED_TRACE(name);
+    auto real = fx.loader(name);
+    auto dry = fx.loader(name, "quantized", true);
+    load(*dry);
+    load(*real);
+    EXPECT_EQ(dry->bytes(), real->bytes());
+  };
+  for (const std::string& name : fx.cases()) {
+    both(name, [&](model::WeightLoader& ld) { ld.get_weight(name, fx.shape(name)); });
+    both(name, [&](model::WeightLoader& ld) { ld.get_weight(name, fx.shape(name), {0, 4, 16}); });
+  }
+  const std::string tail = "gptq8_sym_g64_tail.weight";
+  both(tail, [&](model::WeightLoader& ld) { ld.get_weight(tail, fx.shape(tail), {1, 128, 208}); });
+  both(tail, [&](model::WeightLoader& ld) { ld.get_weight(tail, fx.shape(tail), {1, 32, 160}); });
+  both(tail, [&](model::WeightLoader& ld) {
+    ld.fuse_weights({ld.get_weight(tail, fx.shape(tail), {0, 0, 12}), ld.get_weight(tail, fx.shape(tail), {0, 12, 32})});
+  });
+  // The real count is the device bytes of what was kept.
+  auto ld = fx.loader(tail);
+  const ops::Weight w = ld->get_weight(tail, fx.shape(tail));
+  EXPECT_EQ(ld->bytes(), w.device_bytes());
+}
+
+TEST(Gptq8Weights, BrokenTensorsAreRefusedByName) {
+  Fixture fx;
+  const std::vector<int64_t> shape{16, 64};
+  expect_error([&] { fx.loader("bad8_qweight.weight")->get_weight("bad8_qweight.weight", shape); },
+               "bad8_qweight.qweight is I32[15, 16]; 8-bit GPTQ [16, 64] in groups of 32 needs I32[16, 16]");
+  expect_error([&] { fx.loader("bad8_zeros.weight")->get_weight("bad8_zeros.weight", shape); },
+               "bad8_zeros.qzeros is I32[1, 4]; 8-bit GPTQ [16, 64] in groups of 32 needs I32[2, 4]");
+  expect_error([&] { fx.loader("bad8_gidx.weight")->get_weight("bad8_gidx.weight", shape); },
+               "bad8_gidx.g_idx[5] = 2 is not a group (0 .. 1)");
+  // The model's shape must be the checkpoint's; N and K whole words.
+  expect_error([&] { fx.loader("gptq8_sym_g32.weight")->get_weight("gptq8_sym_g32.weight", {40, 64}); },
+               "gptq8_sym_g32.qweight is I32[24, 40]");
+  expect_error([&] { fx.loader("gptq8_sym_g32.weight")->get_weight("gptq8_sym_g32.weight", {42, 96}); },
+               "[42, 96] is not whole words");
+}
+
+}  // namespace
+}  // namespace lw::test
