@@ -12,6 +12,8 @@
 // _per_tensor) or int8_per_channel: 8-bit weights with random codes and scales, where "vendor" is
 // the scaled FP8 GEMM over x quantised to e4m3 (W8A8; on a device without one, the expansion and
 // the dense GEMM) or the int8 GEMM over x quantised per token, and "gemv" the fused FP8 GEMV.
+// --weights int8_per_group: symmetric int8 with scales per 128 input columns (8-bit GPTQ), W8A16:
+// "gemv" the fused 8-bit GEMV, "vendor" the expansion and the dense GEMM.
 // --weights int4: 4-bit GPTQ weights of group 128 (random values, zero points and scales, packed
 // by ops::int4_weight), where "gemv" is the fused matrix-fragment kernel (up to 64 rows) and
 // "vendor" the expansion followed by the vendor GEMM.
@@ -71,7 +73,8 @@ int main(int argc, char** argv) {
   app.add_option("--ms", ms, "rows of x (tokens)")->delimiter(',');
   app.add_option("--json", json_path, "also write the results as JSON");
   app.add_option("--weights", weights_name,
-                 "dense, fp8_e4m3_per_block, fp8_e4m3_per_channel, fp8_e4m3_per_tensor, int8_per_channel or a GGUF "
+                 "dense, int4, fp8_e4m3_per_block, fp8_e4m3_per_channel, fp8_e4m3_per_tensor, int8_per_channel, "
+                 "int8_per_group or a GGUF "
                  "block format (gguf_q4_0 ... gguf_q6_k)");
   CLI11_PARSE(app, argc, argv);
   const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
     }
     if (!format)
       throw std::runtime_error("--weights " + weights_name + " is not dense, int4, an 8-bit format or a GGUF block format");
+    const bool grouped = *format == lw::ops::WeightFormat::int8_per_group;
     const bool int8 = *format == lw::ops::WeightFormat::int8_per_channel;
     auto random_weight = [&](int64_t n, int64_t k) {
       if (*format == lw::ops::WeightFormat::dense) return lw::ops::Weight::dense(random({n, k}));
@@ -134,19 +138,21 @@ int main(int argc, char** argv) {
         Tensor q = Tensor::empty_host({n, k}, DType::i8);
         for (int64_t i = 0; i < n * k; ++i) {
           uint8_t b = static_cast<uint8_t>(rng() & 0xff);
-          if (!int8 && (b & 0x7f) == 0x7f) b ^= 1;
+          if (!int8 && !grouped && (b & 0x7f) == 0x7f) b ^= 1;
           q.data<int8_t>()[i] = static_cast<int8_t>(b);
         }
         const bool block = *format == lw::ops::WeightFormat::fp8_e4m3_per_block;
         const bool tensor = *format == lw::ops::WeightFormat::fp8_e4m3_per_tensor;
-        const std::vector<int64_t> sshape = block ? std::vector<int64_t>{(n + 127) / 128, (k + 127) / 128}
-                                            : tensor ? std::vector<int64_t>{1}
-                                                     : std::vector<int64_t>{n};
+        const std::vector<int64_t> sshape = block     ? std::vector<int64_t>{(n + 127) / 128, (k + 127) / 128}
+                                            : tensor  ? std::vector<int64_t>{1}
+                                            : grouped ? std::vector<int64_t>{n, (k + 127) / 128}
+                                                      : std::vector<int64_t>{n};
         Tensor sc = Tensor::empty_host(sshape, DType::f32);
         for (int64_t i = 0; i < sc.numel(); ++i) sc.data<float>()[i] = (1.0f + 0.5f * dist(rng)) / 448.0f;
         Tensor qd = ctx.to_device(q), sd = ctx.to_device(sc);
         if (block) return lw::ops::Weight::fp8_per_block(qd, sd, {128, 128});
         if (tensor) return lw::ops::Weight::fp8_per_tensor(qd, sd);
+        if (grouped) return lw::ops::Weight::int8_per_group(qd, sd, 128);
         if (int8) return lw::ops::Weight::int8_per_channel(qd, sd);
         return lw::ops::Weight::fp8_per_channel(qd, sd);
       }
@@ -194,7 +200,7 @@ int main(int argc, char** argv) {
             first = false;
           }
         }
-        if (lw::ops::is_scaled_8bit_format(*format) && !int8) {
+        if (lw::ops::is_scaled_8bit_format(*format) && !int8 && !grouped) {
           // The W8A8 path's share: x quantised to e4m3 alone (per 128 columns for block weights).
           const int64_t group = *format == lw::ops::WeightFormat::fp8_e4m3_per_block ? 128 : k;
           Tensor xq = ctx.empty({m, k}, DType::i8), xs = ctx.empty({k / group, m}, DType::f32);
