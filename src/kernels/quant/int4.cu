@@ -147,6 +147,15 @@ LW_DEVICE_INLINE void decode_pair(uint32_t word, int p, uint32_t zbias, T& lo, T
 #endif
 }
 
+// Whether element i of C holds, in some lane, one of the first kNarrowCols columns: narrow
+// products (at most that many rows of x) leave the others zero, and their rows of x are never
+// stored.
+LW_DEVICE_INLINE constexpr bool holds_narrow_column(int i) {
+  for (int lane = 0; lane < gpu::kWarpSize; ++lane)
+    if (mma::c_col(lane, i) < mma::kNarrowCols) return true;
+  return false;
+}
+
 // The fused kernel (below) in numbers. A block is kGemmWarps warps, each over kRowTiles<NT>
 // tiles of 16 weight rows (fewer as x takes more tiles, so that the accumulators stay in
 // registers; 4 row tiles were slower than 2 at one and 16 rows of x on the H200).
@@ -328,6 +337,7 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int i = 0; i < mma::kC; ++i) {
+        if (kNarrow && !holds_narrow_column(i)) continue;  // zero, never stored
         const float s = params.scale[r][mma::c_slot(i)];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
