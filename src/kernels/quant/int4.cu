@@ -294,20 +294,20 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
     gpu::async_commit();
   };
 
-  // This group's scales (one per row slot of C) and zero points (one per pair of A elements);
+  // This group's scales (one per row slot of C) and zero points (one per row slot of A);
   // where groups are whole tiles, the next group's are loaded with the tile before it starts.
   // Rows past the matrix read its last row.
   struct Params {
     float scale[R][mma::kRowSlots];
-    uint32_t zbias[R][mma::kA / 2];
+    uint32_t zbias[R][mma::kARowSlots];
   };
-  int slot_at[R][mma::kRowSlots], pair_at[R][mma::kA / 2];  // the row's first parameter
+  int slot_at[R][mma::kRowSlots], zero_at[R][mma::kARowSlots];  // the row's first parameter
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int sl = 0; sl < mma::kRowSlots; ++sl) slot_at[r][sl] = min(row0[r] + mma::slot_row(lane, sl), n - 1) * groups;
 #pragma unroll
-    for (int p = 0; p < mma::kA / 2; ++p) pair_at[r][p] = min(row0[r] + mma::a_row(lane, 2 * p), n - 1) * groups;
+    for (int sl = 0; sl < mma::kARowSlots; ++sl) zero_at[r][sl] = min(row0[r] + mma::a_slot_row(lane, sl), n - 1) * groups;
   }
   Params params, next_params;
   auto load_group = [&](int g, Params& to) {
@@ -316,7 +316,7 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
 #pragma unroll
       for (int sl = 0; sl < mma::kRowSlots; ++sl) to.scale[r][sl] = w.scales[slot_at[r][sl] + g];
 #pragma unroll
-      for (int p = 0; p < mma::kA / 2; ++p) to.zbias[r][p] = (kMagic<T> + w.zeros[pair_at[r][p] + g]) * 0x10001u;
+      for (int sl = 0; sl < mma::kARowSlots; ++sl) to.zbias[r][sl] = (kMagic<T> + w.zeros[zero_at[r][sl] + g]) * 0x10001u;
     }
   };
   const bool ahead = group_cols % kCols == 0 || group_cols >= k;
@@ -397,7 +397,7 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
 #pragma unroll
         for (int i = 0; i < mma::kA; i += 2) {
           const int e = step * mma::kA + i;
-          decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, params.zbias[r][i / 2], a.x[i], a.x[i + 1]);
+          decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, params.zbias[r][mma::a_slot(i)], a.x[i], a.x[i + 1]);
         }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
