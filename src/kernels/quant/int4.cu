@@ -147,15 +147,6 @@ LW_DEVICE_INLINE void decode_pair(uint32_t word, int p, uint32_t zbias, T& lo, T
 #endif
 }
 
-// Whether element i of C holds, in some lane, one of the first kNarrowCols columns: narrow
-// products (at most that many rows of x) leave the others zero, and their rows of x are never
-// stored.
-LW_DEVICE_INLINE constexpr bool holds_narrow_column(int i) {
-  for (int lane = 0; lane < gpu::kWarpSize; ++lane)
-    if (mma::c_col(lane, i) < mma::kNarrowCols) return true;
-  return false;
-}
-
 // The fused kernel (below) in numbers. A block is kGemmWarps warps, each over kRowTiles<NT>
 // tiles of 16 weight rows (fewer as x takes more tiles, so that the accumulators stay in
 // registers; 4 row tiles were slower than 2 at one and 16 rows of x on the H200).
@@ -166,9 +157,6 @@ constexpr int kRowTiles = NT <= 2 ? 2 : 1;
 // lanes of a B fragment read distinct banks.
 constexpr int kXWords = kInt4TileCols / 2 + 4;
 constexpr int kTilePieces = static_cast<int>(kInt4TileBytes / 16);  // 16-byte pieces of a tile
-// The tile's sides as int: the kernel's column and row arithmetic stays 32-bit.
-constexpr int kCols = static_cast<int>(kInt4TileCols);
-constexpr int kRows = static_cast<int>(kInt4TileRows);
 
 // One entry of the block's ring: the weight tiles of one 64-column step for every warp's row
 // tiles, then the step's columns of up to NT x 16 rows of x.
@@ -208,7 +196,7 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
   const int warp = gpu::warp_id(), lane = gpu::lane_id();
   const int tid = static_cast<int>(threadIdx.x);
   const int k = static_cast<int>(w.k), n = static_cast<int>(w.n);
-  const int tiles_k = (k + kCols - 1) / kCols, row_tiles = (n + kRows - 1) / kRows;
+  const int tiles_k = (k + kInt4TileCols - 1) / kInt4TileCols, row_tiles = (n + kInt4TileRows - 1) / kInt4TileRows;
   // A group of K columns or more is one group (its size need not fit 32 bits).
   const int group_cols = static_cast<int>(w.group < w.k ? w.group : w.k);
   const int groups = (k + group_cols - 1) / group_cols;
@@ -222,64 +210,57 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
   };
   int row0[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) row0[r] = (block_tile0 + warp * R + r) * kRows;
+  for (int r = 0; r < R; ++r) row0[r] = (block_tile0 + warp * R + r) * static_cast<int>(kInt4TileRows);
 
-  // Each thread's 16-byte pieces of a ring entry: where they go in the entry (the same for every
-  // step; -1: no piece) and where the next step's come from (advanced by a tile per step, so
-  // that a step's copies cost an add each, not their addresses' arithmetic).
+  // Each thread's 16-byte pieces of a ring entry, the same for every step: where they go in the
+  // entry and where they come from at step 0 (-1: no piece).
   constexpr int kBlockThreads = kGemmWarps * gpu::kWarpSize;
   constexpr int kWeightPieces = kGemmWarps * R * kTilePieces, kXPieces = NT * 16 * 8;
   constexpr int kWeightCopies = (kWeightPieces + kBlockThreads - 1) / kBlockThreads;
   constexpr int kXCopies = (kXPieces + kBlockThreads - 1) / kBlockThreads;
-  // The entry's tiles are whole pieces one after another: piece e of the entry is its words 4e.
-  static_assert(kTileWords == 4 * kTilePieces, "a tile is whole 16-byte pieces");
   const uint32_t* weight_src[kWeightCopies];
+  int weight_dst[kWeightCopies];
 #pragma unroll
   for (int c = 0; c < kWeightCopies; ++c) {
-    const unsigned e = static_cast<unsigned>(tid + c * kBlockThreads), j = e / kTilePieces, piece = e % kTilePieces;
-    weight_src[c] = tile_row(e < kWeightPieces ? static_cast<int>(j) : 0) + piece * 4 + static_cast<int64_t>(first) * kTileWords;
+    const int e = tid + c * kBlockThreads, j = e / kTilePieces, piece = e % kTilePieces;
+    weight_dst[c] = e < kWeightPieces ? j * kTileWords + piece * 4 : -1;
+    weight_src[c] = tile_row(e < kWeightPieces ? j : 0) + piece * 4;
   }
   const T* x_src[kXCopies];
-  int x_dst[kXCopies], x_col[kXCopies];  // x_col: the piece's column of the next step
+  int x_dst[kXCopies], x_col[kXCopies];
 #pragma unroll
   for (int c = 0; c < kXCopies; ++c) {
-    // (unsigned: shifts and masks where the compiler recomputes these in the loop)
-    const unsigned e = static_cast<unsigned>(tid + c * kBlockThreads), row = e / 8, piece = e % 8;
-    x_dst[c] = e < kXPieces && static_cast<int>(row) < m ? static_cast<int>(row * kXWords + piece * 4) : -1;
-    x_col[c] = first * kCols + piece * 8;
-    x_src[c] = x + static_cast<int64_t>(static_cast<int>(row) < m ? row : 0) * ldx + x_col[c];
+    const int e = tid + c * kBlockThreads, row = e / 8, piece = e % 8;
+    x_dst[c] = e < kXPieces && row < m ? row * kXWords + piece * 4 : -1;
+    x_col[c] = piece * 8;
+    x_src[c] = x + static_cast<int64_t>(row < m ? row : 0) * ldx + x_col[c];
   }
-  // The next step (`next`, a 64-column tile) into ring entry `slot`; always one commit, so that
-  // the wait below counts steps. x's columns past K are zeros (K is a multiple of 8: a 16-byte
-  // piece is wholly in or out).
-  int next = first;
-  auto load_entry = [&](int slot) {
-    if (next < last) {
+  // Step t (a 64-column tile) into ring entry `slot`; always one commit, so that the wait below
+  // counts steps. x's columns past K are zeros (K is a multiple of 8: a 16-byte piece is wholly
+  // in or out).
+  auto load_entry = [&](int t, int slot) {
+    if (t < last) {
       const auto entry = ring + slot * E;
+      const int at = t * kTileWords;
 #pragma unroll
-      for (int c = 0; c < kWeightCopies; ++c) {
-        const int e = tid + c * kBlockThreads;
-        if (kWeightPieces % kBlockThreads == 0 || e < kWeightPieces) gpu::copy_16_async(entry, 4 * e, weight_src[c]);
-        weight_src[c] += kTileWords;
-      }
+      for (int c = 0; c < kWeightCopies; ++c)
+        if (kWeightPieces % kBlockThreads == 0 || weight_dst[c] >= 0)
+          gpu::copy_16_async(entry, weight_dst[c], weight_src[c] + at);
       const auto xs = entry + kEntryWeightWords<NT>;
+      const int k0 = t * kInt4TileCols;
       if (x_vectors) {
 #pragma unroll
         for (int c = 0; c < kXCopies; ++c) {
-          if (x_dst[c] >= 0) {
-            if (x_col[c] < k) {
-              gpu::copy_16_async(xs, x_dst[c], reinterpret_cast<const uint32_t*>(x_src[c]));
-            } else {
-              gpu::Vec<uint32_t, 4> zero{};
-              gpu::store_vec_at<4>(xs, x_dst[c], zero);
-            }
+          if (x_dst[c] < 0) continue;
+          if (k0 + x_col[c] < k) {
+            gpu::copy_16_async(xs, x_dst[c], reinterpret_cast<const uint32_t*>(x_src[c] + k0));
+          } else {
+            gpu::Vec<uint32_t, 4> zero{};
+            gpu::store_vec_at<4>(xs, x_dst[c], zero);
           }
-          x_src[c] += kCols;
-          x_col[c] += kCols;
         }
       } else {
-        constexpr int kRowPairs = kCols / 2;
-        const int k0 = next * kCols;
+        constexpr int kRowPairs = kInt4TileCols / 2;
         for (int e = tid; e < m * kRowPairs; e += kBlockThreads) {
           const int row = e / kRowPairs, word = e % kRowPairs;
           const int col = k0 + word * 2;
@@ -290,24 +271,23 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
         }
       }
     }
-    ++next;
     gpu::async_commit();
   };
 
-  // This group's scales (one per row slot of C) and zero points (one per row slot of A);
+  // This group's scales (one per row slot of C) and zero points (one per pair of A elements);
   // where groups are whole tiles, the next group's are loaded with the tile before it starts.
   // Rows past the matrix read its last row.
   struct Params {
     float scale[R][mma::kRowSlots];
-    uint32_t zbias[R][mma::kARowSlots];
+    uint32_t zbias[R][mma::kA / 2];
   };
-  int slot_at[R][mma::kRowSlots], zero_at[R][mma::kARowSlots];  // the row's first parameter
+  int slot_at[R][mma::kRowSlots], pair_at[R][mma::kA / 2];  // the row's first parameter
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int sl = 0; sl < mma::kRowSlots; ++sl) slot_at[r][sl] = min(row0[r] + mma::slot_row(lane, sl), n - 1) * groups;
 #pragma unroll
-    for (int sl = 0; sl < mma::kARowSlots; ++sl) zero_at[r][sl] = min(row0[r] + mma::a_slot_row(lane, sl), n - 1) * groups;
+    for (int p = 0; p < mma::kA / 2; ++p) pair_at[r][p] = min(row0[r] + mma::a_row(lane, 2 * p), n - 1) * groups;
   }
   Params params, next_params;
   auto load_group = [&](int g, Params& to) {
@@ -316,10 +296,10 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
 #pragma unroll
       for (int sl = 0; sl < mma::kRowSlots; ++sl) to.scale[r][sl] = w.scales[slot_at[r][sl] + g];
 #pragma unroll
-      for (int sl = 0; sl < mma::kARowSlots; ++sl) to.zbias[r][sl] = (kMagic<T> + w.zeros[zero_at[r][sl] + g]) * 0x10001u;
+      for (int p = 0; p < mma::kA / 2; ++p) to.zbias[r][p] = (kMagic<T> + w.zeros[pair_at[r][p] + g]) * 0x10001u;
     }
   };
-  const bool ahead = group_cols % kCols == 0 || group_cols >= k;
+  const bool ahead = group_cols % kInt4TileCols == 0 || group_cols >= k;
 
   mma::FragC total[R][NT], sums[R][NT];
 #pragma unroll
@@ -330,14 +310,13 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
       mma::fill(sums[r][nt], 0.0f);
     }
   // The current group and the column where the next begins (no division per step).
-  int group = first * kCols / group_cols, next_group_at = (group + 1) * group_cols;
+  int group = first * kInt4TileCols / group_cols, next_group_at = (group + 1) * group_cols;
   if (first < last) load_group(group, params);
   auto fold = [&]() {  // the group's sums times their rows' scales
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int i = 0; i < mma::kC; ++i) {
-        if (kNarrow && !holds_narrow_column(i)) continue;  // zero, never stored
         const float s = params.scale[r][mma::c_slot(i)];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -354,12 +333,12 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
   for (int e = 0; e < S; ++e)
     for (int i = tid; i < pad_words; i += kBlockThreads) ring[e * E + kEntryWeightWords<NT> + m * kXWords + i] = 0u;
 #pragma unroll
-  for (int d = 0; d < S - 1; ++d) load_entry(d);
+  for (int d = 0; d < S - 1; ++d) load_entry(first + d, d);
   int slot = 0;  // the entry of step t; step t + S - 1 goes to the one before it
   for (int t = first; t < last; ++t, slot = slot + 1 == S ? 0 : slot + 1) {
     gpu::async_wait<S - 2>();  // step t is in (this thread's pieces) ...
     __syncthreads();           // ... and every thread's; every warp is done with step t - 1
-    load_entry(slot == 0 ? S - 1 : slot - 1);  // step t + S - 1
+    load_entry(t + S - 1, slot == 0 ? S - 1 : slot - 1);
     const auto entry = ring + slot * E;
     const auto xs = ring_elements + (slot * E + kEntryWeightWords<NT>) * 2;
     uint32_t words[R][kLaneWords];
@@ -376,13 +355,13 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
     }
     // Where groups are whole tiles they begin with a tile: the parameters loaded a tile ago
     // take over before the next group's are loaded into their place.
-    if (ahead && t * kCols >= next_group_at) {
+    if (ahead && t * kInt4TileCols >= next_group_at) {
       fold();
       ++group;
       next_group_at += group_cols;
       params = next_params;
     }
-    if (ahead && t + 1 < last && (t + 1) * kCols >= next_group_at) load_group(group + 1, next_params);
+    if (ahead && t + 1 < last && (t + 1) * kInt4TileCols >= next_group_at) load_group(group + 1, next_params);
     // One 16-column step: x's B fragments (B(k, n) = x[n, k]: x's rows in the entry read as a
     // transposed B; rows past m are zeros) times every row tile's A fragments, decoded from its
     // words.
@@ -397,7 +376,7 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
 #pragma unroll
         for (int i = 0; i < mma::kA; i += 2) {
           const int e = step * mma::kA + i;
-          decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, params.zbias[r][mma::a_slot(i)], a.x[i], a.x[i + 1]);
+          decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, params.zbias[r][i / 2], a.x[i], a.x[i + 1]);
         }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -406,14 +385,14 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
         }
       }
     };
-    const int tile_end = (t + 1) * kCols;
+    const int tile_end = (t + 1) * kInt4TileCols;
     if (tile_end <= k && (ahead || next_group_at >= tile_end)) {
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) multiply(step);  // the common case: no checks per step
     } else {
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) {
-        const int k0 = t * kCols + 16 * step;
+        const int k0 = t * kInt4TileCols + 16 * step;
         if (k0 >= k) break;
         if (!ahead && k0 >= next_group_at) {  // a group that begins inside the tile
           fold();
@@ -457,8 +436,8 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
   __syncthreads();
   if (!last_block[0]) return;
   __threadfence();
-  const int block_row0 = block_tile0 * kRows;
-  const int block_rows = min(kGemmWarps * R * kRows, n - block_row0);
+  const int block_row0 = block_tile0 * static_cast<int>(kInt4TileRows);
+  const int block_rows = min(kGemmWarps * R * static_cast<int>(kInt4TileRows), n - block_row0);
   // Each thread's elements of the row block, their splits loaded before any is added or stored
   // (a store may alias the next loads: one L2 latency per element otherwise, which at 64 rows
   // of x made the launch 28% slower than a second launch; ops passes counters up to 4 rows).
