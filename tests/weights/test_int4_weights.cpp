@@ -108,23 +108,7 @@ TEST(Int4Weights, LinearMatchesTheFloat64Reference) {
           continue;
         }
         ops::linear(ctx(), ctx().to_device(xh), w, with_bias ? ctx().to_device(bh) : Tensor(), out, c.path);
-        const Tensor got = ctx().to_host(out);
-        // fp32 sums (K * 2^-24 of sum |x w|), the weights rounded to dt on the expansion (eps of
-        // sum |x w|), one rounding of the result and, with a bias, of the product.
-        const double eps = epsilon(dt), acc_eps = static_cast<double>(k) * std::ldexp(1.0, -24);
-        for (int64_t i = 0; i < c.m; ++i)
-          for (int64_t j = 0; j < n; ++j) {
-            double ref = with_bias ? element(bh, j) : 0.0, mag = std::abs(ref), product = 0.0;
-            for (int64_t l = 0; l < k; ++l) {
-              const double p = element(xh, i * k + l) * static_cast<double>(wref[j * k + l]);
-              product += p;
-              mag += std::abs(p);
-            }
-            ref += product;
-            const double v = element(got, i * n + j);
-            ASSERT_LE(std::abs(v - ref), eps * (std::abs(ref) + std::abs(product)) + (acc_eps + eps) * mag + 1e-6)
-                << "element [" << i << ", " << j << "]: " << v << " vs " << ref;
-          }
+        expect_linear_near_reference(ctx().to_host(out), xh, with_bias ? bh : Tensor(), wref, n, k);
       }
   }
 }

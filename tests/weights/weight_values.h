@@ -2,6 +2,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -35,6 +36,30 @@ inline void expect_kept_and_dense(const ops::Weight& kept, const ops::Weight& de
     for (int64_t i = 0; i < n * k; ++i)
       ASSERT_EQ(element(got, i), rounded_to(ref[i], dt)) << dtype_name(dt) << " element " << i;
   }
+}
+
+// out = x W^T (+ bias) from linear, [m, n] on the host, against float64 over the reference
+// weights [n, k]: fp32 sums (K * 2^-24 of sum |x w|), the weights rounded to x's dtype where the
+// path expands them (eps of sum |x w|), one rounding of the result and, with a bias, of the
+// product. bias: the host [n] tensor, or undefined.
+inline void expect_linear_near_reference(const Tensor& out, const Tensor& x, const Tensor& bias, const std::vector<float>& wref,
+                                         int64_t n, int64_t k) {
+  const int64_t m = x.size(0);
+  const DType dt = x.dtype();
+  const double eps = epsilon(dt), acc_eps = static_cast<double>(k) * std::ldexp(1.0, -24);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = bias.defined() ? element(bias, j) : 0.0, mag = std::abs(ref), product = 0.0;
+      for (int64_t l = 0; l < k; ++l) {
+        const double p = element(x, i * k + l) * static_cast<double>(wref[j * k + l]);
+        product += p;
+        mag += std::abs(p);
+      }
+      ref += product;
+      const double v = element(out, i * n + j);
+      ASSERT_LE(std::abs(v - ref), eps * (std::abs(ref) + std::abs(product)) + (acc_eps + eps) * mag + 1e-6)
+          << "element [" << i << ", " << j << "]: " << v << " vs " << ref;
+    }
 }
 
 }  // namespace lw::test
