@@ -108,11 +108,6 @@ __global__ void scaled_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, S
                                                        : w.scales;
   const int block_cols = block ? static_cast<int>(w.block_cols) : 0;
   const int runs_per_block = block && block_cols % gguf::kRun == 0 ? block_cols / gguf::kRun : 0;
-  // Blocks of a power of two of runs (groups of 32, 64, 128 ... columns) find a run's scale by a
-  // shift: an integer division per run was a fifth of the kernel's instructions.
-  int runs_shift = -1;
-  for (int sh = 0; sh < 31 && runs_per_block > 0; ++sh)
-    if (runs_per_block == 1 << sh) runs_shift = sh;
   const float row_scale = block ? 0.0f : scales[0];
   float acc[R];
 #pragma unroll
@@ -129,23 +124,19 @@ __global__ void scaled_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, S
 #pragma unroll
       for (int i = 0; i < gguf::kRun; ++i) wv[i] *= scales[(static_cast<int64_t>(r) * gguf::kRun + i) / block_cols];
     }
-    const float run_scale = !block              ? row_scale
-                            : runs_shift >= 0     ? scales[r >> runs_shift]
-                            : runs_per_block > 0 ? scales[r / runs_per_block]
-                                                  : 1.0f;
+    const float run_scale = !block ? row_scale : runs_per_block > 0 ? scales[r / runs_per_block] : 1.0f;
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       if (j < rows) {
         const T* xp = xr + j * ldx + static_cast<int64_t>(r) * gguf::kRun;
-        // Four partial sums (elements i % 4): four chains of dependent FMAs, not one of 16.
-        float run[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float run = 0.0f;
 #pragma unroll
         for (int c = 0; c < gguf::kRun; c += V) {
           const gpu::Vec<T, V> xv = gpu::load_vec<V>(xp + c);
 #pragma unroll
-          for (int e = 0; e < V; ++e) run[(c + e) % 4] += wv[c + e] * gpu::to_float(xv.v[e]);
+          for (int e = 0; e < V; ++e) run += wv[c + e] * gpu::to_float(xv.v[e]);
         }
-        acc[j] += ((run[0] + run[1]) + (run[2] + run[3])) * run_scale;
+        acc[j] += run * run_scale;
       }
     }
   };
