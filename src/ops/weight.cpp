@@ -402,7 +402,8 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   const GemmShape shape{GemmOp::linear, rows, n, k, 1, ctx.deterministic()};
   const Selection<GemmPath> sel = select<GemmPaths>(ctx.caps(), shape, path);
   const bool gguf = is_gguf_block_format(w.format());
-  const bool fp8 = !gguf && w.format() != WeightFormat::int8_per_group;
+  const bool fp8 = w.format() == WeightFormat::fp8_e4m3_per_tensor || w.format() == WeightFormat::fp8_e4m3_per_channel ||
+                   w.format() == WeightFormat::fp8_e4m3_per_block;
   // FP8 on FP8 tensor cores: W8A8 at every M (the tensor-core GEMV and cuBLASLt both beat the
   // W8A16 GEMV from one row: H200, docs/PERFORMANCE.md "FP8 and INT8 GEMMs"), unless another
   // path is forced (the forced vendor path is the library's GEMM alone) or the mode is

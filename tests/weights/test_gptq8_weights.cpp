@@ -23,17 +23,8 @@ namespace {
 
 const std::string kDir = LW_WEIGHTS_FIXTURES;
 
-struct Fixture {
-  std::unique_ptr<weights::Checkpoint> ckpt = weights::open_checkpoint(kDir + "/st_gptq8");
-  nlohmann::json manifest = [] {
-    std::ifstream f(kDir + "/manifest.json");
-    EXPECT_TRUE(f.good()) << "run the weights.make_fixtures test first (ctest -L weights)";
-    return nlohmann::json::parse(f)["st_gptq8"];
-  }();
-  std::vector<float> values(const std::string& name) const {
-    return read_values<float>(kDir + "/" + manifest[name]["expected"].get<std::string>());
-  }
-  std::vector<int64_t> shape(const std::string& name) const { return manifest[name]["shape"].get<std::vector<int64_t>>(); }
+struct Fixture : FixtureCheckpoint {
+  Fixture() : FixtureCheckpoint(kDir, "st_gptq8") {}
   model::WeightQuantization quantization(const std::string& name) const {
     model::WeightQuantization q;
     q.method = "gptq";
@@ -49,12 +40,6 @@ struct Fixture {
     auto ld = std::make_unique<model::WeightLoader>(ctx(), ckpt.get(), DType::f32, dry);
     ld->set_quantization(quantization(name));
     return ld;
-  }
-  std::vector<std::string> cases() const {
-    std::vector<std::string> names;
-    for (const auto& [name, info] : manifest.items())
-      if (!info["expected"].is_null()) names.push_back(name);
-    return names;
   }
   // Symmetric and in group order: kept as int8 with group scales.
   bool kept(const std::string& name) const {

@@ -27,17 +27,8 @@ namespace {
 
 const std::string kDir = LW_WEIGHTS_FIXTURES;
 
-struct Fixture {
-  std::unique_ptr<weights::Checkpoint> ckpt = weights::open_checkpoint(kDir + "/st_int4");
-  nlohmann::json manifest = [] {
-    std::ifstream f(kDir + "/manifest.json");
-    EXPECT_TRUE(f.good()) << "run the weights.make_fixtures test first (ctest -L weights)";
-    return nlohmann::json::parse(f)["st_int4"];
-  }();
-  std::vector<float> values(const std::string& name) const {
-    return read_values<float>(kDir + "/" + manifest[name]["expected"].get<std::string>());
-  }
-  std::vector<int64_t> shape(const std::string& name) const { return manifest[name]["shape"].get<std::vector<int64_t>>(); }
+struct Fixture : FixtureCheckpoint {
+  Fixture() : FixtureCheckpoint(kDir, "st_int4") {}
   // A loader set up as the case's config.json would set it.
   std::unique_ptr<model::WeightLoader> loader(const std::string& name, const char* storage = "quantized") const {
     const auto& info = manifest[name];
@@ -50,12 +41,6 @@ struct Fixture {
     q.int4_asymmetric = q.method == "compressed-tensors" && !info["sym"].get<bool>();
     ld->set_quantization(q);
     return ld;
-  }
-  std::vector<std::string> cases() const {
-    std::vector<std::string> names;
-    for (const auto& [name, info] : manifest.items())
-      if (!info["expected"].is_null()) names.push_back(name);
-    return names;
   }
 };
 

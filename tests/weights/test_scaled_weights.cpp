@@ -23,16 +23,8 @@ namespace {
 const std::string kDir = LW_WEIGHTS_FIXTURES;
 constexpr int64_t kBlock = 32;  // make_fixtures.py's FP8_BLOCK
 
-struct Fixture {
-  std::unique_ptr<weights::Checkpoint> ckpt = weights::open_checkpoint(kDir + "/st_scaled");
-  nlohmann::json manifest = [] {
-    std::ifstream f(kDir + "/manifest.json");
-    EXPECT_TRUE(f.good()) << "run the weights.make_fixtures test first (ctest -L weights)";
-    return nlohmann::json::parse(f)["st_scaled"];
-  }();
-  std::vector<float> values(const std::string& name) const {
-    return read_values<float>(kDir + "/" + manifest[name]["expected"].get<std::string>());
-  }
+struct Fixture : FixtureCheckpoint {
+  Fixture() : FixtureCheckpoint(kDir, "st_scaled") {}
 };
 
 // A loader that keeps 8-bit weights (LW_WEIGHT_STORAGE=quantized; the host target's default

@@ -4,13 +4,46 @@
 
 #include <cmath>
 #include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "ops/weight.h"
 #include "test_util.h"
+#include "weights/checkpoint.h"
 #include "weights/fixture_values.h"
 
 namespace lw::test {
+
+// One safetensors checkpoint make_fixtures.py wrote under `dir` (`name`: its folder and its key
+// in manifest.json), its manifest entries, and the reference values of each tensor that has them.
+struct FixtureCheckpoint {
+  FixtureCheckpoint(const std::string& dir, const std::string& name)
+      : dir(dir), ckpt(weights::open_checkpoint(dir + "/" + name)), manifest([&] {
+          std::ifstream f(dir + "/manifest.json");
+          EXPECT_TRUE(f.good()) << "run the weights.make_fixtures test first (ctest -L weights)";
+          return nlohmann::json::parse(f)[name];
+        }()) {}
+  std::vector<float> values(const std::string& tensor) const {
+    return read_values<float>(dir + "/" + manifest[tensor]["expected"].get<std::string>());
+  }
+  std::vector<int64_t> shape(const std::string& tensor) const {
+    return manifest[tensor]["shape"].get<std::vector<int64_t>>();
+  }
+  // The tensors with reference values (the broken ones have none).
+  std::vector<std::string> cases() const {
+    std::vector<std::string> names;
+    for (const auto& [tensor, info] : manifest.items())
+      if (!info["expected"].is_null()) names.push_back(tensor);
+    return names;
+  }
+
+  std::string dir;
+  std::unique_ptr<weights::Checkpoint> ckpt;
+  nlohmann::json manifest;
+};
 
 // The weight expanded to f32 equals rows [r0, r1) and columns [c0, c1) of the reference [*, k]
 // exactly.

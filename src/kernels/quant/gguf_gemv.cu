@@ -1,6 +1,5 @@
 #include "kernels/quant/gguf_gemv.h"
 
-#include <cstring>
 #include <type_traits>
 
 #include "gpu/launch.h"
@@ -76,23 +75,12 @@ __global__ void gemv_kernel(T* __restrict__ y, const T* __restrict__ x, Source w
   }
 }
 
-// Signed byte j of `word` as a float, exactly, without a conversion instruction (a quarter-rate
-// pipe on NVIDIA, which bounded the int8 GEMV): the float of bits 2^23 + (q + 128), minus
-// 2^23 + 128.
-LW_DEVICE_INLINE float int8_as_float(uint32_t word, int j) {
-  const uint32_t bits = (((word ^ 0x80808080u) >> (8 * j)) & 0xffu) | 0x4b000000u;
-  float f;
-  memcpy(&f, &bits, sizeof(f));
-  return f - 8388736.0f;
-}
-
 // 8-bit rows with scales (FP8 E4M3 or int8): a warp per output column and pass of R rows of x;
 // each lane keeps U 16-byte runs of the row in flight (all loaded before any is decoded: one run
 // at a time leaves too few bytes in flight to approach the memory rate), finds each run's scale
 // once (a run lies in one scale block when the block width is a multiple of 16; otherwise per
 // element) and applies it to the run's sum, decoding FP8 with integer operations (no
-// conversions: fp8_e4m3_times_2_pow_minus_120) and int8 by its bits (int8_as_float); the weights' values are
-// used unrounded.
+// conversions: fp8_e4m3_times_2_pow_minus_120); the weights' values are used unrounded.
 template <class T, bool FP8, int V, int U>
 __global__ void scaled_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, ScaledMatrix w, const T* __restrict__ bias,
                                    int64_t m, int64_t ldx, int64_t ldy) {
@@ -118,7 +106,7 @@ __global__ void scaled_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, S
 #pragma unroll
     for (int i = 0; i < gguf::kRun; ++i) {
       if constexpr (FP8) wv[i] = fp8_e4m3_times_2_pow_minus_120(b.v[i / 4], i % 4) * 0x1p120f;
-      else wv[i] = int8_as_float(b.v[i / 4], i % 4);
+      else wv[i] = static_cast<float>(static_cast<int8_t>(b.v[i / 4] >> (8 * (i % 4))));
     }
     if (block && runs_per_block == 0) {  // a scale block boundary inside the run
 #pragma unroll
