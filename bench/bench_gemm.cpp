@@ -16,8 +16,10 @@
 // "gemv" the fused 8-bit GEMV, "vendor" the expansion and the dense GEMM.
 // --weights int4: 4-bit GPTQ weights of group 128 (random values, zero points and scales, packed
 // by ops::int4_weight), where "gemv" is the fused matrix-fragment kernel (up to 64 rows) and
-// "vendor" the expansion followed by the vendor GEMM.
-//     bench_gemm [--dtype bf16] [--weights dense] [--repeats N] [--ms 1,2,4] [--json FILE]
+// "vendor" the expansion followed by the vendor GEMM; up to 8 rows, "ring" times the fused
+// kernel's ring variant (kernels::Int4GemmKernel::ring) where "gemv" runs the streamed one.
+// --paths vendor,gemv,... times only the paths named (vendor, gemv, automatic, deterministic, ring).
+//     bench_gemm [--dtype bf16] [--weights dense] [--repeats N] [--ms 1,2,4] [--paths P,...] [--json FILE]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -29,11 +31,14 @@
 #include <stdexcept>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/context.h"
 #include "kernels/gemv.h"
+#include "kernels/quant/int4.h"
 #include "ops/int4_weight.h"
+#include "ops/check.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/quant.h"
@@ -72,6 +77,10 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "timed runs per case")->check(CLI::PositiveNumber);
   app.add_option("--ms", ms, "rows of x (tokens)")->delimiter(',');
   app.add_option("--json", json_path, "also write the results as JSON");
+  std::vector<std::string> only_paths;
+  app.add_option("--paths", only_paths, "time only these paths: vendor, gemv, automatic, deterministic, ring")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"vendor", "gemv", "automatic", "deterministic", "ring"}));
   app.add_option("--weights", weights_name,
                  "dense, int4, fp8_e4m3_per_block, fp8_e4m3_per_channel, fp8_e4m3_per_tensor, int8_per_channel, "
                  "int8_per_group or a GGUF "
@@ -183,9 +192,42 @@ int main(int argc, char** argv) {
         else if (int8)
           paths.push_back(GemmPath::automatic);
         paths.push_back(GemmPath::automatic);  // once more, last, in deterministic mode
+        auto wanted = [&](const std::string& name) {
+          return only_paths.empty() || std::find(only_paths.begin(), only_paths.end(), name) != only_paths.end();
+        };
+        // The ring variant of the fused int4 kernel where the streamed one serves, with ops'
+        // splits, workspace and (up to 4 rows) counters.
+        const int ring_splits = *format == lw::ops::WeightFormat::int4
+                                    ? lw::kernels::int4_gemm_splits(
+                                          {w[0].data().data_ptr(), nullptr, nullptr, n, k, std::min<int64_t>(128, k)},
+                                          ctx.caps().multiprocessors)
+                                    : 0;
+        if (ring_splits > 0 && wanted("ring") &&
+            lw::kernels::int4_gemv_serves({w[0].data().data_ptr(), nullptr, nullptr, n, k, std::min<int64_t>(128, k)}, m,
+                                          ring_splits)) {
+          const lw::kernels::Int4Matrix shape{nullptr, nullptr, nullptr, n, k, std::min<int64_t>(128, k)};
+          Tensor ws = ctx.empty({ring_splits * m * n}, DType::f32);
+          Tensor counters = ctx.to_device(Tensor::empty_host({lw::kernels::int4_gemm_counters(shape, m)}, DType::i32));
+          LW_CUDA_CHECK(cudaMemsetAsync(counters.data_ptr(), 0, counters.nbytes(), ctx.stream().get()));
+          const double t = median_ms(ctx, repeats, sets, [&](int i) {
+            lw::kernels::Int4Matrix wm{w[i].data().data_ptr(), w[i].scales().data<float>(),
+                                       static_cast<const uint8_t*>(w[i].zeros().data_ptr()), n, k, shape.group};
+            lw::ops::dispatch_float(dt, "bench_gemm", [&]<class T>() {
+              if constexpr (!std::is_same_v<T, float>)
+                lw::kernels::int4_gemm<T>(y.data<T>(), x.data<T>(), wm, nullptr, m, k, n, ring_splits,
+                                          ring_splits > 1 ? ws.data<float>() : nullptr,
+                                          ring_splits > 1 && m <= 4 ? counters.data<int32_t>() : nullptr, ctx.warp_size(),
+                                          ctx.stream().get(), lw::kernels::Int4GemmKernel::ring);
+            });
+          });
+          const double gbs = wbytes / (t * 1e6);
+          std::printf("%6lld %7lld %6lld  %-10s %9.4f %8.1f %8.0f %6.1f%%\n", static_cast<long long>(m), static_cast<long long>(n),
+                      static_cast<long long>(k), "ring", t, 2.0 * static_cast<double>(m * n * k) / (t * 1e9), gbs, 100 * gbs / copy_gbs);
+        }
         for (size_t pi = 0; pi < paths.size(); ++pi) {
           const GemmPath p = paths[pi];
           const bool deterministic = pi + 1 == paths.size();
+          if (!wanted(deterministic ? "deterministic" : lw::ops::gemm_path_name(p))) continue;
           ctx.set_deterministic(deterministic);
           const double t = median_ms(ctx, repeats, sets, [&](int i) { lw::ops::linear(ctx, x, w[i], Tensor(), y, p); });
           ctx.set_deterministic(false);

@@ -51,17 +51,18 @@ static_assert(kNarrowFragmentCols == gpu::mma::kNarrowCols, "the test's narrow c
 
 template <class T>
 __global__ void fragment_mma_kernel(const T* a, const T* b, bool b_transposed, bool via_shared, const float* c,
-                                    float* d, float* row_max, int active_lanes, bool narrow) {
+                                    float* d, float* row_max, int active_lanes, bool narrow, int narrow_rows) {
 #if LW_MATRIX_CORES
   namespace mma = gpu::mma;
   const int lane = gpu::lane_id();
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * 256;
-  LW_DYNAMIC_SHARED(T, tiles);  // a's tile, then b's
+  LW_DYNAMIC_SHARED(T, tiles);  // a's tile, then b's, then 8 zeros
   if (via_shared) {
     for (int i = lane; i < 256; i += gpu::kWarpSize) {
       tiles[i] = a[tile + i];
       tiles[256 + i] = b[tile + i];
     }
+    if (lane < 8) tiles[512 + lane] = gpu::from_float<T>(0.0f);
     gpu::sync_warp();
   }
   if (lane >= active_lanes) return;
@@ -70,7 +71,8 @@ __global__ void fragment_mma_kernel(const T* a, const T* b, bool b_transposed, b
   mma::FragC fc;
   if (via_shared) {
     mma::load_a_shared(fa, tiles, 16);
-    if (b_transposed) mma::load_b_transposed_shared(fb, tiles + 256, 16);
+    if (narrow_rows > 0) mma::load_b_narrow_transposed_shared(fb, tiles + 256, 16, narrow_rows, tiles + 512);
+    else if (b_transposed) mma::load_b_transposed_shared(fb, tiles + 256, 16);
     else mma::load_b_shared(fb, tiles + 256, 16);
   } else {
     mma::load_a(fa, a + tile, 16);
@@ -150,14 +152,16 @@ void run_device_warp_size(int* out, cudaStream_t stream) {
 template <class T>
 void run_fragment_mma(const T* a, const T* b, bool b_transposed, bool via_shared, const float* c, float* d,
                       float* row_max, unsigned tiles, int active_lanes, int warp_size, cudaStream_t stream,
-                      bool narrow) {
-  gpu::launch("fragment_mma_test", fragment_mma_kernel<T>, {dim3(tiles), dim3(warp_size), 512 * sizeof(T), stream}, a,
-              b, b_transposed, via_shared, c, d, row_max, active_lanes, narrow);
+                      bool narrow, int narrow_rows) {
+  LW_CHECK(narrow_rows == 0 || (narrow && b_transposed && via_shared && narrow_rows <= kNarrowFragmentCols),
+           "narrow_rows " << narrow_rows << " needs a narrow product of a transposed B from shared memory");
+  gpu::launch("fragment_mma_test", fragment_mma_kernel<T>, {dim3(tiles), dim3(warp_size), 520 * sizeof(T), stream}, a,
+              b, b_transposed, via_shared, c, d, row_max, active_lanes, narrow, narrow_rows);
 }
 template void run_fragment_mma<half>(const half*, const half*, bool, bool, const float*, float*, float*, unsigned, int,
-                                     int, cudaStream_t, bool);
+                                     int, cudaStream_t, bool, int);
 template void run_fragment_mma<bfloat16>(const bfloat16*, const bfloat16*, bool, bool, const float*, float*, float*,
-                                         unsigned, int, int, cudaStream_t, bool);
+                                         unsigned, int, int, cudaStream_t, bool, int);
 
 void run_lane_ids(int* lane, int* warp, dim3 block, cudaStream_t stream) {
   gpu::launch("lane_ids", lane_ids_kernel, {dim3(1), block, 0, stream}, lane, warp);

@@ -34,10 +34,12 @@ inline constexpr int kNarrowFragmentCols = 8;
 // tiles are copied to shared memory and loaded with the *_shared loads (ldmatrix on NVIDIA).
 // Only the first `active_lanes` lanes of the warp go on to the multiplication (the rest
 // return). narrow: mma_narrow instead of mma (d's first kNarrowFragmentCols columns are the
-// product's, row_max their maxima). T: half or bfloat16.
+// product's, row_max their maxima). narrow_rows > 0 (narrow, b_transposed and via_shared only):
+// B from load_b_narrow_transposed_shared with only the transpose's first narrow_rows rows, so
+// d's columns from narrow_rows on are c's. T: half or bfloat16.
 template <class T>
 void run_fragment_mma(const T* a, const T* b, bool b_transposed, bool via_shared, const float* c, float* d,
                       float* row_max, unsigned tiles, int active_lanes, int warp_size, cudaStream_t stream,
-                      bool narrow = false);
+                      bool narrow = false, int narrow_rows = 0);
 
 }  // namespace lw::test

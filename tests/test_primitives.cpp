@@ -114,18 +114,21 @@ TEST(Primitives, BlockReduceAnyBlockShape) {
 
 // gpu/matrix_fragment.h: one warp's 16x16x16 multiply-accumulate in the target's layout (on the
 // emulator: NVIDIA's at warp 32, MFMA's at warp 64) against float64, B read row-major and
-// transposed; the row maxima through reduce_row; the narrow product's first columns.
+// transposed; the row maxima through reduce_row; the narrow product's first columns, and with
+// B's transpose of only 1, 5 or 8 rows (load_b_narrow_transposed_shared: the other columns zero).
 TEST(Primitives, FragmentMultiplyAccumulate) {
   const int ws = ctx().warp_size();
   const unsigned tiles = 3;
   const int64_t n = 256 * tiles;
   for (DType dt : {DType::f16, DType::bf16}) {
-    for (int variant = 0; variant < 8; ++variant) {
-      const bool bt = variant & 1, via_shared = variant & 2, narrow = variant & 4;
-      const int cols = narrow ? kNarrowFragmentCols : 16;
+    for (int variant = 0; variant < 11; ++variant) {
+      const bool bt = variant & 1 || variant >= 8, via_shared = variant & 2 || variant >= 8, narrow = variant & 4 || variant >= 8;
+      const int narrow_rows = variant == 8 ? 1 : variant == 9 ? 5 : variant == 10 ? kNarrowFragmentCols : 0;
+      const int cols = narrow ? kNarrowFragmentCols : 16, b_cols = narrow_rows > 0 ? narrow_rows : 16;
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << (bt ? ", B transposed" : ", B row-major")
                                         << (via_shared ? ", from shared memory" : ", from global memory")
-                                        << (narrow ? ", narrow" : ""));
+                                        << (narrow ? ", narrow" : "") << (narrow_rows > 0 ? ", B rows " : "")
+                                        << (narrow_rows > 0 ? std::to_string(narrow_rows) : ""));
       Tensor a_h = random_host({n}, dt), b_h = random_host({n}, dt), c_h = random_host({n}, DType::f32);
       Tensor a = ctx().to_device(a_h), b = ctx().to_device(b_h), c = ctx().to_device(c_h);
       Tensor d = ctx().empty({n}, DType::f32), row_max = ctx().empty({16 * tiles}, DType::f32);
@@ -133,10 +136,10 @@ TEST(Primitives, FragmentMultiplyAccumulate) {
       poison(row_max);
       if (dt == DType::f16) {
         run_fragment_mma(a.data<half>(), b.data<half>(), bt, via_shared, c.data<float>(), d.data<float>(),
-                         row_max.data<float>(), tiles, ws, ws, stream(), narrow);
+                         row_max.data<float>(), tiles, ws, ws, stream(), narrow, narrow_rows);
       } else {
         run_fragment_mma(a.data<bfloat16>(), b.data<bfloat16>(), bt, via_shared, c.data<float>(), d.data<float>(),
-                         row_max.data<float>(), tiles, ws, ws, stream(), narrow);
+                         row_max.data<float>(), tiles, ws, ws, stream(), narrow, narrow_rows);
       }
       const std::vector<double> x = to_doubles(a_h), y = to_doubles(b_h), z = to_doubles(c_h);
       const std::vector<double> got = to_doubles(ctx().to_host(d)), got_max = to_doubles(ctx().to_host(row_max));
@@ -146,7 +149,8 @@ TEST(Primitives, FragmentMultiplyAccumulate) {
           double want_max = -INFINITY;
           for (int col = 0; col < cols; ++col) {
             double want = z[o + r * 16 + col];
-            for (int k = 0; k < 16; ++k) want += x[o + r * 16 + k] * y[o + (bt ? col * 16 + k : k * 16 + col)];
+            if (col < b_cols)
+              for (int k = 0; k < 16; ++k) want += x[o + r * 16 + k] * y[o + (bt ? col * 16 + k : k * 16 + col)];
             ASSERT_NEAR(got[o + r * 16 + col], want, 1e-5) << "tile " << t << ", element (" << r << ", " << col << ")";
             want_max = std::max(want_max, got[o + r * 16 + col]);
           }

@@ -201,6 +201,8 @@ struct FragC {
 // has at most that many columns in use (few rows of x in a GEMV): on NVIDIA one m16n8k16 where
 // mma() issues two; the AMD layouts have no narrower instruction and compute all 16.
 inline constexpr int kNarrowCols = 8;
+// The elements of C that mma_narrow computes: the first kNarrowC (the others are C's, unchanged).
+inline constexpr int kNarrowC = kLayout == Layout::nvidia_m16n8k16 ? kC / 2 : kC;
 
 LW_DEVICE_INLINE void fill(FragC& c, float v) {
 #pragma unroll
@@ -269,6 +271,21 @@ LW_DEVICE_INLINE void load_b_transposed_shared(FragB<T>& b, const T* src, int ld
   const int lane = lane_id(), j = lane >> 3;
   detail::ldmatrix_x4<false>(b, src + ((lane & 7) + 8 * (j >> 1)) * ld + 8 * (j & 1));
 }
+// B's first kNarrowCols columns for mma_narrow from the rows of its transpose, of which only the
+// first `rows` (<= kNarrowCols) exist: B(k, n) = src[n * ld + k] for n < rows, else 0. On NVIDIA
+// one ldmatrix.x2 whose lanes past `rows` read `zeros` (16 zero bytes of shared memory, 16-byte
+// aligned); elsewhere the elements one by one (`zeros` is not read).
+template <class T>
+LW_DEVICE_INLINE void load_b_narrow_transposed_shared(FragB<T>& b, const T* src, int ld, int rows, const T* zeros) {
+  const int lane = lane_id(), r = lane & 7;
+  const T* row = r < rows ? src + r * ld + 8 * ((lane >> 3) & 1) : zeros;
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  uint32_t v[2];
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(v[0]), "=r"(v[1]) : "r"(addr));
+  memcpy(b.x, v, sizeof(v));
+#pragma unroll
+  for (int i = 4; i < kB; ++i) b.x[i] = from_float<T>(0.0f);
+}
 #else
 template <class T, class P>
 LW_DEVICE_INLINE void load_a_shared(FragA<T>& a, const P& src, int ld) {
@@ -281,6 +298,16 @@ LW_DEVICE_INLINE void load_b_shared(FragB<T>& b, const P& src, int ld) {
 template <class T, class P>
 LW_DEVICE_INLINE void load_b_transposed_shared(FragB<T>& b, const P& src, int ld) {
   load_b_transposed(b, src, ld);
+}
+template <class T, class P, class Z>
+LW_DEVICE_INLINE void load_b_narrow_transposed_shared(FragB<T>& b, const P& src, int ld, int rows, const Z& zeros) {
+  (void)zeros;
+  const int lane = lane_id();
+#pragma unroll
+  for (int i = 0; i < kB; ++i) {
+    const int col = b_col(lane, i);
+    b.x[i] = col < rows && col < kNarrowCols ? static_cast<T>(src[col * ld + b_row(lane, i)]) : from_float<T>(0.0f);
+  }
 }
 #endif
 

@@ -10,12 +10,14 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "kernels/quant/int4.h"
 #include "model/weight_loader.h"
-#include "ops/int4_weight.h"
+#include "ops/check.h"
 #include "ops/gemm.h"
+#include "ops/int4_weight.h"
 #include "ops/weight.h"
 #include "test_util.h"
 #include "weights/checkpoint.h"
@@ -43,6 +45,28 @@ struct Fixture : FixtureCheckpoint {
     return ld;
   }
 };
+
+// GPTQ tensors of random words, zero points and scales of [n, k] in groups of `group` columns.
+ops::Int4Tensors random_gptq(int64_t n, int64_t k, int64_t group) {
+  std::mt19937_64& gen = rng();
+  auto words = [&](int64_t rows, int64_t cols) {
+    Tensor h = Tensor::empty_host({rows, cols}, DType::i32);
+    for (int64_t i = 0; i < h.numel(); ++i) h.data<int32_t>()[i] = static_cast<int32_t>(gen());
+    return ctx().to_device(h);
+  };
+  const int64_t groups = (k + group - 1) / group;
+  ops::Int4Tensors t;
+  t.n = n, t.k = k, t.group = group;
+  t.qweight = words(k / 8, n);
+  t.qzeros = words(groups, n / 8);
+  t.scales = ctx().to_device(random_host({groups, n}, DType::f16, 0.01, 0.1));
+  return t;
+}
+
+kernels::Int4Matrix int4_matrix_of(const ops::Weight& w, int64_t group) {
+  return {w.data().data_ptr(), w.scales().data<float>(), static_cast<const uint8_t*>(w.zeros().data_ptr()), w.out_features(),
+          w.in_features(), group};
+}
 
 TEST(Int4Weights, EveryLayoutLoadsToTheReferenceValues) {
   Fixture fx;
@@ -185,17 +209,7 @@ TEST(Int4Weights, FusedKernelOnLargerShapes) {
                           Shape{32, 576, 64, false}, Shape{16, 48, 16, false}}) {
     SCOPED_TRACE(::testing::Message() << "[" << sh.n << ", " << sh.k << "] group " << sh.group
                                       << (sh.act_order ? " act-order" : ""));
-    const int64_t groups = (sh.k + sh.group - 1) / sh.group;
-    auto words = [&](int64_t rows, int64_t cols) {
-      Tensor h = Tensor::empty_host({rows, cols}, DType::i32);
-      for (int64_t i = 0; i < h.numel(); ++i) h.data<int32_t>()[i] = static_cast<int32_t>(gen());
-      return ctx().to_device(h);
-    };
-    ops::Int4Tensors t;
-    t.n = sh.n, t.k = sh.k, t.group = sh.group;
-    t.qweight = words(sh.k / 8, sh.n);
-    t.qzeros = words(groups, sh.n / 8);
-    t.scales = ctx().to_device(random_host({groups, sh.n}, DType::f16, 0.01, 0.1));
+    ops::Int4Tensors t = random_gptq(sh.n, sh.k, sh.group);
     if (sh.act_order) {
       std::vector<int32_t> perm(static_cast<size_t>(sh.k));
       std::iota(perm.begin(), perm.end(), 0);
@@ -251,21 +265,9 @@ TEST(Int4Weights, FusedKernelOnLargerShapes) {
 // last row tile half outside N), at 1, 9 and 40 rows of x; the counters are zero after each
 // launch, and a second call through the same counters gives the same result.
 TEST(Int4Weights, SplitsAddedByTheirLastBlock) {
-  std::mt19937_64& gen = rng();
-  const int64_t n = 296, k = 1024, group = 128, groups = k / group;
-  auto words = [&](int64_t rows, int64_t cols) {
-    Tensor h = Tensor::empty_host({rows, cols}, DType::i32);
-    for (int64_t i = 0; i < h.numel(); ++i) h.data<int32_t>()[i] = static_cast<int32_t>(gen());
-    return ctx().to_device(h);
-  };
-  ops::Int4Tensors t;
-  t.n = n, t.k = k, t.group = group;
-  t.qweight = words(k / 8, n);
-  t.qzeros = words(groups, n / 8);
-  t.scales = ctx().to_device(random_host({groups, n}, DType::f16, 0.01, 0.1));
-  const ops::Weight w = ops::int4_weight(ctx(), t);
-  const kernels::Int4Matrix km{w.data().data_ptr(), w.scales().data<float>(),
-                               static_cast<const uint8_t*>(w.zeros().data_ptr()), n, k, group};
+  const int64_t n = 296, k = 1024, group = 128;
+  const ops::Weight w = ops::int4_weight(ctx(), random_gptq(n, k, group));
+  const kernels::Int4Matrix km = int4_matrix_of(w, group);
   const int splits = kernels::int4_gemm_splits(km, 2);
   ASSERT_GT(splits, 1);
   const Tensor bias = ctx().to_device(random_host({n}, DType::bf16));
@@ -291,6 +293,72 @@ TEST(Int4Weights, SplitsAddedByTheirLastBlock) {
     EXPECT_TRUE(bitwise_equal(ctx().to_host(by_last), ctx().to_host(by_launch)));
     EXPECT_TRUE(bitwise_equal(ctx().to_host(again), ctx().to_host(by_launch)));
   }
+}
+
+// The streamed kernel (weights into registers, up to 8 rows of x) against the ring kernel, bit
+// for bit: 1 to 8 rows, f16 and bf16, one split, the device's splits, splits that cut groups and
+// more splits than tiles (empty splits), with and without the last block's counters, x rows 16-
+// and only 4-byte aligned, several row blocks with a partial last row tile, groups of 64, 128 and
+// 192 columns and one group per row with K not a multiple of the tile (its last step partial).
+// Where it does not serve (9 rows, groups of 32), forcing it is refused.
+TEST(Int4Weights, StreamedKernelGivesTheRingKernelsBits) {
+  struct Shape {
+    int64_t n, k, group;
+  };
+  for (const Shape& sh : {Shape{296, 1024, 128}, Shape{40, 576, 64}, Shape{24, 1152, 192}, Shape{48, 200, 200}}) {
+    const ops::Weight w = ops::int4_weight(ctx(), random_gptq(sh.n, sh.k, sh.group));
+    const kernels::Int4Matrix km = int4_matrix_of(w, sh.group);
+    const int64_t tiles_k = (sh.k + kernels::kInt4TileCols - 1) / kernels::kInt4TileCols;
+    for (int splits : {1, kernels::int4_gemm_splits(km, 2), 3, static_cast<int>(tiles_k) + 2}) {
+      for (int64_t m = 1; m <= 8; ++m) {
+        const DType dt = m % 2 == 0 ? DType::f16 : DType::bf16;
+        const bool counted = m % 3 != 0, aligned = m != 5;
+        SCOPED_TRACE(::testing::Message() << "[" << sh.n << ", " << sh.k << "] group " << sh.group << ", " << splits
+                                          << " splits, " << m << " rows, " << dtype_name(dt) << (counted ? ", counters" : "")
+                                          << (aligned ? "" : ", x 4-byte aligned"));
+        if (!kernels::int4_gemv_serves(km, m, splits)) {
+          // Only x's columns of a split too many for shared memory beside the kernel's ring.
+          const int64_t per_split = (tiles_k + splits - 1) / splits;
+          EXPECT_GT(m * per_split * kernels::kInt4TileCols * 2, 8 * 1024);
+          continue;
+        }
+        const int64_t ldx = aligned ? sh.k : sh.k + 2;
+        const Tensor x = ctx().to_device(random_host({m * ldx + 2}, dt)).slice(0, aligned ? 0 : 2, m * ldx + (aligned ? 0 : 2));
+        const Tensor bias = ctx().to_device(random_host({sh.n}, dt));
+        Tensor ws = ctx().empty({splits * m * sh.n}, DType::f32);
+        const int64_t blocks = kernels::int4_gemm_counters(km, m);
+        Tensor counters = ctx().to_device(Tensor::empty_host({blocks}, DType::i32));
+        LW_CUDA_CHECK(cudaMemsetAsync(counters.data_ptr(), 0, counters.nbytes(), ctx().stream().get()));
+        auto run = [&](kernels::Int4GemmKernel kernel) {
+          Tensor y = ctx().empty({m, sh.n}, dt);
+          poison(y);
+          ops::dispatch_float(dt, "test", [&]<class T>() {
+            if constexpr (!std::is_same_v<T, float>)
+              kernels::int4_gemm<T>(y.data<T>(), x.data<T>(), km, bias.data<T>(), m, ldx, sh.n, splits,
+                                    splits > 1 ? ws.data<float>() : nullptr, counted ? counters.data<int32_t>() : nullptr,
+                                    ctx().warp_size(), ctx().stream().get(), kernel);
+          });
+          return ctx().to_host(y);
+        };
+        const Tensor ring = run(kernels::Int4GemmKernel::ring), streamed = run(kernels::Int4GemmKernel::streamed);
+        EXPECT_TRUE(bitwise_equal(streamed, ring));
+        for (double v : to_doubles(streamed)) ASSERT_TRUE(std::isfinite(v)) << "an unwritten or non-finite output";
+      }
+    }
+  }
+  const ops::Weight w = ops::int4_weight(ctx(), random_gptq(32, 256, 32));
+  const kernels::Int4Matrix small_groups = int4_matrix_of(w, 32);
+  EXPECT_FALSE(kernels::int4_gemv_serves(small_groups, 1, 1));
+  const kernels::Int4Matrix whole{small_groups.tiles, small_groups.scales, small_groups.zeros, 32, 256, 256};
+  EXPECT_TRUE(kernels::int4_gemv_serves(whole, 8, 1));
+  EXPECT_FALSE(kernels::int4_gemv_serves(whole, 9, 1));
+  Tensor x = ctx().to_device(random_host({1, 256}, DType::bf16)), y = ctx().empty({1, 32}, DType::bf16);
+  expect_error(
+      [&] {
+        kernels::int4_gemm<bfloat16>(y.data<bfloat16>(), x.data<bfloat16>(), small_groups, nullptr, 1, 256, 32, 1, nullptr, nullptr,
+                                     ctx().warp_size(), ctx().stream().get(), kernels::Int4GemmKernel::streamed);
+      },
+      "the streamed kernel does not serve 1 rows");
 }
 
 // The fused kernel's splits on a 132-multiprocessor device for Llama-3-8B's projections: no

@@ -176,6 +176,94 @@ constexpr int kStages = LW_INT4_GEMM_STAGES < kSharedLimit / (4 * kEntryWords<NT
                                                                                    : kSharedLimit / (4 * kEntryWords<NT>);
 static_assert(kStages<1> >= 2 && kStages<2> >= 2 && kStages<4> >= 2, "a ring of one entry has nothing in flight");
 
+// What a block of the fused kernels covers: its split's 64-column tiles [first, last) of the
+// matrix's tiles_k, and row tiles from block_tile0 (kGemmWarps x R of them). A group of K columns
+// or more is one group (its size need not fit 32 bits).
+struct BlockSpan {
+  int k, n, tiles_k, row_tiles, group_cols, groups, first, last, block_tile0;
+};
+template <int R>
+LW_DEVICE_INLINE BlockSpan block_span(const Int4Matrix& w, int tiles_per_split) {
+  BlockSpan b;
+  b.k = static_cast<int>(w.k);
+  b.n = static_cast<int>(w.n);
+  b.tiles_k = static_cast<int>((b.k + kInt4TileCols - 1) / kInt4TileCols);
+  b.row_tiles = static_cast<int>((b.n + kInt4TileRows - 1) / kInt4TileRows);
+  b.group_cols = static_cast<int>(w.group < w.k ? w.group : w.k);
+  b.groups = (b.k + b.group_cols - 1) / b.group_cols;
+  b.first = static_cast<int>(blockIdx.y) * tiles_per_split;
+  b.last = min(b.first + tiles_per_split, b.tiles_k);
+  b.block_tile0 = static_cast<int>(blockIdx.x) * kGemmWarps * R;
+  return b;
+}
+
+// The end of a block of the fused kernels: each warp's sums `total` of its R row tiles (first rows
+// row0) and NT tiles of x (their first C elements: narrow products compute no others) go to y (one split: + bias) or to the split's plane of `workspace`, which
+// the last of the row block's splits to finish adds when there are counters (else
+// reduce_splits_kernel does).
+template <class T, int R, int NT, int C = mma::kC>
+LW_DEVICE_INLINE void finish_rows(T* y, const mma::FragC (&total)[R][NT], const int (&row0)[R], const T* bias, int m, int n,
+                                  int64_t ldy, float* workspace, int32_t* counters, int block_tile0) {
+  const int lane = gpu::lane_id(), tid = static_cast<int>(threadIdx.x);
+  constexpr int kBlockThreads = kGemmWarps * gpu::kWarpSize;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int row = row0[r] + mma::c_row(lane, i), tok = nt * 16 + mma::c_col(lane, i);
+        if (row >= n || tok >= m) continue;
+        const float v = total[r][nt].x[i];
+        if (gridDim.y == 1) {
+          y[tok * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
+        } else {
+          workspace[(static_cast<int64_t>(blockIdx.y) * m + tok) * n + row] = v;
+        }
+      }
+  if (gridDim.y == 1 || counters == nullptr) return;
+  // The last of the row block's splits to finish adds them (in split order, as
+  // reduce_splits_kernel does): its count comes after every split's sums are visible
+  // device-wide (the fence before each count).
+  LW_SHARED(int, last_block, [1]);
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    int32_t* count = counters + blockIdx.x;
+    last_block[0] = atomicAdd(count, 1) == static_cast<int>(gridDim.y) - 1;
+    if (last_block[0]) *count = 0;  // every split has counted: zero again for the next launch
+  }
+  __syncthreads();
+  if (!last_block[0]) return;
+  __threadfence();
+  const int block_row0 = block_tile0 * static_cast<int>(kInt4TileRows);
+  const int block_rows = min(kGemmWarps * R * static_cast<int>(kInt4TileRows), n - block_row0);
+  // Each thread's elements of the row block, their splits loaded before any is added or stored
+  // (a store may alias the next loads: one L2 latency per element otherwise, which at 64 rows
+  // of x made the launch 28% slower than a second launch; ops passes counters up to 4 rows).
+  const int64_t plane = static_cast<int64_t>(m) * n;
+  constexpr int kAhead = 4;
+  const int splits = static_cast<int>(gridDim.y);
+  for (int e0 = tid; e0 < m * block_rows; e0 += kAhead * kBlockThreads) {
+    float v[kAhead];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int e = e0 + u * kBlockThreads;
+      v[u] = 0.0f;
+      if (e >= m * block_rows) continue;
+      const int64_t at = static_cast<int64_t>(e / block_rows) * n + block_row0 + e % block_rows;
+      for (int sp = 0; sp < splits; ++sp) v[u] += gpu::load_from_other_block(workspace + sp * plane + at);
+    }
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int e = e0 + u * kBlockThreads;
+      if (e >= m * block_rows) continue;
+      const int tok = e / block_rows, row = block_row0 + e % block_rows;
+      y[tok * ldy + row] = gpu::from_float<T>(v[u] + (bias ? gpu::to_float(bias[row]) : 0.0f));
+    }
+  }
+}
+
 // y[:m] = x[:m] @ W^T for the block's kGemmWarps x kRowTiles row tiles and split of k
 // (blockIdx.y; `tiles_per_split` 64-column tiles each). The block fills its ring of steps with
 // every thread; each warp multiplies its own row tiles with NT tiles of 16 rows of x (the MMA's
@@ -195,14 +283,9 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
 #if LW_MATRIX_CORES
   const int warp = gpu::warp_id(), lane = gpu::lane_id();
   const int tid = static_cast<int>(threadIdx.x);
-  const int k = static_cast<int>(w.k), n = static_cast<int>(w.n);
-  const int tiles_k = (k + kInt4TileCols - 1) / kInt4TileCols, row_tiles = (n + kInt4TileRows - 1) / kInt4TileRows;
-  // A group of K columns or more is one group (its size need not fit 32 bits).
-  const int group_cols = static_cast<int>(w.group < w.k ? w.group : w.k);
-  const int groups = (k + group_cols - 1) / group_cols;
-  const int first = static_cast<int>(blockIdx.y) * tiles_per_split;
-  const int last = min(first + tiles_per_split, tiles_k);
-  const int block_tile0 = static_cast<int>(blockIdx.x) * kGemmWarps * R;
+  const BlockSpan block = block_span<R>(w, tiles_per_split);
+  const int k = block.k, n = block.n, tiles_k = block.tiles_k, row_tiles = block.row_tiles, group_cols = block.group_cols,
+            groups = block.groups, first = block.first, last = block.last, block_tile0 = block.block_tile0;
   // Row tiles past the matrix read the last one again (their results are not written).
   auto tile_row = [&](int j) {
     const int t = min(block_tile0 + j, row_tiles - 1);
@@ -406,64 +489,207 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
   }
   gpu::async_wait<0>();  // no copy outlives the block (the ring's tail entries are empty commits)
   if (first < last) fold();
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < mma::kC; ++i) {
-        const int row = row0[r] + mma::c_row(lane, i), tok = nt * 16 + mma::c_col(lane, i);
-        if (row >= n || tok >= m) continue;
-        const float v = total[r][nt].x[i];
-        if (gridDim.y == 1) {
-          y[tok * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
-        } else {
-          workspace[(static_cast<int64_t>(blockIdx.y) * m + tok) * n + row] = v;
-        }
-      }
-  if (gridDim.y == 1 || counters == nullptr) return;
-  // The last of the row block's splits to finish adds them (in split order, as
-  // reduce_splits_kernel does): its count comes after every split's sums are visible
-  // device-wide (the fence before each count).
-  LW_SHARED(int, last_block, [1]);
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    int32_t* count = counters + blockIdx.x;
-    last_block[0] = atomicAdd(count, 1) == static_cast<int>(gridDim.y) - 1;
-    if (last_block[0]) *count = 0;  // every split has counted: zero again for the next launch
-  }
-  __syncthreads();
-  if (!last_block[0]) return;
-  __threadfence();
-  const int block_row0 = block_tile0 * static_cast<int>(kInt4TileRows);
-  const int block_rows = min(kGemmWarps * R * static_cast<int>(kInt4TileRows), n - block_row0);
-  // Each thread's elements of the row block, their splits loaded before any is added or stored
-  // (a store may alias the next loads: one L2 latency per element otherwise, which at 64 rows
-  // of x made the launch 28% slower than a second launch; ops passes counters up to 4 rows).
-  const int64_t plane = static_cast<int64_t>(m) * n;
-  constexpr int kAhead = 4;
-  const int splits = static_cast<int>(gridDim.y);
-  for (int e0 = tid; e0 < m * block_rows; e0 += kAhead * kBlockThreads) {
-    float v[kAhead];
-#pragma unroll
-    for (int u = 0; u < kAhead; ++u) {
-      const int e = e0 + u * kBlockThreads;
-      v[u] = 0.0f;
-      if (e >= m * block_rows) continue;
-      const int64_t at = static_cast<int64_t>(e / block_rows) * n + block_row0 + e % block_rows;
-      for (int sp = 0; sp < splits; ++sp) v[u] += gpu::load_from_other_block(workspace + sp * plane + at);
-    }
-#pragma unroll
-    for (int u = 0; u < kAhead; ++u) {
-      const int e = e0 + u * kBlockThreads;
-      if (e >= m * block_rows) continue;
-      const int tok = e / block_rows, row = block_row0 + e % block_rows;
-      y[tok * ldy + row] = gpu::from_float<T>(v[u] + (bias ? gpu::to_float(bias[row]) : 0.0f));
-    }
-  }
+  finish_rows<T, R, NT>(y, total, row0, bias, m, n, ldy, workspace, counters, block_tile0);
 #else
   (void)ring, (void)ring_elements, (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_split, (void)x_vectors,
+      (void)workspace, (void)counters;
+#endif
+}
+
+// A lane's run of a weight tile, read once and not kept in L1 (NVIDIA: ld.global.nc with
+// L1::no_allocate): V words, V <= 4.
+template <int V>
+LW_DEVICE_INLINE gpu::Vec<uint32_t, V> load_run(const uint32_t* p) {
+#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  gpu::Vec<uint32_t, V> v;
+  if constexpr (V == 4) {
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.v[0]), "=r"(v.v[1]), "=r"(v.v[2]), "=r"(v.v[3])
+                 : "l"(p));
+  } else if constexpr (V == 2) {
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.v[0]), "=r"(v.v[1]) : "l"(p));
+  } else {
+    v = gpu::load_vec<V>(p);
+  }
+  return v;
+#else
+  return gpu::load_vec<V>(p);
+#endif
+}
+
+// The few-row kernel: up to mma::kNarrowCols rows of x, groups of whole tiles (or one group).
+// The same blocks, splits, fragments and order of arithmetic as gemm_kernel's narrow products,
+// so the same bits, over another data path: each warp streams its row tiles' runs from memory
+// straight into registers kRunsAhead tiles ahead (a lane's run of a tile is its A fragments: no
+// shared memory, no barrier in the loop), and x's columns of the block's split are copied to
+// shared memory once. The first runs and the group parameters are requested before the wait
+// for the kernel before (which writes x), so that their latency overlaps its end. (Runs copied
+// into a ring of shared memory instead, 4 to 8 tiles ahead at 72 registers, and blocks of eight
+// warps of one row tile each measured slower on the H200: docs/PERFORMANCE.md.)
+#ifndef LW_INT4_GEMV_RUNS_AHEAD
+#define LW_INT4_GEMV_RUNS_AHEAD 4
+#endif
+constexpr int kRunsAhead = LW_INT4_GEMV_RUNS_AHEAD;
+template <class T>
+__global__ void gemv_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m, int ldx, int64_t ldy, int tiles_per_split,
+                            bool x_vectors, float* workspace, int32_t* counters) {
+  constexpr int R = kRowTiles<1>, D = kRunsAhead;
+  constexpr int V = kLaneWords < 4 ? kLaneWords : 4;
+  LW_DYNAMIC_SHARED(T, xs);  // m rows of the split's columns (xs_ld apart), then 8 zeros
+#if LW_MATRIX_CORES
+  const int warp = gpu::warp_id(), lane = gpu::lane_id();
+  const int tid = static_cast<int>(threadIdx.x);
+  constexpr int kBlockThreads = kGemmWarps * gpu::kWarpSize;
+  const BlockSpan block = block_span<R>(w, tiles_per_split);
+  const int k = block.k, n = block.n, tiles_k = block.tiles_k, row_tiles = block.row_tiles, group_cols = block.group_cols,
+            groups = block.groups, first = block.first, last = block.last, block_tile0 = block.block_tile0;
+  int row0[R];
+  const uint32_t* runs[R];  // this lane's run of the row tile's first tile; rows past the matrix read the last tile row
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int t = block_tile0 + warp * R + r;
+    row0[r] = t * static_cast<int>(kInt4TileRows);
+    runs[r] = static_cast<const uint32_t*>(w.tiles) + (static_cast<int64_t>(min(t, row_tiles - 1)) * tiles_k) * kTileWords +
+              (lane % kDataLanes) * kLaneWords;
+  }
+  uint32_t queue[D][R][kLaneWords];
+  auto load_runs = [&](int t, uint32_t (&to)[R][kLaneWords]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < kLaneWords; c += V) {
+        const auto v = load_run<V>(runs[r] + t * kTileWords + c);
+#pragma unroll
+        for (int e = 0; e < V; ++e) to[r][c + e] = v.v[e];
+      }
+  };
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+    if (first + d < last) load_runs(first + d, queue[d]);
+
+  // The group's scales (one per row slot of C) and zero points (one per row slot of A), the
+  // next group's loaded as soon as the one before it takes over. Rows past the matrix read its
+  // last row.
+  struct Params {
+    float scale[R][mma::kRowSlots];
+    uint32_t zbias[R][mma::kARowSlots];
+  };
+  int slot_at[R][mma::kRowSlots], a_slot_at[R][mma::kARowSlots];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int sl = 0; sl < mma::kRowSlots; ++sl) slot_at[r][sl] = min(row0[r] + mma::slot_row(lane, sl), n - 1) * groups;
+#pragma unroll
+    for (int sl = 0; sl < mma::kARowSlots; ++sl) a_slot_at[r][sl] = min(row0[r] + mma::a_slot_row(lane, sl), n - 1) * groups;
+  }
+  auto load_group = [&](int g, Params& to) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int sl = 0; sl < mma::kRowSlots; ++sl) to.scale[r][sl] = w.scales[slot_at[r][sl] + g];
+#pragma unroll
+      for (int sl = 0; sl < mma::kARowSlots; ++sl) to.zbias[r][sl] = (kMagic<T> + w.zeros[a_slot_at[r][sl] + g]) * 0x10001u;
+    }
+  };
+  const int split_end = min(last * static_cast<int>(kInt4TileCols), k);
+  int group = first * static_cast<int>(kInt4TileCols) / group_cols, next_group_at = (group + 1) * group_cols;
+  Params params, next_params;
+  if (first < last) load_group(group, params);
+  if (next_group_at < split_end) load_group(group + 1, next_params);
+
+  // x's columns [first, last) tiles of its m rows (columns past K: zeros), then the zero row.
+  gpu::begin_after_prior_grid();
+  const int col0 = first * static_cast<int>(kInt4TileCols), span = tiles_per_split * static_cast<int>(kInt4TileCols);
+  const int xs_ld = span + 8;
+  const int pieces = span / 8;  // 8-element pieces of a row (K is a multiple of 8: a piece is wholly in or out)
+  for (int e = tid; e < m * pieces; e += kBlockThreads) {
+    const int row = e / pieces, c = (e % pieces) * 8;
+    gpu::Vec<T, 8> v;
+    if (col0 + c < k) {
+      const T* from = x + static_cast<int64_t>(row) * ldx + col0 + c;
+      if (x_vectors) {
+        v = gpu::load_vec<8>(from);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; j += 2) {
+          const auto pair = gpu::load_vec<2>(from + j);
+          v.v[j] = pair.v[0];
+          v.v[j + 1] = pair.v[1];
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v.v[j] = gpu::from_float<T>(0.0f);
+    }
+    gpu::store_vec_at<8>(xs, row * xs_ld + c, v);
+  }
+  if (tid < 8) xs[m * xs_ld + tid] = gpu::from_float<T>(0.0f);
+  __syncthreads();
+  const auto zeros = xs + m * xs_ld;
+
+  mma::FragC total[R][1], sums[R][1];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    mma::fill(total[r][0], 0.0f);
+    mma::fill(sums[r][0], 0.0f);
+  }
+  auto fold = [&]() {  // the group's sums times their rows' scales (as gemm_kernel's fold)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < mma::kNarrowC; ++i) {
+        const float s = params.scale[r][mma::c_slot(i)];
+        total[r][0].x[i] += s * sums[r][0].x[i];
+        sums[r][0].x[i] = 0.0f;
+      }
+  };
+  auto multiply = [&](int t, int step, const uint32_t (&words)[R][kLaneWords]) {
+    mma::FragB<T> b;
+    mma::load_b_narrow_transposed_shared(b, xs + (t - first) * static_cast<int>(kInt4TileCols) + 16 * step, xs_ld, m, zeros);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      mma::FragA<T> a;
+#pragma unroll
+      for (int i = 0; i < mma::kA; i += 2) {
+        const int e = step * mma::kA + i;
+        decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, params.zbias[r][mma::a_slot(i)], a.x[i], a.x[i + 1]);
+      }
+      mma::mma_narrow(sums[r][0], a, b, sums[r][0]);
+    }
+  };
+  for (int t0 = first; t0 < last; t0 += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const int t = t0 + d;
+      if (t >= last) break;
+      uint32_t words[R][kLaneWords];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < kLaneWords; ++c) words[r][c] = queue[d][r][c];
+      if (t + D < last) load_runs(t + D, queue[d]);
+      const int tile_col = t * static_cast<int>(kInt4TileCols);
+      if (tile_col >= next_group_at) {  // groups are whole tiles: a new one begins with this tile
+        fold();
+        ++group;
+        next_group_at += group_cols;
+        params = next_params;
+        if (next_group_at < split_end) load_group(group + 1, next_params);
+      }
+      if (tile_col + static_cast<int>(kInt4TileCols) <= k) {
+#pragma unroll
+        for (int step = 0; step < kSteps; ++step) multiply(t, step, words);
+      } else {
+#pragma unroll
+        for (int step = 0; step < kSteps; ++step)
+          if (tile_col + 16 * step < k) multiply(t, step, words);
+      }
+    }
+  }
+  if (first < last) fold();
+  finish_rows<T, R, 1, mma::kNarrowC>(y, total, row0, bias, m, n, ldy, workspace, counters, block_tile0);
+#else
+  (void)xs, (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_split, (void)x_vectors,
       (void)workspace, (void)counters;
 #endif
 }
@@ -572,9 +798,23 @@ int int4_gemm_splits(const Int4Matrix& w, int multiprocessors) {
 
 int64_t int4_gemm_counters(const Int4Matrix& w, int64_t m) { return gemm_row_blocks(w, m); }
 
+namespace {
+// The streamed kernel's shared memory: x's rows over one split's columns, and 8 zeros.
+size_t gemv_shared_bytes(const Int4Matrix& w, int64_t m, int splits, size_t element) {
+  const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols, per_split = (tiles_k + splits - 1) / splits;
+  return static_cast<size_t>(m * (per_split * kInt4TileCols + 8) + 8) * element;
+}
+}  // namespace
+
+bool int4_gemv_serves(const Int4Matrix& w, int64_t m, int splits) {
+  const int64_t group_cols = std::min(w.group, w.k);
+  return m >= 1 && m <= gpu::mma::kNarrowCols && (group_cols % kInt4TileCols == 0 || group_cols >= w.k) && splits >= 1 &&
+         gemv_shared_bytes(w, m, splits, 2) <= static_cast<size_t>(kSharedLimit);
+}
+
 template <class T>
 void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, int64_t ldx, int64_t ldy, int splits,
-               float* workspace, int32_t* counters, int warp_size, cudaStream_t stream) {
+               float* workspace, int32_t* counters, int warp_size, cudaStream_t stream, Int4GemmKernel kernel) {
   check_matrix("int4_gemm", w);
   LW_CHECK(m >= 0 && m <= kInt4GemmMaxRows, "int4_gemm: " << m << " rows; at most " << kInt4GemmMaxRows);
   LW_CHECK(int4_gemm_supports(w), "int4_gemm: groups of " << w.group << " columns are not whole 16-column steps");
@@ -582,6 +822,9 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
            "int4_gemm: K = " << w.k << " must be a multiple of 8 and x's rows 4-byte aligned (ldx " << ldx << ")");
   LW_CHECK(splits >= 1 && (splits == 1 || workspace), "int4_gemm: " << splits << " splits need a workspace");
   if (m == 0) return;
+  LW_CHECK(kernel != Int4GemmKernel::streamed || int4_gemv_serves(w, m, splits),
+           "int4_gemm: the streamed kernel does not serve " << m << " rows of x with groups of " << w.group << " columns of K = "
+                                                            << w.k << " in " << splits << " splits");
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols;
   const int64_t per_split = (tiles_k + splits - 1) / splits;
   // The kernel counts rows, columns, tiles and (row, group) parameters in 32 bits.
@@ -597,8 +840,15 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
     gpu::launch("int4_gemm", gemm_kernel<T, NT, kNarrow>, cfg, y, x, w, bias, static_cast<int>(m), static_cast<int>(ldx), ldy,
                 static_cast<int>(per_split), x_vectors, workspace, counters);
   };
-  // Up to kNarrowCols rows: products of the MMA's first columns only (the same sums per row).
-  if (m <= gpu::mma::kNarrowCols) {
+  if (kernel != Int4GemmKernel::ring && int4_gemv_serves(w, m, splits)) {
+    const size_t shared = gemv_shared_bytes(w, m, splits, sizeof(T));
+    gpu::launch("int4_gemv", gemv_kernel<T>,
+                {dim3(static_cast<unsigned>(gemm_row_blocks(w, m)), static_cast<unsigned>(splits)),
+                 dim3(kGemmWarps * warp_size), shared, stream, gpu::kOverlapsPrior},
+                y, x, w, bias, static_cast<int>(m), static_cast<int>(ldx), ldy, static_cast<int>(per_split), x_vectors, workspace,
+                counters);
+  } else if (m <= gpu::mma::kNarrowCols) {
+    // Up to kNarrowCols rows: products of the MMA's first columns only (the same sums per row).
     run.template operator()<1, true>();
   } else {
     switch ((m + 15) / 16) {
@@ -629,8 +879,8 @@ LW_INT4_INSTANTIATE(half)
 LW_INT4_INSTANTIATE(bfloat16)
 #undef LW_INT4_INSTANTIATE
 template void int4_gemm<half>(half*, const half*, const Int4Matrix&, const half*, int64_t, int64_t, int64_t, int, float*,
-                              int32_t*, int, cudaStream_t);
+                              int32_t*, int, cudaStream_t, Int4GemmKernel);
 template void int4_gemm<bfloat16>(bfloat16*, const bfloat16*, const Int4Matrix&, const bfloat16*, int64_t, int64_t,
-                                  int64_t, int, float*, int32_t*, int, cudaStream_t);
+                                  int64_t, int, float*, int32_t*, int, cudaStream_t, Int4GemmKernel);
 
 }  // namespace lw::kernels

@@ -59,6 +59,12 @@ void int4_pack_tiles(void* tiles, const uint8_t* q, int64_t n, int64_t k, cudaSt
 template <class T>
 void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, int warp_size, cudaStream_t stream);
 
+// The two kernels of int4_gemm, which give the same bits wherever both serve: `ring` stages the
+// weight tiles and x through a ring of shared memory (every m); `streamed` loads each lane's runs
+// of the tiles straight into registers and x's columns once per block (few rows of x:
+// int4_gemv_serves). `automatic` takes `streamed` where it serves.
+enum class Int4GemmKernel { automatic, ring, streamed };
+
 // y[m, n] = x[m, k] @ W^T (+ bias) on the matrix-fragment layer, m <= kInt4GemmMaxRows: the
 // zero points are subtracted exactly in T (integers), each group's products accumulate in fp32
 // and are multiplied by their scales there. x rows ldx elements apart (even, 4-byte aligned),
@@ -69,7 +75,12 @@ void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, int warp_size
 // of x. Needs matrix cores (int4_gemm_available).
 template <class T>
 void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, int64_t ldx, int64_t ldy, int splits,
-               float* workspace, int32_t* counters, int warp_size, cudaStream_t stream);
+               float* workspace, int32_t* counters, int warp_size, cudaStream_t stream,
+               Int4GemmKernel kernel = Int4GemmKernel::automatic);
+// Whether the streamed kernel serves m rows of x in `splits` k splits: up to 8 rows (the MMA's
+// narrow products), groups of whole 64-column tiles (or one group), x's columns of a split in
+// 48 KiB of shared memory.
+bool int4_gemv_serves(const Int4Matrix& w, int64_t m, int splits);
 // How many k splits suit the device (`multiprocessors` of it), the same for any rows of x: the
 // fewest waves of blocks for the longest split at one row of x.
 int int4_gemm_splits(const Int4Matrix& w, int multiprocessors);
