@@ -569,10 +569,11 @@ __global__ void gemv_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
 
   // The group's scales (one per row slot of C) and zero points (one per row slot of A), the
   // next group's loaded as soon as the one before it takes over. Rows past the matrix read its
-  // last row.
+  // last row. The zero points are turned into decode biases only where a group takes over (the
+  // first group's after x is staged), so that no instruction waits for their loads before then.
   struct Params {
     float scale[R][mma::kRowSlots];
-    uint32_t zbias[R][mma::kARowSlots];
+    uint32_t zero[R][mma::kARowSlots];
   };
   int slot_at[R][mma::kRowSlots], a_slot_at[R][mma::kARowSlots];
 #pragma unroll
@@ -588,7 +589,7 @@ __global__ void gemv_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
 #pragma unroll
       for (int sl = 0; sl < mma::kRowSlots; ++sl) to.scale[r][sl] = w.scales[slot_at[r][sl] + g];
 #pragma unroll
-      for (int sl = 0; sl < mma::kARowSlots; ++sl) to.zbias[r][sl] = (kMagic<T> + w.zeros[a_slot_at[r][sl] + g]) * 0x10001u;
+      for (int sl = 0; sl < mma::kARowSlots; ++sl) to.zero[r][sl] = w.zeros[a_slot_at[r][sl] + g];
     }
   };
   const int split_end = min(last * static_cast<int>(kInt4TileCols), k);
@@ -596,6 +597,13 @@ __global__ void gemv_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
   Params params, next_params;
   if (first < last) load_group(group, params);
   if (next_group_at < split_end) load_group(group + 1, next_params);
+  uint32_t zbias[R][mma::kARowSlots];  // (magic + zero) in both 16-bit halves, for decode_pair
+  auto take_zeros = [&]() {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int sl = 0; sl < mma::kARowSlots; ++sl) zbias[r][sl] = (kMagic<T> + params.zero[r][sl]) * 0x10001u;
+  };
 
   // x's columns [first, last) tiles of its m rows (columns past K: zeros), then the zero row.
   gpu::begin_after_prior_grid();
@@ -626,6 +634,7 @@ __global__ void gemv_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
   if (tid < 8) xs[m * xs_ld + tid] = gpu::from_float<T>(0.0f);
   __syncthreads();
   const auto zeros = xs + m * xs_ld;
+  if (first < last) take_zeros();
 
   mma::FragC total[R][1], sums[R][1];
 #pragma unroll
@@ -652,7 +661,7 @@ __global__ void gemv_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
 #pragma unroll
       for (int i = 0; i < mma::kA; i += 2) {
         const int e = step * mma::kA + i;
-        decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, params.zbias[r][mma::a_slot(i)], a.x[i], a.x[i + 1]);
+        decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, zbias[r][mma::a_slot(i)], a.x[i], a.x[i + 1]);
       }
       mma::mma_narrow(sums[r][0], a, b, sums[r][0]);
     }
@@ -674,6 +683,7 @@ __global__ void gemv_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
         ++group;
         next_group_at += group_cols;
         params = next_params;
+        take_zeros();
         if (next_group_at < split_end) load_group(group + 1, next_params);
       }
       if (tile_col + static_cast<int>(kInt4TileCols) <= k) {
