@@ -18,11 +18,15 @@
 // by ops::int4_weight), where "gemv" is the fused matrix-fragment kernel (up to 64 rows) and
 // "vendor" the expansion followed by the vendor GEMM; up to 8 rows, "ring" times the fused
 // kernel's ring variant (kernels::Int4GemmKernel::ring) where "gemv" runs the streamed one.
-// --paths vendor,gemv,... times only the paths named (vendor, gemv, automatic, deterministic, ring).
-//     bench_gemm [--dtype bf16] [--weights dense] [--repeats N] [--ms 1,2,4] [--paths P,...] [--json FILE]
+// --paths vendor,gemv,... times only the paths named (vendor, gemv, automatic, deterministic, ring);
+// --shapes 14336x4096,... only these weight shapes (N x K).
+//     bench_gemm [--dtype bf16] [--weights dense] [--repeats N] [--ms 1,2,4] [--paths P,...] [--shapes NxK,...]
+//                [--json FILE]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <array>
+#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -85,8 +89,19 @@ int main(int argc, char** argv) {
                  "dense, int4, fp8_e4m3_per_block, fp8_e4m3_per_channel, fp8_e4m3_per_tensor, int8_per_channel, "
                  "int8_per_group or a GGUF "
                  "block format (gguf_q4_0 ... gguf_q6_k)");
+  std::vector<std::string> shape_names = {"4096x4096", "14336x4096", "4096x14336", "128256x4096"};
+  app.add_option("--shapes", shape_names, "weight shapes N x K (default: Llama-3-8B's)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
-  const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  std::vector<std::array<int64_t, 2>> shapes;
+  for (const std::string& name : shape_names) {
+    int64_t n = 0, k = 0;
+    char x = 0, rest = 0;
+    if (std::sscanf(name.c_str(), "%" SCNd64 "%c%" SCNd64 "%c", &n, &x, &k, &rest) != 3 || x != 'x' || n <= 0 || k <= 0) {
+      std::fprintf(stderr, "bench_gemm: --shapes %s: expected NxK with positive N and K, e.g. 14336x4096\n", name.c_str());
+      return 2;
+    }
+    shapes.push_back({n, k});
+  }
 
   try {
     const DType dt = lw::parse_dtype(dtype_name);

@@ -148,11 +148,13 @@ LW_DEVICE_INLINE void decode_pair(uint32_t word, int p, uint32_t zbias, T& lo, T
 }
 
 // The fused kernel (below) in numbers. A block is kGemmWarps warps, each over kRowTiles<NT>
-// tiles of 16 weight rows (fewer as x takes more tiles, so that the accumulators stay in
-// registers; 4 row tiles were slower than 2 at one and 16 rows of x on the H200).
+// tiles of 16 weight rows, whose A fragments share each B fragment of x: 2 up to 16 rows of x
+// (4 were slower at 1 and 16 rows), 4 at 32, 2 at 64 (the most whose two accumulator sets stay
+// in registers: 250). On the H200 the larger counts made 32 and 64 rows 10-15% faster than 2
+// and 1 (docs/PERFORMANCE.md).
 constexpr int kGemmWarps = 4;
 template <int NT>
-constexpr int kRowTiles = NT <= 2 ? 2 : 1;
+constexpr int kRowTiles = NT == 2 ? 4 : 2;
 // x's rows in shared memory: 64 columns as 32 words (pairs) and 4 words of padding, so that the
 // lanes of a B fragment read distinct banks.
 constexpr int kXWords = kInt4TileCols / 2 + 4;
@@ -332,15 +334,12 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
       const auto xs = entry + kEntryWeightWords<NT>;
       const int k0 = t * kInt4TileCols;
       if (x_vectors) {
+        // Pieces past K are zero-filled by the copy itself (from a valid address: no branch).
 #pragma unroll
         for (int c = 0; c < kXCopies; ++c) {
           if (x_dst[c] < 0) continue;
-          if (k0 + x_col[c] < k) {
-            gpu::copy_16_async(xs, x_dst[c], reinterpret_cast<const uint32_t*>(x_src[c] + k0));
-          } else {
-            gpu::Vec<uint32_t, 4> zero{};
-            gpu::store_vec_at<4>(xs, x_dst[c], zero);
-          }
+          const bool in = k0 + x_col[c] < k;
+          gpu::copy_16_async_or_zero(xs, x_dst[c], reinterpret_cast<const uint32_t*>(x_src[c] + (in ? k0 : 0)), in);
         }
       } else {
         constexpr int kRowPairs = kInt4TileCols / 2;
