@@ -331,6 +331,60 @@ TEST(TensorParallel, RandomQuantisedWeightsMatchTheirExpansion) {
   }
 }
 
+// MoE experts of random quantised weights stay quantised, one Weight per expert (each expert's
+// rows through linear in its format), and give the logits of their expansion, whole and split:
+// a rank keeps its share of every expert's rows (gate/up) and columns (down; a GGUF K-quant's
+// 256-column blocks do not split in two, so those are expanded).
+TEST(TensorParallel, RandomQuantisedExpertsMatchTheirExpansion) {
+  ModelConfig c = moe_config(0);
+  c.hidden = 256;
+  c.head_dim = 64;
+  c.rope.rotary_dim = 64;
+  c.intermediate = 512;
+  c.moe_intermediate = 256;
+  const std::pair<weights::FileDType, ops::WeightFormat> types[] = {
+      {weights::FileDType::q4_k, ops::WeightFormat::gguf_q4_k},
+      {weights::FileDType::f8_e4m3, ops::WeightFormat::fp8_e4m3_per_block},
+      {weights::FileDType::i32, ops::WeightFormat::int4}};
+  for (const auto& [type, format] : types) {
+    SCOPED_TRACE(weights::file_dtype_name(type));
+    auto logits = [&](const char* storage, int ranks) {
+      ScopedEnv env("LW_WEIGHT_STORAGE", storage);
+      return two_step_logits(*engine::make_runner(ctx(), ranks, [&](Context& rc, const model::Shard& s) {
+        auto m = model::Model::random(rc, c, DType::f32, 5, s, type);
+        const model::LayerWeights& l = m->weights().layers[1];
+        if (std::string(storage) == "dense") {
+          EXPECT_TRUE(l.experts_gate_up.stacked.defined() && l.experts_gate_up.each.empty());
+          EXPECT_TRUE(l.experts_down.stacked.defined() && l.experts_down.each.empty());
+        } else {
+          EXPECT_FALSE(l.experts_gate_up.stacked.defined() || l.experts_down.stacked.defined());
+          EXPECT_EQ(l.experts_gate_up.each.size(), 4u);
+          EXPECT_EQ(l.experts_down.each.size(), 4u);
+          for (const ops::Weight& w : l.experts_gate_up.each) {
+            EXPECT_EQ(w.format(), format);
+            EXPECT_EQ(w.out_features(), 2 * 256 / s.size);
+          }
+          const bool split_blocks = s.size > 1 && type == weights::FileDType::q4_k;
+          for (const ops::Weight& w : l.experts_down.each) {
+            EXPECT_EQ(w.format(), split_blocks ? ops::WeightFormat::dense : format);
+            EXPECT_EQ(w.in_features(), 256 / s.size);
+          }
+        }
+        return m;
+      }));
+    };
+    const std::vector<float> dense = logits("dense", 1);
+    expect_same_logits(dense, logits("quantized", 1));
+    if (have_ranks(2)) expect_same_logits(dense, logits("quantized", 2));
+    ScopedEnv env("LW_WEIGHT_STORAGE", "quantized");
+    const model::Architecture& arch = model::architecture(c.architecture);
+    model::WeightLoader dry(ctx(), nullptr, DType::f32, true, 0, 5, type), real(ctx(), nullptr, DType::f32, false, 0, 5, type);
+    model::load_weights(dry, arch, c, c, model::Shard{});
+    model::load_weights(real, arch, c, c, model::Shard{});
+    EXPECT_EQ(dry.bytes(), real.bytes());
+  }
+}
+
 TEST(TensorParallel, ReplicatedKvHeadsAndBiasesMatchTheWholeModel) {
   LW_NEED_RANKS(2);
   ModelConfig c = tiny_llama_config(96);

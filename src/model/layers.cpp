@@ -1,6 +1,7 @@
 #include "model/layers.h"
 
 #include <cmath>
+#include <span>
 
 #include "ops/attention.h"
 #include "ops/copy.h"
@@ -99,9 +100,17 @@ void moe_mlp(Context& ctx, const LayerContext& lc, const LayerWeights& w, bool s
   Tensor xs = ctx.empty({t * k, h}, dt), gu = ctx.empty({t * k, 2 * i}, dt);
   Tensor act = ctx.empty({t * k, i}, dt), eo = ctx.empty({t * k, h}, dt);
   ops::moe_gather(ctx, x, perm, xs);
-  ops::grouped_linear(ctx, xs, w.experts_gate_up, perm.offsets, gu);
-  ops::act_mul(ctx, ops::Activation::silu, gu, act);
-  ops::grouped_linear(ctx, act, w.experts_down, perm.offsets, eo);
+  if (w.experts_gate_up.stacked.defined()) {
+    ops::grouped_linear(ctx, xs, w.experts_gate_up.stacked, perm.offsets, gu);
+    ops::act_mul(ctx, ops::Activation::silu, gu, act);
+    ops::grouped_linear(ctx, act, w.experts_down.stacked, perm.offsets, eo);
+  } else {  // quantised experts: each expert's rows through its own Weight
+    const Tensor offsets = ctx.to_host(perm.offsets);
+    const std::span<const int32_t> off(offsets.data<int32_t>(), static_cast<size_t>(offsets.numel()));
+    ops::grouped_linear(ctx, xs, w.experts_gate_up.each, off, gu);
+    ops::act_mul(ctx, ops::Activation::silu, gu, act);
+    ops::grouped_linear(ctx, act, w.experts_down.each, off, eo);
+  }
   ops::moe_combine(ctx, eo, weights, perm, out);
   if (shared_expert) {
     Tensor shared = ctx.empty({t, h}, dt), gate = ctx.empty({t, 1}, dt);

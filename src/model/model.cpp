@@ -26,9 +26,12 @@ namespace {
 template <class F>
 void for_each_projection(const ModelWeights& w, F&& f) {
   if (w.lm_head.defined()) f(w.lm_head);
-  for (const LayerWeights& l : w.layers)
+  for (const LayerWeights& l : w.layers) {
     for (const ops::Weight* p : {&l.qkv, &l.o, &l.gate_up, &l.down, &l.router, &l.shared_gate_up, &l.shared_down, &l.shared_gate})
       if (p->defined()) f(*p);
+    for (const ExpertMatrices* e : {&l.experts_gate_up, &l.experts_down})
+      for (const ops::Weight& p : e->each) f(p);
+  }
 }
 
 // "210 gguf_q4_1, 1 dense": the formats of the projection matrices.

@@ -130,25 +130,19 @@ class LayerReader {
     const MoeNaming& m = moe_naming();
     w.router = projection(ld_.get(hf(m.prefix + "gate.weight"), {e, h}));
     const std::string stacked_gate_up = hf(m.prefix + m.stacked_gate_up);
-    if (ld_.has(stacked_gate_up)) {  // always, for random weights
+    // Random quantised weights are drawn per expert, as a checkpoint of one matrix per expert
+    // stores them, so that they stay quantised.
+    if (ld_.has(stacked_gate_up) && !ld_.random_quantized()) {
       if (!parts_.whole()) {
         const Tensor gate = ld_.get(stacked_gate_up, {e, 2 * i, h}, parts_.share(1, i, 0));
         const Tensor up = ld_.get(stacked_gate_up, {e, 2 * i, h}, parts_.share(1, i, i));
-        w.experts_gate_up = ld_.fuse({gate, up}, {e, 2 * li, h}, 1);
+        w.experts_gate_up.stacked = ld_.fuse({gate, up}, {e, 2 * li, h}, 1);
       } else {
-        w.experts_gate_up = ld_.get(stacked_gate_up, {e, 2 * i, h});
+        w.experts_gate_up.stacked = ld_.get(stacked_gate_up, {e, 2 * i, h});
       }
-      w.experts_down = ld_.get(hf(m.prefix + m.stacked_down), {e, h, i}, parts_.share(2, i));
+      w.experts_down.stacked = ld_.get(hf(m.prefix + m.stacked_down), {e, h, i}, parts_.share(2, i));
     } else {
-      std::vector<Tensor> gate_up, down;
-      for (int64_t x = 0; x < e; ++x) {
-        const std::string p = m.prefix + "experts." + std::to_string(x) + ".";
-        gate_up.push_back(ld_.get(hf(p + m.expert_gate), {i, h}, parts_.share(0, i)));
-        gate_up.push_back(ld_.get(hf(p + m.expert_up), {i, h}, parts_.share(0, i)));
-        down.push_back(ld_.get(hf(p + m.expert_down), {h, i}, parts_.share(1, i)));
-      }
-      w.experts_gate_up = ld_.fuse(gate_up, {e, 2 * li, h});
-      w.experts_down = ld_.fuse(down, {e, h, li}, 0);
+      experts(m, w);
     }
     if (block.mlp == MlpVariant::moe_shared_expert) {
       const int64_t sw = c_.shared_intermediate, ls = local_.shared_intermediate;
@@ -158,6 +152,40 @@ class LayerReader {
       w.shared_down = projection(ld_.get(hf(n_.shared_down), {h, sw}, parts_.share(1, sw)));
       w.shared_gate = projection(ld_.get(hf(n_.shared_expert_gate), {1, h}));
     }
+  }
+
+  // Experts stored one matrix per expert: kept as each expert's Weight where any is quantised
+  // (the loader keeps them so), else stacked into the model dtype for the grouped GEMM.
+  void experts(const MoeNaming& m, LayerWeights& w) {
+    const int64_t h = c_.hidden, e = c_.experts, i = c_.moe_intermediate, li = local_.moe_intermediate;
+    std::vector<ops::Weight> gate, up, down;
+    bool dense = true;
+    for (int64_t x = 0; x < e; ++x) {
+      const std::string p = m.prefix + "experts." + std::to_string(x) + ".";
+      gate.push_back(ld_.get_weight(hf(p + m.expert_gate), {i, h}, parts_.share(0, i)));
+      up.push_back(ld_.get_weight(hf(p + m.expert_up), {i, h}, parts_.share(0, i)));
+      down.push_back(ld_.get_weight(hf(p + m.expert_down), {h, i}, parts_.share(1, i)));
+      // The dry run counts what stacking each expert's gate and up keeps (or expands).
+      if (ld_.dry()) ld_.fuse_weights({gate.back(), up.back()});
+      else
+        for (const ops::Weight* p : {&gate.back(), &up.back(), &down.back()})
+          dense = dense && p->format() == ops::WeightFormat::dense;
+    }
+    if (ld_.dry()) return;
+    if (dense) {
+      std::vector<Tensor> gate_up, downs;
+      for (int64_t x = 0; x < e; ++x) {
+        gate_up.push_back(gate[static_cast<size_t>(x)].data());
+        gate_up.push_back(up[static_cast<size_t>(x)].data());
+        downs.push_back(down[static_cast<size_t>(x)].data());
+      }
+      w.experts_gate_up.stacked = ld_.fuse(gate_up, {e, 2 * li, h});
+      w.experts_down.stacked = ld_.fuse(downs, {e, h, li}, 0);
+      return;
+    }
+    for (int64_t x = 0; x < e; ++x)
+      w.experts_gate_up.each.push_back(ld_.fuse_weights({gate[static_cast<size_t>(x)], up[static_cast<size_t>(x)]}));
+    w.experts_down.each = std::move(down);
   }
 
   WeightLoader& ld_;

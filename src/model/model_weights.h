@@ -12,9 +12,17 @@
 
 namespace lw::model {
 
+// One MoE matrix of every expert ([experts, N, K]): a stacked tensor in the model dtype (the
+// grouped GEMM), or, where the checkpoint's experts stay quantised on the device, one Weight per
+// expert (each run by linear in its format).
+struct ExpertMatrices {
+  Tensor stacked;
+  std::vector<ops::Weight> each;
+};
+
 // One layer's weights, in the layout the layers use (weights a block variant lacks stay
-// undefined). The projections are ops::Weight, whose format (dense today) selects the GEMM
-// kernel; norms, biases and the stacked expert matrices are plain tensors.
+// undefined). The projections are ops::Weight, whose format selects the GEMM kernel; norms and
+// biases are plain tensors.
 struct LayerWeights {
   Tensor attn_norm, mlp_norm;
   ops::Weight qkv;  // q, k and v projections fused: [(heads + 2 kv_heads) * head_dim, hidden]
@@ -28,7 +36,7 @@ struct LayerWeights {
   Tensor o_bias;
   ops::Weight gate_up, down;  // dense MLP: [2 * intermediate, hidden] (gate rows first), [hidden, intermediate]
   ops::Weight router;                      // MoE: [experts, hidden]
-  Tensor experts_gate_up, experts_down;    // [experts, 2 * moe_intermediate, hidden], [experts, hidden, moe_intermediate]
+  ExpertMatrices experts_gate_up, experts_down;  // [experts, 2 * moe_intermediate, hidden], [experts, hidden, moe_intermediate]
   ops::Weight shared_gate_up, shared_down, shared_gate;  // Qwen2-MoE shared expert and its gate [1, hidden]
 };
 

@@ -391,10 +391,9 @@ Tensor WeightLoader::get_padded(const std::string& name, const std::vector<int64
 Tensor WeightLoader::get(const std::string& name, const std::vector<int64_t>& shape) {
   if (!ckpt_) return random_tensor(name, shape);
   if (has_int4(name)) {
-    // 4-bit matrices outside the projections (MoE experts, run as a grouped GEMM of one dtype).
+    // 4-bit matrices the model reads as plain tensors (projections take get_weight).
     if (!dry_ && !logged_expanded_int4_) {
-      log().info("tensor '{}' in {}: GPTQ/AWQ values outside the attention and dense MLP projections (MoE experts and "
-                 "the like) expanded to {} at load: the grouped expert GEMM has no path for them",
+      log().info("tensor '{}' in {}: GPTQ/AWQ values the model reads as a plain tensor expanded to {} at load",
                  name, ckpt_->description(), dtype_name(dtype_));
       logged_expanded_int4_ = true;
     }
@@ -406,15 +405,14 @@ Tensor WeightLoader::get(const std::string& name, const std::vector<int64_t>& sh
   LW_CHECK(rec.shape == shape, "tensor '" << name << "' in " << ckpt_->description() << " has shape " << shape_str(rec.shape)
                                           << "; the model config needs " << shape_str(shape));
   if (rec.dtype == weights::FileDType::f8_e4m3 || rec.dtype == weights::FileDType::i8) {
-    // 8-bit matrices outside the projections linear takes as 8-bit Weights (MoE experts, which
-    // run as a grouped GEMM of one dtype): the values times their scales, in the model dtype.
+    // 8-bit matrices the model reads as plain tensors (projections take get_weight): the values
+    // times their scales, in the model dtype.
     LW_CHECK(shape.size() == 2, "tensor '" << name << "' in " << ckpt_->description() << " is " << rec.type_name
                                            << " of shape " << shape_str(shape)
                                            << ": 8-bit tensors load as matrices with their scales, not stacked");
     if (!dry_ && !logged_expanded_8bit_) {
-      log().info("tensor '{}' in {}: {} outside the attention and dense MLP projections (MoE experts and the like) "
-                 "expanded to {} at load: the grouped expert GEMM has no 8-bit path",
-                 name, ckpt_->description(), rec.type_name, dtype_name(dtype_));
+      log().info("tensor '{}' in {}: {} values the model reads as a plain tensor expanded to {} at load", name,
+                 ckpt_->description(), rec.type_name, dtype_name(dtype_));
       logged_expanded_8bit_ = true;
     }
     const weights::TensorRecord* scale = ckpt_->find(name + "_scale_inv");

@@ -47,6 +47,10 @@ class WeightLoader {
 
   // Random weights have every tensor the model asks for, under the names it asks.
   bool random() const { return ckpt_ == nullptr; }
+  // Random weights whose projections are quantised (random_blocks other than f32).
+  bool random_quantized() const { return random() && random_blocks_ != weights::FileDType::f32; }
+  // A dry run: no device work, undefined tensors and weights, only the byte count.
+  bool dry() const { return dry_; }
   // Whether the checkpoint holds `name` (always, for random weights).
   bool has(const std::string& name) const;
   // A checkpoint's per-head scales `name` (one value for every head, or one per head of
@@ -60,8 +64,8 @@ class WeightLoader {
     int dim = -1;
     int64_t start = 0, end = 0;
   };
-  // The tensor `name` of the whole model's `shape`, in the model dtype (an 8-bit matrix with its
-  // scales expanded: MoE experts of FP8 and INT8 checkpoints; one log line).
+  // The tensor `name` of the whole model's `shape`, in the model dtype (a 4-bit or 8-bit matrix
+  // expanded with its scales; one log line).
   Tensor get(const std::string& name, const std::vector<int64_t>& shape);
   // Only `part` of it: the whole tensor is read, sliced and freed.
   Tensor get(const std::string& name, const std::vector<int64_t>& shape, Part part);

@@ -525,4 +525,30 @@ void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, 
   linear_int8(ctx, xq, x_scale, w.data(), w.scales(), bias, out.view({rows, n}), path);
 }
 
+void grouped_linear(Context& ctx, const Tensor& x, const std::vector<Weight>& weights, std::span<const int32_t> offsets,
+                    const Tensor& out, GemmPath path) {
+  const char* op = "grouped_linear";
+  const int64_t e = static_cast<int64_t>(weights.size());
+  LW_CHECK(e > 0, op << ": no weights");
+  for (int64_t i = 0; i < e; ++i)
+    LW_CHECK(weights[static_cast<size_t>(i)].defined(), op << ": the weight of group " << i << " is undefined");
+  const int64_t n = weights[0].out_features(), k = weights[0].in_features();
+  for (const Weight& w : weights)
+    LW_CHECK(w.out_features() == n && w.in_features() == k,
+             op << ": the groups' weights differ in shape: " << w.describe() << " and " << weights[0].describe());
+  LW_CHECK(x.dim() == 2 && x.size(1) == k, op << ": x " << x.describe() << " must be [T, " << k << "]");
+  const int64_t t = x.size(0);
+  LW_CHECK(out.shape() == std::vector<int64_t>({t, n}), op << ": out " << out.describe() << " must be " << shape_str({t, n}));
+  LW_CHECK(static_cast<int64_t>(offsets.size()) == e + 1,
+           op << ": " << offsets.size() << " offsets for " << e << " groups; expected " << e + 1);
+  LW_CHECK(offsets.front() == 0 && offsets.back() == t,
+           op << ": offsets must run from 0 to T = " << t << "; got " << offsets.front() << " .. " << offsets.back());
+  for (int64_t i = 0; i < e; ++i) {
+    const int64_t begin = offsets[static_cast<size_t>(i)], end = offsets[static_cast<size_t>(i) + 1];
+    LW_CHECK(begin <= end, op << ": offsets decrease at group " << i << " (" << begin << " > " << end << ")");
+    if (begin < end)
+      linear(ctx, x.slice(0, begin, end), weights[static_cast<size_t>(i)], Tensor(), out.slice(0, begin, end), path);
+  }
+}
+
 }  // namespace lw::ops

@@ -7,7 +7,9 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/context.h"
 #include "core/tensor.h"
@@ -167,5 +169,13 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 // optional, [N] in that dtype.
 void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out,
             GemmPath path = GemmPath::automatic);
+
+// out[T, N] = x[T, K] through one weight per group (MoE experts): rows [offsets[e],
+// offsets[e + 1]) of x times weights[e] by `linear` above, each weight in its own format (so a
+// quantised expert runs its format's kernels; an expert without rows launches nothing). The
+// weights share N and K; the offsets (E + 1 of them, on the host: the caller reads the
+// device's once for every call that shares them) run from 0 to T without decreasing.
+void grouped_linear(Context& ctx, const Tensor& x, const std::vector<Weight>& weights, std::span<const int32_t> offsets,
+                    const Tensor& out, GemmPath path = GemmPath::automatic);
 
 }  // namespace lw::ops

@@ -143,6 +143,42 @@ TEST(Int4Weights, RowsDoNotDependOnTheBatch) {
   }
 }
 
+// MoE experts kept 4-bit: grouped_linear runs each group's rows through its own weight (the
+// fused kernel at 3 and 17 rows, the expansion at 70, nothing for an empty group; a dense
+// group beside them), each against the float64 reference of its weight; bad offsets and
+// weights of another shape are refused.
+TEST(Int4Weights, GroupedLinearRunsEachGroupThroughItsWeight) {
+  const int64_t n = 48, k = 256;
+  std::vector<ops::Weight> weights;
+  for (int i = 0; i < 4; ++i) weights.push_back(ops::int4_weight(ctx(), random_gptq(n, k, i == 2 ? 64 : 128)));
+  weights.push_back(ops::Weight::dense(ctx().to_device(random_host({n, k}, DType::bf16))));
+  const std::vector<int32_t> offsets = {0, 3, 3, 20, 90, 95};
+  const int64_t t = offsets.back();
+  const Tensor xh = random_host({t, k}, DType::bf16);
+  Tensor out = ctx().empty({t, n}, DType::bf16);
+  poison(out);
+  ops::grouped_linear(ctx(), ctx().to_device(xh), weights, offsets, out);
+  const Tensor got = ctx().to_host(out);
+  for (size_t g = 0; g < weights.size(); ++g) {
+    SCOPED_TRACE(::testing::Message() << "group " << g);
+    const int64_t begin = offsets[g], end = offsets[g + 1];
+    if (begin == end) continue;
+    const Tensor wh = ctx().to_host(ops::expand(ctx(), weights[g], DType::f32));
+    const std::vector<float> wref(wh.data<float>(), wh.data<float>() + n * k);
+    expect_linear_near_reference(got.slice(0, begin, end), xh.slice(0, begin, end), Tensor(), wref, n, k);
+  }
+  const Tensor x = ctx().to_device(xh);
+  expect_error([&] { ops::grouped_linear(ctx(), x, weights, std::vector<int32_t>{0, 3, 3, 20, 95}, out); },
+               "5 offsets for 5 groups; expected 6");
+  expect_error([&] { ops::grouped_linear(ctx(), x, weights, std::vector<int32_t>{0, 3, 2, 20, 90, 95}, out); },
+               "offsets decrease at group 1 (3 > 2)");
+  expect_error([&] { ops::grouped_linear(ctx(), x, weights, std::vector<int32_t>{0, 3, 3, 20, 90, 94}, out); },
+               "offsets must run from 0 to T = 95; got 0 .. 94");
+  weights.push_back(ops::int4_weight(ctx(), random_gptq(n + 16, k, 128)));
+  expect_error([&] { ops::grouped_linear(ctx(), x, weights, std::vector<int32_t>{0, 3, 3, 20, 90, 95, 95}, out); },
+               "the groups' weights differ in shape");
+}
+
 // A rank's rows stay 4-bit; columns stay 4-bit on group edges and are expanded where they cut a
 // group or the weight is act-order; parts stack by rows where whole tiles allow.
 TEST(Int4Weights, ShardsAndStackedParts) {
