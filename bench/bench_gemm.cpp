@@ -20,8 +20,11 @@
 // kernel's ring variant (kernels::Int4GemmKernel::ring) where "gemv" runs the streamed one.
 // --paths vendor,gemv,... times only the paths named (vendor, gemv, automatic, deterministic, ring);
 // --shapes 14336x4096,... only these weight shapes (N x K).
+// --experts E [--top-k 8]: grouped_linear (mixture-of-experts) instead, dense weights [E, N, K]:
+// each of M tokens sends a row to top-k distinct experts drawn at random, and the bandwidth is
+// counted on the experts that receive rows; paths tiled, gemv, vendor and automatic.
 //     bench_gemm [--dtype bf16] [--weights dense] [--repeats N] [--ms 1,2,4] [--paths P,...] [--shapes NxK,...]
-//                [--json FILE]
+//                [--experts E --top-k K] [--json FILE]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -31,6 +34,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <random>
@@ -70,6 +74,53 @@ double median_ms(lw::Context& ctx, int repeats, int sets, const std::function<vo
   return t[t.size() / 2];
 }
 
+void print_row(int64_t m, int64_t n, int64_t k, const char* path, double ms, double flops, double bytes, double copy_gbs) {
+  const double gbs = bytes / (ms * 1e6);
+  std::printf("%6lld %7lld %6lld  %-10s %9.4f %8.1f %8.0f %6.1f%%\n", static_cast<long long>(m), static_cast<long long>(n),
+              static_cast<long long>(k), path, ms, flops / (ms * 1e9), gbs, 100 * gbs / copy_gbs);
+}
+
+// grouped_linear over [experts, N, K] with M tokens routed to top_k experts each.
+void bench_grouped(lw::Context& ctx, DType dt, const std::vector<std::array<int64_t, 2>>& shapes,
+                   const std::vector<int64_t>& ms, int64_t experts, int64_t top_k, int repeats, double copy_gbs,
+                   const std::function<Tensor(std::vector<int64_t>)>& random) {
+  std::mt19937_64 rng(11);
+  std::printf("%6s %7s %6s  %-10s %9s %8s %8s %7s   (%lld experts, top %lld; M counts tokens)\n", "M", "N", "K", "path",
+              "ms", "TFLOP/s", "W GB/s", "% copy", static_cast<long long>(experts), static_cast<long long>(top_k));
+  for (const auto& s : shapes) {
+    const int64_t n = s[0], k = s[1];
+    const double expert_bytes = static_cast<double>(n * k) * static_cast<double>(lw::dtype_size(dt));
+    const int sets = std::max(2, static_cast<int>(std::ceil(256e6 / (expert_bytes * static_cast<double>(experts)))));
+    std::vector<Tensor> w;
+    for (int i = 0; i < sets; ++i) w.push_back(random({experts, n, k}));
+    for (int64_t m : ms) {
+      std::vector<int32_t> counts(experts, 0), pick(experts);
+      for (int64_t t = 0; t < m; ++t) {
+        std::iota(pick.begin(), pick.end(), 0);
+        for (int64_t j = 0; j < top_k; ++j) {  // a partial Fisher-Yates shuffle: top_k distinct experts
+          std::swap(pick[j], pick[j + static_cast<int64_t>(rng() % static_cast<uint64_t>(experts - j))]);
+          ++counts[pick[j]];
+        }
+      }
+      Tensor off = Tensor::empty_host({experts + 1}, DType::i32);
+      off.data<int32_t>()[0] = 0;
+      int64_t active = 0;
+      for (int64_t e = 0; e < experts; ++e) {
+        off.data<int32_t>()[e + 1] = off.data<int32_t>()[e] + counts[e];
+        active += counts[e] > 0;
+      }
+      const int64_t rows = m * top_k;
+      const Tensor offsets = ctx.to_device(off), x = random({rows, k});
+      Tensor y = ctx.empty({rows, n}, dt);
+      for (GemmPath p : {GemmPath::tiled, GemmPath::gemv, GemmPath::vendor, GemmPath::automatic}) {
+        const double t = median_ms(ctx, repeats, sets, [&](int i) { lw::ops::grouped_linear(ctx, x, w[i], offsets, y, p); });
+        print_row(m, n, k, lw::ops::gemm_path_name(p), t, 2.0 * static_cast<double>(rows * n * k),
+                  expert_bytes * static_cast<double>(active), copy_gbs);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,7 +142,20 @@ int main(int argc, char** argv) {
                  "block format (gguf_q4_0 ... gguf_q6_k)");
   std::vector<std::string> shape_names = {"4096x4096", "14336x4096", "4096x14336", "128256x4096"};
   app.add_option("--shapes", shape_names, "weight shapes N x K (default: Llama-3-8B's)")->delimiter(',');
+  int64_t experts = 0, top_k = 8;
+  app.add_option("--experts", experts, "time grouped_linear over this many experts' dense weights")
+      ->check(CLI::Range(int64_t{1}, int64_t{65535}));
+  app.add_option("--top-k", top_k, "experts per token (with --experts)")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  if (experts > 0 && top_k > experts) {
+    std::fprintf(stderr, "bench_gemm: --top-k %lld exceeds --experts %lld\n", static_cast<long long>(top_k),
+                 static_cast<long long>(experts));
+    return 2;
+  }
+  if (experts > 0 && (weights_name != "dense" || !only_paths.empty() || !json_path.empty())) {
+    std::fprintf(stderr, "bench_gemm: --experts times dense weights on every grouped path; drop --weights, --paths and --json\n");
+    return 2;
+  }
   std::vector<std::array<int64_t, 2>> shapes;
   for (const std::string& name : shape_names) {
     int64_t n = 0, k = 0;
@@ -126,6 +190,13 @@ int main(int argc, char** argv) {
     const double copy_gbs = 2.0 * static_cast<double>(src.nbytes()) / (copy_ms * 1e6);
     src = Tensor();
     dst = Tensor();
+
+    if (experts > 0) {
+      std::printf("device %s, %s, dense experts, median of %d runs; copy %.0f GB/s\n", ctx.device_name().c_str(),
+                  lw::dtype_name(dt), repeats, copy_gbs);
+      bench_grouped(ctx, dt, shapes, ms, experts, top_k, repeats, copy_gbs, random);
+      return 0;
+    }
 
     std::optional<lw::ops::WeightFormat> format;
     for (int f = 0; f <= static_cast<int>(lw::ops::WeightFormat::gguf_q6_k); ++f) {

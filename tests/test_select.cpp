@@ -159,7 +159,7 @@ TEST(Select, GemmPathFromTheEnvironment) {
     EXPECT_CONTAINS(error_of([&] {
                       ops::batched_matmul(ctx(), x.view({1, 17, 24}), w.view({1, 8, 24}), true, 1.0f, out.view({1, 17, 8}));
                     }),
-                    "the gemv path is for linear only");
+                    "the gemv path is for linear and grouped_linear only");
   }
   {
     ScopedEnv env("LW_GEMM_PATH", "cublas");

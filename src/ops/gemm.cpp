@@ -79,7 +79,7 @@ void require_vendor(bool ran, const char* op, int64_t m, int64_t n, int64_t k) {
 Availability GemmPaths::available(const gpu::DeviceCaps&, GemmPath) { return Availability::yes(); }
 
 GemmPath GemmPaths::choose(const gpu::DeviceCaps&, const GemmShape& shape) {
-  if (shape.op == GemmOp::grouped_linear && !shape.deterministic && shape.m <= 16 * shape.groups) return GemmPath::tiled;
+  if (shape.op == GemmOp::grouped_linear && !shape.deterministic && shape.m <= 16 * shape.groups) return GemmPath::gemv;
   return GemmPath::vendor;
 }
 
@@ -177,7 +177,8 @@ void batched_matmul(Context& ctx, const Tensor& a, const Tensor& b, bool b_trans
            op << ": out " << out.describe() << " must be " << shape_str({z, m, n}));
   const Selection<GemmPath> sel =
       select<GemmPaths>(ctx.caps(), GemmShape{GemmOp::batched_matmul, m, n, k, z, ctx.deterministic()}, path);
-  LW_CHECK(sel.path != GemmPath::gemv, op << ": the gemv path is for linear only" << origin_note<GemmPaths>(sel));
+  LW_CHECK(sel.path != GemmPath::gemv,
+           op << ": the gemv path is for linear and grouped_linear only" << origin_note<GemmPaths>(sel));
   LW_CHECK(z <= 65535, op << ": " << z << " batches; at most 65535");
   LW_CHECK(std::isfinite(alpha), op << ": alpha " << alpha << " must be finite");
   if (z == 0 || m == 0 || n == 0) return;
@@ -224,7 +225,6 @@ void grouped_linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor
   LW_CHECK(out.shape() == std::vector<int64_t>({t, n}), op << ": out " << out.describe() << " must be " << shape_str({t, n}));
   const Selection<GemmPath> sel =
       select<GemmPaths>(ctx.caps(), GemmShape{GemmOp::grouped_linear, t, n, k, e, ctx.deterministic()}, path);
-  LW_CHECK(sel.path != GemmPath::gemv, op << ": the gemv path is for linear only" << origin_note<GemmPaths>(sel));
   LW_CHECK(e <= 65535, op << ": " << e << " experts; at most 65535");
   if (t == 0 || n == 0 || e == 0) return;
   // Deterministic: the vendor library's batch-invariant algorithm per expert (one offsets read
@@ -232,6 +232,14 @@ void grouped_linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor
   const bool invariant = ctx.deterministic() && !sel.forced();
   const GemmPath use = k == 0 ? GemmPath::tiled : sel.path;
   dispatch_float(x.dtype(), op, [&]<class T>() {
+    if (use == GemmPath::gemv) {
+      // Rows per pass: the mean per expert, so that a typical expert takes one pass.
+      const int64_t mean = (t + e - 1) / e;
+      kernels::grouped_gemv<T>(out.data<T>(), x.data<T>(), w.data<T>(), offsets.data<int32_t>(), static_cast<int>(e),
+                               static_cast<int>(std::min<int64_t>(mean, kernels::kGemvMaxRows)), n, k, ctx.warp_size(),
+                               ctx.stream().get());
+      return;
+    }
     if (use == GemmPath::tiled) {
       kernels::TiledGemmArgs<T, T> p;
       p.a = x.data<T>(), p.b = w.data<T>(), p.c = out.data<T>();

@@ -11,9 +11,10 @@ namespace lw::ops {
 
 // Which implementation runs a GEMM. automatic: the vendor library, except that for a linear of
 // at most kernels::kGemvMaxRows rows on a GPU the faster of the GEMV kernel and the vendor
-// library, timed on first use of each shape, is taken. LW_GEMM_PATH=vendor|gemv|tiled forces
-// one path where the caller passes automatic (ops/select.h); a path the op cannot take for
-// its arguments (gemv beyond kGemvMaxRows rows, or outside linear) is then an error.
+// library, timed on first use of each shape, is taken, and grouped_linear's rule below.
+// LW_GEMM_PATH=vendor|gemv|tiled forces one path where the caller passes automatic
+// (ops/select.h); a path the op cannot take for its arguments (gemv beyond kGemvMaxRows rows of
+// a linear, or in batched_matmul and linear_int8) is then an error.
 enum class GemmPath { automatic, vendor, gemv, tiled };
 // The vendor path is named by its library ("cuBLASLt", "hipBLASLt", "OpenBLAS"); the names
 // LW_GEMM_PATH takes are those of GemmPaths::names.
@@ -40,7 +41,7 @@ struct GemmPaths {
       {GemmPath::automatic, "automatic"}, {GemmPath::vendor, "vendor"}, {GemmPath::gemv, "gemv"}, {GemmPath::tiled, "tiled"}};
   static Availability available(const gpu::DeviceCaps& caps, GemmPath path);
   // The automatic rules: vendor, except grouped_linear at <= 16 rows per expert on average
-  // (tiled, no host synchronisation) unless deterministic. Refined at run time by the ops:
+  // (the grouped GEMV, no host synchronisation) unless deterministic. Refined at run time by the ops:
   // an automatic vendor choice falls back to tiled where the library has no kernel for the
   // problem (int8 on the host; deterministic mode without a batch-invariant algorithm), and
   // a small linear races GEMV against the library (races_gemv).
@@ -65,9 +66,12 @@ void batched_matmul(Context& ctx, const Tensor& a, const Tensor& b, bool b_trans
 // Mixture-of-experts GEMM: x [T, K] holds the tokens of expert e in rows
 // [offsets[e], offsets[e+1]) (offsets: device int32 [E + 1], offsets[0] = 0, offsets[E] = T);
 // out[rows of e] = x[rows of e] @ w[e]^T with w [E, N, K]. Experts may receive no tokens.
-// tiled runs without any host synchronisation; vendor reads the offsets back once (one
+// gemv (the GEMV kernel over each expert's rows, any number of them, a few at a time) and
+// tiled run without any host synchronisation; vendor reads the offsets back once (one
 // synchronisation per call, not per expert) and runs one vendor GEMM per non-empty expert.
-// automatic takes tiled for up to 16 rows per expert on average, vendor above.
+// automatic takes gemv for up to 16 rows per expert on average (each expert's weights read
+// once, where the tiled kernel's 64-row tiles compute mostly padding: docs/PERFORMANCE.md
+// "Dense MoE experts: the grouped GEMV"), vendor above.
 void grouped_linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& offsets, const Tensor& out,
                     GemmPath path = GemmPath::automatic);
 
