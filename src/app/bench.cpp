@@ -194,13 +194,17 @@ int run() {
     const std::vector<Timing> t = run_requests(e, 1, c.vocab, rng, wall);
     const double ttft = std::chrono::duration<double>(t[0].first - t[0].added).count();
     const double tpot = std::chrono::duration<double>(t[0].last - t[0].first).count() / std::max(1, t[0].tokens - 1);
-    // Bytes one decode step reads: every weight but the embedding table (one row of it), and
-    // the K/V of the context at its mean length (in the cache's format); with tensor
-    // parallelism each rank reads its share over its own copy bandwidth.
+    // Bytes one decode step reads: every weight but the embedding table (one row of it) and
+    // the routed experts the token does not choose, and the K/V of the context at its mean
+    // length (in the cache's format); with tensor parallelism each rank reads its share over
+    // its own copy bandwidth.
     const double embed = c.tie_embeddings ? 0.0 : static_cast<double>(c.vocab * c.hidden) * static_cast<double>(dtype_size(dtype));
+    const double unrouted = c.experts == 0 ? 0.0
+                                           : static_cast<double>(m->routed_expert_bytes()) *
+                                                 (1.0 - static_cast<double>(c.experts_per_token) / c.experts);
     const double kv = static_cast<double>(model::KvCache::block_bytes(c, dtype, 1, opt.kv_cache_format)) *
                       (args.input_len + args.output_len / 2.0);
-    const double step_bytes = static_cast<double>(m->weight_bytes()) - embed + kv;
+    const double step_bytes = static_cast<double>(m->weight_bytes()) - embed - unrouted + kv;
     const double roofline = bw * 1e9 * tp / step_bytes;
     std::printf("batch 1: TTFT %.1f ms (%d prompt tokens), TPOT %.2f ms = %.1f tokens/s; roofline %.1f tokens/s "
                 "(%.2f GB per step) -> %.1f%%\n",

@@ -301,6 +301,12 @@ size_t TensorParallelRunner::weight_bytes() const {
   return local * static_cast<size_t>(group_->placement.nnodes);  // the other nodes hold as much
 }
 
+size_t TensorParallelRunner::routed_expert_bytes() const {
+  size_t local = 0;
+  for (const auto& r : ranks_) local += r->model->routed_expert_bytes();
+  return local * static_cast<size_t>(group_->placement.nnodes);
+}
+
 namespace {
 
 // Ranks sharing a device (the host target) share its memory.

@@ -20,8 +20,9 @@ class ModelRunner {
   virtual const model::ModelConfig& config() const = 0;
   virtual DType dtype() const = 0;
   virtual int ranks() const = 0;
-  // Bytes the weights take, over every rank.
+  // Bytes the weights take, over every rank, and of them the routed experts' matrices.
   virtual size_t weight_bytes() const = 0;
+  virtual size_t routed_expert_bytes() const = 0;
   // Rank 0's context: the logits of forward() live there, and the engine samples there.
   virtual Context& context() = 0;
   // KV blocks of block_size tokens in `format` that fit in `fraction` of the free memory of
@@ -60,6 +61,7 @@ class SingleDeviceRunner final : public ModelRunner {
   DType dtype() const override { return model_.dtype(); }
   int ranks() const override { return 1; }
   size_t weight_bytes() const override { return model_.weight_bytes(); }
+  size_t routed_expert_bytes() const override { return model_.routed_expert_bytes(); }
   Context& context() override { return ctx_; }
   int64_t blocks_that_fit(double fraction, int block_size, ops::KvCacheFormat format) override;
   void allocate_cache(int64_t blocks, int block_size, ops::KvCacheFormat format) override;
@@ -96,6 +98,7 @@ class TensorParallelRunner final : public ModelRunner {
   DType dtype() const override;
   int ranks() const override;
   size_t weight_bytes() const override;
+  size_t routed_expert_bytes() const override;
   Context& context() override;
   int64_t blocks_that_fit(double fraction, int block_size, ops::KvCacheFormat format) override;
   void allocate_cache(int64_t blocks, int block_size, ops::KvCacheFormat format) override;

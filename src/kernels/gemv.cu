@@ -44,7 +44,7 @@ LW_DEVICE_INLINE void accumulate(float (&acc)[R][M], const gpu::Vec<T, V> (&wv)[
 template <class T, int M, int R, int U, int V, class Shared>
 LW_DEVICE_INLINE void gemv_rows(T* __restrict__ y, const T* __restrict__ x, const T* __restrict__ w,
                                 const T* __restrict__ bias, int m, int64_t n, int64_t k, int64_t ldx, int64_t ldy,
-                                int groups, const Shared& partial) {
+                                int groups, Shared partial) {
   const int slices = static_cast<int>(blockDim.x / gpu::kWarpSize) / groups;
   const int warp = gpu::warp_id(), group = warp / slices, slice = warp % slices;
   const int lane = gpu::lane_id();

@@ -98,6 +98,11 @@ std::unique_ptr<Model> Model::build(Context& ctx, const weights::Checkpoint* ckp
   ld.set_quantization(config.quantization);
   m->weights_ = load_weights(ld, arch, config, local, shard);
   m->weight_bytes_ = ld.bytes();
+  for (const LayerWeights& l : m->weights_.layers)
+    for (const ExpertMatrices* e : {&l.experts_gate_up, &l.experts_down}) {
+      if (e->stacked.defined()) m->routed_expert_bytes_ += e->stacked.nbytes();
+      for (const ops::Weight& p : e->each) m->routed_expert_bytes_ += p.device_bytes();
+    }
   for_each_projection(m->weights_, [&](const ops::Weight& p) {
     const ops::WeightFormat f = p.format();
     if (f == ops::WeightFormat::dense || f == ops::WeightFormat::int8_per_channel) return;  // no expansion

@@ -49,6 +49,9 @@ class Model {
   // Bytes the weights take on the device, and the weights themselves (their formats).
   size_t weight_bytes() const { return weight_bytes_; }
   const ModelWeights& weights() const { return weights_; }
+  // Of weight_bytes, the routed experts' matrices (0 without experts): a token reads
+  // experts_per_token / experts of them.
+  size_t routed_expert_bytes() const { return routed_expert_bytes_; }
   // Per layer, the scales the checkpoint gives an FP8 KV cache (model::KvCache), undefined
   // where it gives none.
   std::vector<KvHeadScales> kv_head_scales() const;
@@ -82,7 +85,7 @@ class Model {
   ModelConfig config_, local_;
   Shard shard_;
   DType dtype_;
-  size_t weight_bytes_ = 0, expansion_bytes_ = 0;
+  size_t weight_bytes_ = 0, expansion_bytes_ = 0, routed_expert_bytes_ = 0;
   ModelWeights weights_;
   std::vector<BlockVariant> blocks_;  // per layer
   std::optional<ops::Rope> rope_;

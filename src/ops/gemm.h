@@ -40,8 +40,9 @@ struct GemmPaths {
   static constexpr PathName<GemmPath> names[] = {
       {GemmPath::automatic, "automatic"}, {GemmPath::vendor, "vendor"}, {GemmPath::gemv, "gemv"}, {GemmPath::tiled, "tiled"}};
   static Availability available(const gpu::DeviceCaps& caps, GemmPath path);
-  // The automatic rules: vendor, except grouped_linear at <= 16 rows per expert on average
-  // (the grouped GEMV, no host synchronisation) unless deterministic. Refined at run time by the ops:
+  // The automatic rules: vendor, except grouped_linear (unless deterministic) at up to one row
+  // per expert on average, or up to four for experts of fewer than 2^24 weights (the grouped
+  // GEMV, no host synchronisation). Refined at run time by the ops:
   // an automatic vendor choice falls back to tiled where the library has no kernel for the
   // problem (int8 on the host; deterministic mode without a batch-invariant algorithm), and
   // a small linear races GEMV against the library (races_gemv).
@@ -69,9 +70,9 @@ void batched_matmul(Context& ctx, const Tensor& a, const Tensor& b, bool b_trans
 // gemv (the GEMV kernel over each expert's rows, any number of them, a few at a time) and
 // tiled run without any host synchronisation; vendor reads the offsets back once (one
 // synchronisation per call, not per expert) and runs one vendor GEMM per non-empty expert.
-// automatic takes gemv for up to 16 rows per expert on average (each expert's weights read
-// once, where the tiled kernel's 64-row tiles compute mostly padding: docs/PERFORMANCE.md
-// "Dense MoE experts: the grouped GEMV"), vendor above.
+// automatic takes gemv for few rows per expert (GemmPaths::choose), vendor above; tiled (whose
+// 64-row tiles compute mostly padding at a few rows per expert) only where forced or where
+// the library has no kernel.
 void grouped_linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& offsets, const Tensor& out,
                     GemmPath path = GemmPath::automatic);
 
