@@ -140,9 +140,9 @@ TEST(Select, UnknownNamesAndUnavailablePathsAreRefused) {
   EXPECT_STREQ(ops::path_name<FakePaths>(FakePath::special), "special");
 }
 
-// grouped_linear: the grouped GEMV at a row per expert, and up to four for small experts
-// (Qwen3-30B-A3B's 1536 x 2048), the vendor GEMM per expert beyond and for large experts at
-// more than one row (Mixtral's 28672 x 4096); never a choice by size in deterministic mode.
+// grouped_linear: the grouped GEMV at up to half a row per expert, and up to eight for small
+// experts (Qwen3-30B-A3B's 1536 x 2048), the vendor GEMM per expert beyond (Mixtral's 28672 x
+// 4096 from one row); never a choice by size in deterministic mode.
 TEST(Select, GroupedLinearTakesTheGemvAtFewRowsPerExpert) {
   ScopedEnv none("LW_GEMM_PATH", nullptr);
   auto choice = [](int64_t tokens, int64_t n, int64_t k, int64_t experts, bool deterministic = false) {
@@ -150,11 +150,11 @@ TEST(Select, GroupedLinearTakesTheGemvAtFewRowsPerExpert) {
     return ops::select<ops::GemmPaths>(ctx().caps(), shape, ops::GemmPath::automatic).path;
   };
   EXPECT_EQ(choice(8, 1536, 2048, 128), ops::GemmPath::gemv);
-  EXPECT_EQ(choice(512, 1536, 2048, 128), ops::GemmPath::gemv);
-  EXPECT_EQ(choice(513, 1536, 2048, 128), ops::GemmPath::vendor);
+  EXPECT_EQ(choice(1024, 1536, 2048, 128), ops::GemmPath::gemv);
+  EXPECT_EQ(choice(1025, 1536, 2048, 128), ops::GemmPath::vendor);
   EXPECT_EQ(choice(2, 28672, 4096, 8), ops::GemmPath::gemv);
-  EXPECT_EQ(choice(8, 28672, 4096, 8), ops::GemmPath::gemv);
-  EXPECT_EQ(choice(9, 28672, 4096, 8), ops::GemmPath::vendor);
+  EXPECT_EQ(choice(4, 28672, 4096, 8), ops::GemmPath::gemv);
+  EXPECT_EQ(choice(5, 28672, 4096, 8), ops::GemmPath::vendor);
   EXPECT_EQ(choice(8, 1536, 2048, 128, true), ops::GemmPath::vendor);
 }
 

@@ -74,7 +74,7 @@ void require_vendor(bool ran, const char* op, int64_t m, int64_t n, int64_t k) {
                    << "; use GemmPath::tiled or automatic");
 }
 
-// Experts of fewer weights than this (32 MiB in bf16) take the grouped GEMV up to 4 rows each.
+// Experts of fewer weights than this (32 MiB in bf16) take the grouped GEMV up to 8 rows each.
 constexpr int64_t kSmallExpertElements = int64_t{1} << 24;
 
 }  // namespace
@@ -85,10 +85,10 @@ GemmPath GemmPaths::choose(const gpu::DeviceCaps&, const GemmShape& shape) {
   if (shape.op == GemmOp::grouped_linear && !shape.deterministic) {
     // The grouped GEMV reads an expert's weights at a high share of the memory rate for a row
     // or two and loses it with more, while a vendor call per expert costs ~8 us whatever its
-    // size: small experts stay on the GEMV up to 4 rows each (H200, docs/PERFORMANCE.md "Dense
-    // MoE experts: the grouped GEMV").
-    if (shape.m <= shape.groups) return GemmPath::gemv;
-    if (shape.m <= 4 * shape.groups && shape.n * shape.k < kSmallExpertElements) return GemmPath::gemv;
+    // size: small experts stay on the GEMV up to 8 rows each on average, large ones up to half
+    // a row (H200, docs/PERFORMANCE.md "Dense MoE experts: the grouped GEMV").
+    if (2 * shape.m <= shape.groups) return GemmPath::gemv;
+    if (shape.m <= 8 * shape.groups && shape.n * shape.k < kSmallExpertElements) return GemmPath::gemv;
   }
   return GemmPath::vendor;
 }

@@ -40,9 +40,9 @@ struct GemmPaths {
   static constexpr PathName<GemmPath> names[] = {
       {GemmPath::automatic, "automatic"}, {GemmPath::vendor, "vendor"}, {GemmPath::gemv, "gemv"}, {GemmPath::tiled, "tiled"}};
   static Availability available(const gpu::DeviceCaps& caps, GemmPath path);
-  // The automatic rules: vendor, except grouped_linear (unless deterministic) at up to one row
-  // per expert on average, or up to four for experts of fewer than 2^24 weights (the grouped
-  // GEMV, no host synchronisation). Refined at run time by the ops:
+  // The automatic rules: vendor, except grouped_linear (unless deterministic) at up to half a
+  // row per expert on average, or up to eight for experts of fewer than 2^24 weights (the
+  // grouped GEMV, no host synchronisation). Refined at run time by the ops:
   // an automatic vendor choice falls back to tiled where the library has no kernel for the
   // problem (int8 on the host; deterministic mode without a batch-invariant algorithm), and
   // a small linear races GEMV against the library (races_gemv).
