@@ -509,7 +509,7 @@ void check_gemm(Checker& c) {
     const std::vector<int32_t> offsets = {0, 4, 4, 10};
     const Values gxv = values(gx), gwv = values(gw);
     Tensor gout = c.ctx().empty({rows, gn}, dt);
-    for (ops::GemmPath path : {ops::GemmPath::vendor, ops::GemmPath::tiled}) {
+    for (ops::GemmPath path : {ops::GemmPath::vendor, ops::GemmPath::gemv, ops::GemmPath::tiled}) {
       ops::grouped_linear(c.ctx(), c.dev(gx), c.dev(gw), c.dev(host_i32(offsets, {experts + 1})), gout, path);
       Values ref, bound;
       for (int64_t e = 0; e < experts; ++e) {
