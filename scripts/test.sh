@@ -7,6 +7,9 @@
 #   asan32, asan64  under AddressSanitizer (out-of-bounds device memory in kernels): at warp 32
 #                   every library layer and its tests (LW_BUILD_SCOPE=engine), at warp 64 the
 #                   kernels and ops and their tests (LW_BUILD_SCOPE=kernels);
+#   wmma32          RDNA3's (gfx1100) matrix-fragment layout on the emulator at warp 32
+#                   (LW_SIMT_MATRIX_LAYOUT_WMMA): the tests of the kernels on the layer (its
+#                   primitives and planted bugs, attention, the int4 GEMM);
 #   cuda            build the CUDA target for sm_90 (nvcc); run its ctest only when a GPU is
 #                   visible (otherwise compile and link only);
 #   hip             build the HIP target for gfx90a, gfx942 and gfx1100 inside the ROCm 7
@@ -23,7 +26,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-steps=(host32 host64 asan32 asan64 cuda hip python fuzz)
+steps=(host32 host64 asan32 asan64 wmma32 cuda hip python fuzz)
 if [[ ${1:-} == --only ]]; then IFS=, read -ra steps <<< "${2:?--only needs a list of steps}"; fi
 jobs=$(nproc)
 rocm_root=${LW_ROCM_ROOT:-/var/cache/lightwave/rocm-root}
@@ -99,6 +102,16 @@ host_step() {  # host_step NAME WARP EXCLUDE [CMAKE_ARG...]
     ctest --test-dir "$dir" -j"$jobs" --output-on-failure ${exclude:+-E "$exclude"}
 }
 
+# The other layouts run in host32 (NVIDIA's) and host64 (MFMA's); this one in a tree of its own.
+wmma_tests="Primitives|PlantedBugs|Attention|KvCache|Int4Weights"
+wmma_step() {
+  local dir=build/wmma32
+  cmake -S . -B "$dir" -G Ninja -DLW_GPU=host -DLW_WARP_SIZE=32 -DLW_TEST_PYTHON="$test_python" -DLW_SMOLLM2_GGUF="$smollm2" \
+    -DLW_BUILD_SCOPE=engine -DLW_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS=-DLW_SIMT_MATRIX_LAYOUT_WMMA &&
+    cmake --build "$dir" -j"$jobs" --target test_primitives test_sanitizer test_attention test_int4_weights &&
+    ctest --test-dir "$dir" -j"$jobs" --output-on-failure -R "$wmma_tests"
+}
+
 cuda_step() {
   command -v nvcc > /dev/null || { echo "nvcc not found: install the CUDA toolkit"; return 1; }
   cmake -S . -B build/cuda -G Ninja -DLW_GPU=cuda -DCMAKE_CUDA_ARCHITECTURES=90 -DLW_TEST_PYTHON="$test_python" -DLW_SMOLLM2_GGUF="$smollm2" &&
@@ -151,13 +164,14 @@ for s in "${steps[@]}"; do
     host64) run_step host64 host_step host64 64 "" ;;
     asan32) run_step asan32 host_step asan32 32 "$asan_exclude|$asan32_exclude" -DLW_SANITIZE_ADDRESS=ON -DLW_BUILD_SCOPE=engine ;;
     asan64) run_step asan64 host_step asan64 64 "$asan_exclude" -DLW_SANITIZE_ADDRESS=ON -DLW_BUILD_SCOPE=kernels ;;
+    wmma32) run_step wmma32 wmma_step ;;
     cuda) run_step cuda cuda_step ;;
     hip) run_step hip hip_step ;;
     python) run_step python python_step ;;
     fuzz) run_step fuzz scripts/fuzz.sh 60 ;;
-    *) echo "unknown step '$s' (host32, host64, asan32, asan64, cuda, hip, python, fuzz)"; exit 2 ;;
+    *) echo "unknown step '$s' (host32, host64, asan32, asan64, wmma32, cuda, hip, python, fuzz)"; exit 2 ;;
   esac
-  if [[ $s == host* || $s == asan* || $s == cuda ]]; then
+  if [[ $s == host* || $s == asan* || $s == wmma* || $s == cuda ]]; then
     line=$(grep -E "tests passed|tests failed|compiled and linked, not run" "build/logs/$s.log" | tail -1)
     summaries+=("$s: ${line:-no test summary (see build/logs/$s.log)}")
   elif [[ $s == hip ]]; then
