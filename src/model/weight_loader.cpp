@@ -613,11 +613,14 @@ ops::Weight WeightLoader::scaled_weight(const weights::TensorRecord& rec, const 
 
   // Values and scales that would turn into NaN or infinity are refused here, not found in the logits.
   if (fp8) {
-    for (size_t i = 0; i < rec.bytes; ++i) {
-      const auto b = static_cast<uint8_t>(rec.data[i]);
-      LW_CHECK(!kernels::fp8_e4m3_is_nan(b), where << ": element " << i << " (row " << static_cast<int64_t>(i) / k
-                                                   << ", column " << static_cast<int64_t>(i) % k << ") is an FP8 NaN");
-    }
+    // A branch-free pass over every byte (tens of GB for a large model), then the first NaN's
+    // place for the message.
+    bool any_nan = false;
+    for (size_t i = 0; i < rec.bytes; ++i) any_nan |= kernels::fp8_e4m3_is_nan(static_cast<uint8_t>(rec.data[i]));
+    for (size_t i = 0; any_nan && i < rec.bytes; ++i)
+      LW_CHECK(!kernels::fp8_e4m3_is_nan(static_cast<uint8_t>(rec.data[i])),
+               where << ": element " << i << " (row " << static_cast<int64_t>(i) / k << ", column "
+                     << static_cast<int64_t>(i) % k << ") is an FP8 NaN");
   }
   Tensor s = weights::load_tensor(ctx_, *scale, DType::f32);
   const Tensor host = ctx_.to_host(s);
