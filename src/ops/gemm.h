@@ -71,8 +71,8 @@ void batched_matmul(Context& ctx, const Tensor& a, const Tensor& b, bool b_trans
 // tiled run without any host synchronisation; vendor reads the offsets back once (one
 // synchronisation per call, not per expert) and runs one vendor GEMM per non-empty expert.
 // automatic takes gemv for few rows per expert (GemmPaths::choose), vendor above; tiled (whose
-// 64-row tiles compute mostly padding at a few rows per expert) only where forced or where
-// the library has no kernel.
+// 64-row tiles compute mostly padding at a few rows per expert) only where forced, for K = 0,
+// and in deterministic mode for an expert the library has no batch-invariant algorithm for.
 void grouped_linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& offsets, const Tensor& out,
                     GemmPath path = GemmPath::automatic);
 
