@@ -22,7 +22,10 @@
 // --shapes 14336x4096,... only these weight shapes (N x K).
 // --experts E [--top-k 8]: grouped_linear (mixture-of-experts) instead, dense weights [E, N, K]:
 // each of M tokens sends a row to top-k distinct experts drawn at random, and the bandwidth is
-// counted on the experts that receive rows; paths tiled, gemv, vendor and automatic.
+// counted on the experts that receive rows; paths tiled, gemv, vendor and automatic. With
+// --weights int4 the experts are 4-bit (ops::ExpertWeights): "each" reads the offsets to the host
+// and runs each expert's rows through linear, "grouped" is the one-launch grouped kernel (the
+// forced gemv path), and automatic.
 //     bench_gemm [--dtype bf16] [--weights dense] [--repeats N] [--ms 1,2,4] [--paths P,...] [--shapes NxK,...]
 //                [--experts E --top-k K] [--json FILE]
 #include <CLI/CLI.hpp>
@@ -81,18 +84,30 @@ void print_row(int64_t m, int64_t n, int64_t k, const char* path, double ms, dou
 }
 
 // grouped_linear over [experts, N, K] with M tokens routed to top_k experts each.
+// quantised (optional): makes one expert's [N, K] weight, timed as ops::ExpertWeights.
 void bench_grouped(lw::Context& ctx, DType dt, const std::vector<std::array<int64_t, 2>>& shapes,
                    const std::vector<int64_t>& ms, int64_t experts, int64_t top_k, int repeats, double copy_gbs,
-                   const std::function<Tensor(std::vector<int64_t>)>& random) {
+                   const std::function<Tensor(std::vector<int64_t>)>& random,
+                   const std::function<lw::ops::Weight(int64_t, int64_t)>& quantised) {
   std::mt19937_64 rng(11);
   std::printf("%6s %7s %6s  %-10s %9s %8s %8s %7s   (%lld experts, top %lld; M counts tokens)\n", "M", "N", "K", "path",
               "ms", "TFLOP/s", "W GB/s", "% copy", static_cast<long long>(experts), static_cast<long long>(top_k));
   for (const auto& s : shapes) {
     const int64_t n = s[0], k = s[1];
-    const double expert_bytes = static_cast<double>(n * k) * static_cast<double>(lw::dtype_size(dt));
+    const double expert_bytes = quantised ? static_cast<double>(quantised(n, k).device_bytes())
+                                          : static_cast<double>(n * k) * static_cast<double>(lw::dtype_size(dt));
     const int sets = std::max(2, static_cast<int>(std::ceil(256e6 / (expert_bytes * static_cast<double>(experts)))));
     std::vector<Tensor> w;
-    for (int i = 0; i < sets; ++i) w.push_back(random({experts, n, k}));
+    std::vector<lw::ops::ExpertWeights> wq;
+    for (int i = 0; i < sets; ++i) {
+      if (!quantised) {
+        w.push_back(random({experts, n, k}));
+        continue;
+      }
+      std::vector<lw::ops::Weight> each;
+      for (int64_t e = 0; e < experts; ++e) each.push_back(quantised(n, k));
+      wq.emplace_back(ctx, std::move(each));
+    }
     for (int64_t m : ms) {
       std::vector<int32_t> counts(experts, 0), pick(experts);
       for (int64_t t = 0; t < m; ++t) {
@@ -112,10 +127,25 @@ void bench_grouped(lw::Context& ctx, DType dt, const std::vector<std::array<int6
       const int64_t rows = m * top_k;
       const Tensor offsets = ctx.to_device(off), x = random({rows, k});
       Tensor y = ctx.empty({rows, n}, dt);
+      const double flops = 2.0 * static_cast<double>(rows * n * k), bytes = expert_bytes * static_cast<double>(active);
+      if (quantised) {
+        const double each = median_ms(ctx, repeats, sets, [&](int i) {
+          lw::ops::ExpertRows r(offsets);
+          lw::ops::grouped_linear(ctx, x, wq[static_cast<size_t>(i)].weights(), r.host(ctx), y);
+        });
+        print_row(m, n, k, "each", each, flops, bytes, copy_gbs);
+        for (GemmPath p : {GemmPath::gemv, GemmPath::automatic}) {
+          const double t = median_ms(ctx, repeats, sets, [&](int i) {
+            lw::ops::ExpertRows r(offsets);
+            lw::ops::grouped_linear(ctx, x, wq[static_cast<size_t>(i)], r, y, p);
+          });
+          print_row(m, n, k, p == GemmPath::gemv ? "grouped" : "automatic", t, flops, bytes, copy_gbs);
+        }
+        continue;
+      }
       for (GemmPath p : {GemmPath::tiled, GemmPath::gemv, GemmPath::vendor, GemmPath::automatic}) {
         const double t = median_ms(ctx, repeats, sets, [&](int i) { lw::ops::grouped_linear(ctx, x, w[i], offsets, y, p); });
-        print_row(m, n, k, lw::ops::gemm_path_name(p), t, 2.0 * static_cast<double>(rows * n * k),
-                  expert_bytes * static_cast<double>(active), copy_gbs);
+        print_row(m, n, k, lw::ops::gemm_path_name(p), t, flops, bytes, copy_gbs);
       }
     }
   }
@@ -152,8 +182,9 @@ int main(int argc, char** argv) {
                  static_cast<long long>(experts));
     return 2;
   }
-  if (experts > 0 && (weights_name != "dense" || !only_paths.empty() || !json_path.empty())) {
-    std::fprintf(stderr, "bench_gemm: --experts times dense weights on every grouped path; drop --weights, --paths and --json\n");
+  if (experts > 0 && ((weights_name != "dense" && weights_name != "int4") || !only_paths.empty() || !json_path.empty())) {
+    std::fprintf(stderr,
+                 "bench_gemm: --experts times dense or int4 weights on every grouped path; drop --paths and --json\n");
     return 2;
   }
   std::vector<std::array<int64_t, 2>> shapes;
@@ -190,13 +221,6 @@ int main(int argc, char** argv) {
     const double copy_gbs = 2.0 * static_cast<double>(src.nbytes()) / (copy_ms * 1e6);
     src = Tensor();
     dst = Tensor();
-
-    if (experts > 0) {
-      std::printf("device %s, %s, dense experts, median of %d runs; copy %.0f GB/s\n", ctx.device_name().c_str(),
-                  lw::dtype_name(dt), repeats, copy_gbs);
-      bench_grouped(ctx, dt, shapes, ms, experts, top_k, repeats, copy_gbs, random);
-      return 0;
-    }
 
     std::optional<lw::ops::WeightFormat> format;
     for (int f = 0; f <= static_cast<int>(lw::ops::WeightFormat::gguf_q6_k); ++f) {
@@ -257,6 +281,14 @@ int main(int argc, char** argv) {
       return lw::ops::Weight::gguf(*format, n, k, ctx.to_device(h));
     };
 
+    if (experts > 0) {
+      std::printf("device %s, %s, %s experts, median of %d runs; copy %.0f GB/s\n", ctx.device_name().c_str(),
+                  lw::dtype_name(dt), weights_name.c_str(), repeats, copy_gbs);
+      bench_grouped(ctx, dt, shapes, ms, experts, top_k, repeats, copy_gbs, random,
+                    *format == lw::ops::WeightFormat::int4 ? std::function<lw::ops::Weight(int64_t, int64_t)>(random_weight)
+                                                           : nullptr);
+      return 0;
+    }
     std::printf("device %s, %s, %s weights, median of %d runs; copy %.0f GB/s\n", ctx.device_name().c_str(),
                 lw::dtype_name(dt), weights_name.c_str(), repeats, copy_gbs);
     std::printf("%6s %7s %6s  %-10s %9s %8s %8s %7s\n", "M", "N", "K", "path", "ms", "TFLOP/s", "W GB/s", "% copy");

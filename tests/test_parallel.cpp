@@ -360,12 +360,12 @@ TEST(TensorParallel, RandomQuantisedExpertsMatchTheirExpansion) {
           EXPECT_FALSE(l.experts_gate_up.stacked.defined() || l.experts_down.stacked.defined());
           EXPECT_EQ(l.experts_gate_up.each.size(), 4u);
           EXPECT_EQ(l.experts_down.each.size(), 4u);
-          for (const ops::Weight& w : l.experts_gate_up.each) {
+          for (const ops::Weight& w : l.experts_gate_up.each.weights()) {
             EXPECT_EQ(w.format(), format);
             EXPECT_EQ(w.out_features(), 2 * 256 / s.size);
           }
           const bool split_blocks = s.size > 1 && type == weights::FileDType::q4_k;
-          for (const ops::Weight& w : l.experts_down.each) {
+          for (const ops::Weight& w : l.experts_down.each.weights()) {
             EXPECT_EQ(w.format(), split_blocks ? ops::WeightFormat::dense : format);
             EXPECT_EQ(w.in_features(), 256 / s.size);
           }

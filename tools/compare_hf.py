@@ -4,7 +4,7 @@ every supported architecture: logits of a batch of prompts in fp32 and bf16, and
 continuations in fp32. Needs torch and transformers (the GPU machine has both).
 
     python3 tools/compare_hf.py --lightwave build/device/src/app/lightwave [--arch llama,qwen3] [--keep DIR]
-                                [--tp N [--nnodes M]] [--quant fp8|gptq|gptq8|awq|w4a16]
+                                [--tp N [--nnodes M]] [--quant fp8|gptq|gptq8|awq|w4a16] [--group-size 32]
 
 --quant fp8 saves the attention, dense-MLP and routed experts' projections (each expert's own
 matrices; not experts fused into one tensor, nor shared experts) as a Hugging Face fp8
@@ -15,7 +15,7 @@ float8_e4m3fn), and gives transformers the dequantised weights (fp8 value x scal
 both engines then run the same weights, and the fp32 and bf16 bounds below hold unchanged.
 
 --quant gptq, gptq8, awq and w4a16 save the same projections with 4-bit (gptq8: 8-bit) weights in
-groups of 32 input columns, quantised by round to nearest per output row and group (numpy's rint) with the scales
+groups of 32 input columns (--group-size), quantised by round to nearest per output row and group (numpy's rint) with the scales
 rounded to their stored dtype first, and likewise give transformers the dequantised weights
 ((q - zero) x scale in fp32):
   gptq: AutoGPTQ's layout (qweight [K/8, N], qzeros [K/32, N/8] holding zero - 1, scales f16,
@@ -384,6 +384,7 @@ def compare(arch, cfg, lightwave, root, rng, tp=1, nnodes=1, quant=""):
 
 
 def main():
+    global INT4_GROUP
     ap = argparse.ArgumentParser()
     ap.add_argument("--lightwave", required=True)
     ap.add_argument("--arch", default="")
@@ -391,7 +392,13 @@ def main():
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--nnodes", type=int, default=1)
     ap.add_argument("--quant", default="", choices=["", "fp8", "gptq", "gptq8", "awq", "w4a16"])
+    ap.add_argument("--group-size", type=int, default=INT4_GROUP,
+                    help="input columns per scale of --quant gptq/gptq8/awq/w4a16 (96: one group per row of the "
+                         "hidden-size projections, which lightwave's grouped MoE kernel serves)")
     a = ap.parse_args()
+    if a.group_size <= 0 or a.group_size % 8:
+        ap.error(f"--group-size {a.group_size}: a positive multiple of 8")
+    INT4_GROUP = a.group_size
     cfgs = configs()
     archs = a.arch.split(",") if a.arch else list(cfgs)
     root = a.keep or tempfile.mkdtemp(prefix="lw_compare_")

@@ -32,12 +32,14 @@ Context::~Context() {
 
 Tensor Context::to_device(const Tensor& host) {
   LW_CHECK(host.device() == Device::host, "to_device of " << host.describe() << ": expected a host tensor");
+  ++host_transfers_;
   Tensor t = empty(host.shape(), host.dtype());
   t.copy_from(host, stream_->get());
   return t;
 }
 
 Tensor Context::to_host(const Tensor& device) {
+  ++host_transfers_;
   synchronize();
   Tensor t = Tensor::empty_host(device.shape(), device.dtype());
   t.copy_from(device, stream_->get());

@@ -1,6 +1,7 @@
 // Context: one device and what work on it needs — its properties, capabilities and warp size, a
 // caching allocator, a stream, and library handles created on first use by the layers above.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <typeindex>
@@ -36,6 +37,9 @@ class Context {
   Tensor to_device(const Tensor& host);
   Tensor to_host(const Tensor& device);
   void synchronize() { stream_->synchronize(); }
+  // Calls of to_device and to_host so far: work that made none (a decode step, say) can be
+  // captured into a graph and replayed; a copy from or to the host cannot.
+  uint64_t host_transfers() const { return host_transfers_; }
 
   // Batch-invariant execution: every op computes each row (token, sequence) with a reduction
   // order that depends on that row alone, never on how many rows run with it, where it sits in
@@ -61,6 +65,7 @@ class Context {
   int device_;
   int warp_size_ = 0;
   bool deterministic_ = false;
+  uint64_t host_transfers_ = 0;
   cudaDeviceProp props_{};
   gpu::DeviceCaps caps_;
   std::unique_ptr<CachingAllocator> allocator_;

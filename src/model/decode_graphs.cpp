@@ -23,8 +23,8 @@ void upload(Context& ctx, const std::vector<T>& v, const Tensor& dst) {
 
 }  // namespace
 
-bool DecodeGraphs::applies(const ModelConfig& c, const std::vector<SequenceChunk>& batch) {
-  if (!Graph::graphs_supported() || c.experts > 0 || static_cast<int64_t>(batch.size()) > kMaxBatch) return false;
+bool DecodeGraphs::applies(const std::vector<SequenceChunk>& batch) {
+  if (!Graph::graphs_supported() || static_cast<int64_t>(batch.size()) > kMaxBatch) return false;
   for (const SequenceChunk& s : batch)
     if (s.tokens.size() != 1 || s.logits != SequenceChunk::Logits::last) return false;
   return true;
@@ -48,6 +48,7 @@ Tensor DecodeGraphs::run(Context& ctx, const KvCache& cache, const HostLayout& h
   const int bs = cache.block_size();
   const int64_t width = KvCache::blocks_for(bucket, bs);
   std::unique_ptr<Entry>& e = entries_[{rows, bucket, ctx.deterministic()}];
+  if (e && !e->graph.ready()) return Tensor();  // a bucket that runs eagerly
   const bool fresh = !e;
   if (fresh) e = make_entry(ctx, rows, bucket, width);
 
@@ -82,11 +83,18 @@ Tensor DecodeGraphs::run(Context& ctx, const KvCache& cache, const HostLayout& h
 
   if (fresh) {
     Tensor eager;
+    const uint64_t transfers = ctx.host_transfers();
     try {
       eager = compute(e->layout);
     } catch (...) {
       entries_.erase({rows, bucket, ctx.deterministic()});
       throw;
+    }
+    if (ctx.host_transfers() != transfers) {
+      // The step copied to or from the host (a mixture-of-experts layer whose experts' path
+      // reads the expert offsets there, at this many rows): the bucket runs eagerly.
+      log().debug("the decode step of {} rows copies to or from the host: its bucket runs eagerly", rows);
+      return eager.slice(0, 0, n);
     }
     try {
       Tensor& out = logits_[rows];
@@ -105,9 +113,14 @@ Tensor DecodeGraphs::run(Context& ctx, const KvCache& cache, const HostLayout& h
     }
     return eager.slice(0, 0, n);
   }
-  if (!e->graph.ready()) return compute(e->layout).slice(0, 0, n);  // a bucket whose capture failed
   e->graph.launch(ctx.stream());
   return e->logits.slice(0, 0, n);
+}
+
+size_t DecodeGraphs::captured() const {
+  size_t count = 0;
+  for (const auto& [key, e] : entries_) count += e && e->graph.ready();
+  return count;
 }
 
 size_t DecodeGraphs::reserve_bytes(const ModelConfig& c, int64_t vocab, int64_t ranks, DType dtype) {
@@ -119,7 +132,10 @@ size_t DecodeGraphs::reserve_bytes(const ModelConfig& c, int64_t vocab, int64_t 
   // several ranks the gathered rows twice over); the decode attention's partial rows (up to 16
   // partitions of fp32 rows with their max and sum).
   const int64_t q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
-  const int64_t per_row = (4 * c.hidden + 3 * q + 2 * kv + 3 * c.intermediate + c.vocab + (ranks > 1 ? 2 * vocab : 0)) * d +
+  // A mixture-of-experts layer: the router's logits, and per routed row x, gate/up, their
+  // product and the expert's output.
+  const int64_t moe = c.experts > 0 ? c.experts + c.experts_per_token * (2 * c.hidden + 3 * c.moe_intermediate) : 0;
+  const int64_t per_row = (4 * c.hidden + 3 * q + 2 * kv + 3 * c.intermediate + moe + c.vocab + (ranks > 1 ? 2 * vocab : 0)) * d +
                           16 * c.heads * (c.head_dim + 2) * 4;
   // The int4 GEMM's k-split sums: up to 16 splits of its widest output (gate/up) for up to 64 rows.
   const int64_t int4_splits = 16 * 64 * 2 * std::max(c.intermediate, c.hidden) * 4;

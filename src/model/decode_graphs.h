@@ -3,8 +3,10 @@
 // attention's launch is sized by it). The step that first meets a bucket runs eagerly (the
 // GEMM path choice and the allocator's first uses happen there) and is then captured; later
 // steps of the bucket copy their inputs into the graph's buffers and replay it. Padding rows
-// write no K/V (slot -1) and their logits are dropped. MoE models decode eagerly: the grouped
-// expert GEMM reads the expert offsets on the host.
+// write no K/V (slot -1) and their logits are dropped. A step whose first eager run copies to
+// or from the host (Context::host_transfers: a mixture-of-experts layer whose experts' path
+// reads the expert offsets there at that many rows) is not captured: its bucket runs eagerly
+// (unpadded) from then on, as does one whose capture fails.
 //
 // Every block the captures allocate or free lives in the graphs' private pool of the caching
 // allocator (core/allocator.h) until the graphs are dropped: a replay writes them, so nothing
@@ -42,10 +44,11 @@ class DecodeGraphs {
   using Compute = std::function<Tensor(const BatchLayout&)>;
 
   // Whether `batch` is a decode step graphs can replay: one token and its logits per
-  // sequence, a dense model, a target with graphs.
-  static bool applies(const ModelConfig& config, const std::vector<SequenceChunk>& batch);
+  // sequence, a target with graphs.
+  static bool applies(const std::vector<SequenceChunk>& batch);
 
-  // The step's logits ([tokens, vocab]), from the bucket's graph (captured on first use).
+  // The step's logits ([tokens, vocab]), from the bucket's graph (captured on first use), or
+  // undefined where the bucket runs eagerly (the caller computes the step itself).
   Tensor run(Context& ctx, const KvCache& cache, const HostLayout& h, int64_t max_position, const Compute& compute);
 
   // Device memory the graphs of a model may hold (an estimate from its shape: `shard` is a
@@ -56,6 +59,8 @@ class DecodeGraphs {
   static size_t reserve_bytes(const ModelConfig& shard, int64_t vocab, int64_t ranks, DType dtype);
   // Bytes the graphs' pool holds now.
   size_t pool_bytes() const { return pool_ ? pool_->bytes() : 0; }
+  // Graphs captured (buckets that replay one).
+  size_t captured() const;
 
  private:
   struct Entry {

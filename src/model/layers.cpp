@@ -104,12 +104,11 @@ void moe_mlp(Context& ctx, const LayerContext& lc, const LayerWeights& w, bool s
     ops::grouped_linear(ctx, xs, w.experts_gate_up.stacked, perm.offsets, gu);
     ops::act_mul(ctx, ops::Activation::silu, gu, act);
     ops::grouped_linear(ctx, act, w.experts_down.stacked, perm.offsets, eo);
-  } else {  // quantised experts: each expert's rows through its own Weight
-    const Tensor offsets = ctx.to_host(perm.offsets);
-    const std::span<const int32_t> off(offsets.data<int32_t>(), static_cast<size_t>(offsets.numel()));
-    ops::grouped_linear(ctx, xs, w.experts_gate_up.each, off, gu);
+  } else {  // quantised experts: each expert's own Weight (the offsets read to the host at most once)
+    ops::ExpertRows rows(perm.offsets);
+    ops::grouped_linear(ctx, xs, w.experts_gate_up.each, rows, gu);
     ops::act_mul(ctx, ops::Activation::silu, gu, act);
-    ops::grouped_linear(ctx, act, w.experts_down.each, off, eo);
+    ops::grouped_linear(ctx, act, w.experts_down.each, rows, eo);
   }
   ops::moe_combine(ctx, eo, weights, perm, out);
   if (shared_expert) {

@@ -30,7 +30,7 @@ void for_each_projection(const ModelWeights& w, F&& f) {
     for (const ops::Weight* p : {&l.qkv, &l.o, &l.gate_up, &l.down, &l.router, &l.shared_gate_up, &l.shared_down, &l.shared_gate})
       if (p->defined()) f(*p);
     for (const ExpertMatrices* e : {&l.experts_gate_up, &l.experts_down})
-      for (const ops::Weight& p : e->each) f(p);
+      for (const ops::Weight& p : e->each.weights()) f(p);
   }
 }
 
@@ -52,6 +52,8 @@ Model::Model(Context& ctx, const ModelConfig& config, DType dtype, const Shard& 
   const char* graphs = std::getenv("LW_CUDA_GRAPHS");
   decode_graphs_ = !(graphs && std::string(graphs) == "0");
 }
+
+size_t Model::captured_decode_graphs() const { return graphs_ ? graphs_->captured() : 0; }
 
 size_t Model::graph_bytes() const {
   return decode_graphs() && config_.experts == 0 ? DecodeGraphs::reserve_bytes(local_, config_.vocab, shard_.size, dtype_)
@@ -101,7 +103,7 @@ std::unique_ptr<Model> Model::build(Context& ctx, const weights::Checkpoint* ckp
   for (const LayerWeights& l : m->weights_.layers)
     for (const ExpertMatrices* e : {&l.experts_gate_up, &l.experts_down}) {
       if (e->stacked.defined()) m->routed_expert_bytes_ += e->stacked.nbytes();
-      for (const ops::Weight& p : e->each) m->routed_expert_bytes_ += p.device_bytes();
+      for (const ops::Weight& p : e->each.weights()) m->routed_expert_bytes_ += p.device_bytes();
     }
   for_each_projection(m->weights_, [&](const ops::Weight& p) {
     const ops::WeightFormat f = p.format();
@@ -125,9 +127,11 @@ std::vector<KvHeadScales> Model::kv_head_scales() const {
 Tensor Model::forward(Context& ctx, KvCache& cache, const std::vector<SequenceChunk>& batch) {
   LW_CHECK(!batch.empty(), "forward: an empty batch");
   const HostLayout host(cache, batch, config_.vocab);
-  if (decode_graphs_ && DecodeGraphs::applies(config_, batch)) {
+  if (decode_graphs_ && DecodeGraphs::applies(batch)) {
     if (!graphs_) graphs_ = std::make_unique<DecodeGraphs>(static_cast<int>(config_.heads / config_.kv_heads), graph_bytes());
-    return graphs_->run(ctx, cache, host, config_.max_position, [&](const BatchLayout& b) { return compute(ctx, cache, b); });
+    Tensor logits =
+        graphs_->run(ctx, cache, host, config_.max_position, [&](const BatchLayout& b) { return compute(ctx, cache, b); });
+    if (logits.defined()) return logits;
   }
   return compute(ctx, cache, BatchLayout(ctx, host, batch.size(), static_cast<int>(config_.heads / config_.kv_heads)));
 }

@@ -66,6 +66,8 @@ class Model {
   bool decode_graphs() const { return decode_graphs_ && Graph::graphs_supported(); }
   // Device memory the decode graphs may hold (the KV cache leaves it free; 0 without graphs).
   size_t graph_bytes() const;
+  // Decode graphs captured so far (0 without graphs).
+  size_t captured_decode_graphs() const;
 
   // Runs a batch of sequence chunks (prefill chunks and decode tokens alike), writing their
   // K/V into `cache`, and returns the logits the chunks asked for, in batch order, as

@@ -183,9 +183,11 @@ class LayerReader {
       w.experts_down.stacked = ld_.fuse(downs, {e, h, li}, 0);
       return;
     }
+    std::vector<ops::Weight> gate_up;
     for (int64_t x = 0; x < e; ++x)
-      w.experts_gate_up.each.push_back(ld_.fuse_weights({gate[static_cast<size_t>(x)], up[static_cast<size_t>(x)]}));
-    w.experts_down.each = std::move(down);
+      gate_up.push_back(ld_.fuse_weights({gate[static_cast<size_t>(x)], up[static_cast<size_t>(x)]}));
+    w.experts_gate_up.each = ops::ExpertWeights(ld_.context(), std::move(gate_up));
+    w.experts_down.each = ops::ExpertWeights(ld_.context(), std::move(down));
   }
 
   WeightLoader& ld_;

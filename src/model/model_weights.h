@@ -14,10 +14,11 @@ namespace lw::model {
 
 // One MoE matrix of every expert ([experts, N, K]): a stacked tensor in the model dtype (the
 // grouped GEMM), or, where the checkpoint's experts stay quantised on the device, one Weight per
-// expert (each run by linear in its format).
+// expert (ops::grouped_linear over ExpertWeights: one grouped launch for int4 experts, else each
+// expert's rows by linear in its format).
 struct ExpertMatrices {
   Tensor stacked;
-  std::vector<ops::Weight> each;
+  ops::ExpertWeights each;
 };
 
 // One layer's weights, in the layout the layers use (weights a block variant lacks stay

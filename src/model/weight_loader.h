@@ -51,6 +51,8 @@ class WeightLoader {
   bool random_quantized() const { return random() && random_blocks_ != weights::FileDType::f32; }
   // A dry run: no device work, undefined tensors and weights, only the byte count.
   bool dry() const { return dry_; }
+  // The context the weights are loaded on.
+  Context& context() { return ctx_; }
   // Whether the checkpoint holds `name` (always, for random weights).
   bool has(const std::string& name) const;
   // A checkpoint's per-head scales `name` (one value for every head, or one per head of

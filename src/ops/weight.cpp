@@ -1,5 +1,6 @@
 #include "ops/weight.h"
 
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -261,6 +262,11 @@ kernels::Int4Matrix int4_matrix(const Weight& w) {
           w.out_features(), w.in_features(), w.group_size()};
 }
 
+// Whether the device runs the fused int4 kernels (matrix cores, or the emulator's).
+bool has_int4_kernels(const gpu::DeviceCaps& caps) {
+  return caps.emulator() || caps.matrix.mma_sync || caps.matrix.mfma || caps.matrix.wmma;
+}
+
 }  // namespace
 
 Tensor expand(Context& ctx, const Weight& w, DType dtype) {
@@ -445,7 +451,7 @@ void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
   const gpu::DeviceCaps& caps = ctx.caps();
   const kernels::Int4Matrix m = int4_matrix(w);
   const bool runs = x.dtype() != DType::f32 && kernels::int4_gemm_supports(m) && k % 8 == 0 && x.is_contiguous() &&
-                    out.is_contiguous() && gpu::aligned_to(4, x.data_ptr()) && (caps.emulator() || caps.matrix.mma_sync || caps.matrix.mfma || caps.matrix.wmma);
+                    out.is_contiguous() && gpu::aligned_to(4, x.data_ptr()) && has_int4_kernels(caps);
   const bool fused = runs && (sel.forced() ? sel.path == GemmPath::gemv
                                            : !ctx.deterministic() && rows <= kInt4FusedMaxRows);
   if (!fused) {
@@ -549,6 +555,69 @@ void grouped_linear(Context& ctx, const Tensor& x, const std::vector<Weight>& we
     if (begin < end)
       linear(ctx, x.slice(0, begin, end), weights[static_cast<size_t>(i)], Tensor(), out.slice(0, begin, end), path);
   }
+}
+
+ExpertWeights::ExpertWeights(Context& ctx, std::vector<Weight> weights) : weights_(std::move(weights)) {
+  if (weights_.empty()) return;
+  const Weight& first = weights_[0];
+  for (const Weight& w : weights_)
+    if (!w.defined() || w.format() != WeightFormat::int4 || w.perm().defined() || w.group_size() != first.group_size() ||
+        w.out_features() != first.out_features() || w.in_features() != first.in_features())
+      return;
+  const int64_t bytes = static_cast<int64_t>(weights_.size() * sizeof(kernels::Int4Matrix));
+  Tensor table = Tensor::empty_host({bytes}, DType::i8);
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    const kernels::Int4Matrix m = int4_matrix(weights_[i]);
+    std::memcpy(static_cast<char*>(table.data_ptr()) + i * sizeof(m), &m, sizeof(m));
+  }
+  int4_table_ = ctx.to_device(table);
+}
+
+std::span<const int32_t> ExpertRows::host(Context& ctx) {
+  if (!host_.defined()) host_ = ctx.to_host(device_);
+  return {host_.data<int32_t>(), static_cast<size_t>(host_.numel())};
+}
+
+void grouped_linear(Context& ctx, const Tensor& x, const ExpertWeights& experts, ExpertRows& rows, const Tensor& out,
+                    GemmPath path) {
+  const char* op = "grouped_linear";
+  LW_CHECK(!experts.empty(), op << ": no weights");
+  const Tensor& offsets = rows.device();
+  const int64_t e = static_cast<int64_t>(experts.size());
+  check_on_device(op, "offsets", offsets);
+  LW_CHECK(offsets.dtype() == DType::i32 && offsets.dim() == 1 && offsets.size(0) == e + 1 && offsets.is_contiguous(),
+           op << ": offsets " << offsets.describe() << " must be contiguous i32 [" << e + 1 << "]");
+  const Tensor& table = experts.int4_table();
+  const Weight& w0 = experts.weights()[0];
+  const int64_t n = w0.out_features(), k = w0.in_features();
+  const bool half_x = x.dtype() == DType::bf16 || x.dtype() == DType::f16;
+  if (table.defined() && half_x && !ctx.deterministic() && has_int4_kernels(ctx.caps()) && x.dim() == 2 &&
+      x.size(1) == k && x.is_contiguous() && gpu::aligned_to(4, x.data_ptr()) && out.dtype() == x.dtype() &&
+      out.is_contiguous() && out.shape() == std::vector<int64_t>({x.size(0), n}) && e <= 65535 &&
+      (path == GemmPath::gemv ||
+       (path == GemmPath::automatic &&
+        x.size(0) <= (n * k < kInt4GroupedSmallExpert ? kInt4GroupedSmallMaxRowsPerExpert : kInt4GroupedMaxRowsPerExpert) * e))) {
+    const int64_t t = x.size(0);
+    const kernels::Int4Matrix shape = int4_matrix(w0);
+    // The planned splits, or more where x's columns of a split (8 rows a pass) exceed the shared
+    // memory (a long K at few experts with rows).
+    const int tiles_k = static_cast<int>((k + kernels::kInt4TileCols - 1) / kernels::kInt4TileCols);
+    int splits = kernels::int4_gemm_splits(shape, ctx.caps().multiprocessors, std::min(t, e));
+    while (splits < tiles_k && !kernels::int4_grouped_gemv_serves(shape, splits)) ++splits;
+    splits = (tiles_k + (tiles_k + splits - 1) / splits - 1) / ((tiles_k + splits - 1) / splits);  // none without tiles
+    if (kernels::int4_grouped_gemv_serves(shape, splits)) {
+      Tensor workspace = splits > 1 ? ctx.empty({splits * t * n}, DType::f32) : Tensor();
+      const auto* matrices = static_cast<const kernels::Int4Matrix*>(table.data_ptr());
+      auto run = [&]<class T>() {
+        kernels::int4_grouped_gemv<T>(out.data<T>(), x.data<T>(), shape, matrices, e, offsets.data<int32_t>(), t, splits,
+                                      splits > 1 ? workspace.data<float>() : nullptr, ctx.warp_size(), ctx.stream().get());
+      };
+      if (x.dtype() == DType::bf16) run.operator()<bfloat16>();
+      else run.operator()<half>();
+      return;
+    }
+  }
+  grouped_linear(ctx, x, experts.weights(), rows.host(ctx), out, path);
 }
 
 }  // namespace lw::ops

@@ -178,4 +178,52 @@ void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, 
 void grouped_linear(Context& ctx, const Tensor& x, const std::vector<Weight>& weights, std::span<const int32_t> offsets,
                     const Tensor& out, GemmPath path = GemmPath::automatic);
 
+// One projection's weights of every expert (MoE), each in its own format, and what the
+// single-launch grouped kernels read: where every expert is int4 with the same groups and
+// columns in order, a device table of their matrices (kernels::Int4Matrix each, made once here).
+class ExpertWeights {
+ public:
+  ExpertWeights() = default;
+  ExpertWeights(Context& ctx, std::vector<Weight> weights);
+  const std::vector<Weight>& weights() const { return weights_; }
+  bool empty() const { return weights_.empty(); }
+  size_t size() const { return weights_.size(); }
+  // The int4 table (undefined where the experts do not all qualify).
+  const Tensor& int4_table() const { return int4_table_; }
+
+ private:
+  std::vector<Weight> weights_;
+  Tensor int4_table_;
+};
+
+// The rows of x grouped by expert: i32 [E + 1] offsets on the device, copied to the host on the
+// first call that needs them there (one synchronisation for every call that shares them).
+class ExpertRows {
+ public:
+  explicit ExpertRows(Tensor offsets) : device_(std::move(offsets)) {}
+  const Tensor& device() const { return device_; }
+  std::span<const int32_t> host(Context& ctx);
+
+ private:
+  Tensor device_, host_;
+};
+
+// An automatic grouped_linear over int4 experts with at most kInt4GroupedMaxRowsPerExpert rows
+// per expert on average, or kInt4GroupedSmallMaxRowsPerExpert for experts of fewer than
+// kInt4GroupedSmallExpert weights, runs the grouped kernel (kernels::int4_grouped_gemv: one
+// launch, offsets read on the device); above it each expert's rows go through `linear` (H200,
+// docs/PERFORMANCE.md "4-bit MoE experts in one launch": a launch per expert costs more than the
+// grouped kernel's rereads of small experts up to 64 rows each, not of Mixtral's from 16).
+inline constexpr int64_t kInt4GroupedMaxRowsPerExpert = 8;
+inline constexpr int64_t kInt4GroupedSmallMaxRowsPerExpert = 64;
+inline constexpr int64_t kInt4GroupedSmallExpert = int64_t{1} << 24;
+
+// grouped_linear above over ExpertWeights with the offsets on the device: where the experts have
+// an int4 table, x is f16/bf16 and contiguous, the device has matrix cores, not in deterministic
+// mode, and the path is automatic with few rows per expert (the rule above) or forced gemv (any
+// rows), the grouped kernel without host synchronisation;
+// otherwise the offsets are read to the host and each expert's rows run through `linear`.
+void grouped_linear(Context& ctx, const Tensor& x, const ExpertWeights& experts, ExpertRows& rows, const Tensor& out,
+                    GemmPath path = GemmPath::automatic);
+
 }  // namespace lw::ops

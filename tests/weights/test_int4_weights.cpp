@@ -179,6 +179,92 @@ TEST(Int4Weights, GroupedLinearRunsEachGroupThroughItsWeight) {
                "the groups' weights differ in shape");
 }
 
+// The grouped kernel (one launch; offsets read on the device) over 4-bit experts: empty experts,
+// one row, exactly one pass of 8, several passes (9 and 19 rows), in one and three k splits; each
+// expert's rows against the float64 reference of its weight and bit for bit against the streamed
+// kernel over the same expert, rows and splits. grouped_linear takes it on the automatic and
+// gemv paths; experts without a table (a dense one, an act-order one) run each expert's rows
+// through linear, with the offsets read to the host.
+TEST(Int4Weights, GroupedKernelReadsTheOffsetsOnTheDevice) {
+  const int64_t n = 80, k = 1024;  // five row tiles (a partial block of them), 16 column tiles, groups of 128
+  const std::vector<int32_t> counts = {3, 0, 19, 1, 8, 9};
+  std::vector<int32_t> offsets = {0};
+  for (int32_t c : counts) offsets.push_back(offsets.back() + c);
+  const int64_t e = static_cast<int64_t>(counts.size()), t = offsets.back();
+  std::vector<ops::Weight> weights;
+  for (int64_t i = 0; i < e; ++i) weights.push_back(ops::int4_weight(ctx(), random_gptq(n, k, 128)));
+  const ops::ExpertWeights experts(ctx(), weights);
+  ASSERT_TRUE(experts.int4_table().defined());
+  Tensor off_host = Tensor::empty_host({e + 1}, DType::i32);
+  std::copy(offsets.begin(), offsets.end(), off_host.data<int32_t>());
+  const Tensor off = ctx().to_device(off_host);
+  const Tensor xh = random_host({t, k}, DType::bf16), x = ctx().to_device(xh);
+  auto expect_reference = [&](const Tensor& got, const std::vector<ops::Weight>& ws) {
+    for (int64_t g = 0; g < e; ++g) {
+      SCOPED_TRACE(::testing::Message() << "expert " << g);
+      const int64_t begin = offsets[static_cast<size_t>(g)], end = offsets[static_cast<size_t>(g) + 1];
+      if (begin == end) continue;
+      const Tensor wh = ctx().to_host(ops::expand(ctx(), ws[static_cast<size_t>(g)], DType::f32));
+      const std::vector<float> wref(wh.data<float>(), wh.data<float>() + n * k);
+      expect_linear_near_reference(got.slice(0, begin, end), xh.slice(0, begin, end), Tensor(), wref, n, k);
+    }
+  };
+  const kernels::Int4Matrix shape = int4_matrix_of(weights[0], 128);
+  const auto* table = static_cast<const kernels::Int4Matrix*>(experts.int4_table().data_ptr());
+  for (int splits : {1, 3}) {
+    SCOPED_TRACE(::testing::Message() << splits << " splits");
+    Tensor out = ctx().empty({t, n}, DType::bf16), want = ctx().empty({t, n}, DType::bf16);
+    poison(out);
+    poison(want);
+    Tensor workspace = ctx().empty({splits * t * n}, DType::f32);
+    kernels::int4_grouped_gemv<bfloat16>(out.data<bfloat16>(), x.data<bfloat16>(), shape, table, e, off.data<int32_t>(), t, splits,
+                                         workspace.data<float>(), ctx().warp_size(), ctx().stream().get());
+    for (int64_t g = 0; g < e; ++g)
+      for (int64_t r0 = offsets[static_cast<size_t>(g)]; r0 < offsets[static_cast<size_t>(g) + 1]; r0 += 8) {
+        const int64_t rows = std::min<int64_t>(8, offsets[static_cast<size_t>(g) + 1] - r0);
+        kernels::int4_gemm<bfloat16>(want.data<bfloat16>() + r0 * n, x.data<bfloat16>() + r0 * k,
+                                     int4_matrix_of(weights[static_cast<size_t>(g)], 128), nullptr, rows, k, n, splits,
+                                     workspace.data<float>(), nullptr, ctx().warp_size(), ctx().stream().get(),
+                                     kernels::Int4GemmKernel::streamed);
+      }
+    const Tensor got = ctx().to_host(out);
+    EXPECT_TRUE(bitwise_equal(got, ctx().to_host(want)));
+    expect_reference(got, weights);
+  }
+  for (ops::GemmPath path : {ops::GemmPath::automatic, ops::GemmPath::gemv}) {
+    SCOPED_TRACE(ops::gemm_path_name(path));
+    Tensor out = ctx().empty({t, n}, DType::bf16);
+    poison(out);
+    ops::ExpertRows rows(off);
+    ops::grouped_linear(ctx(), x, experts, rows, out, path);
+    expect_reference(ctx().to_host(out), weights);
+  }
+  // No table: a dense expert among them, or an act-order one (its columns permuted).
+  std::vector<ops::Weight> mixed = weights;
+  mixed[3] = ops::Weight::dense(ops::expand(ctx(), weights[3], DType::bf16));
+  ops::Int4Tensors act = random_gptq(n, k, 128);
+  std::vector<int32_t> g_idx(static_cast<size_t>(k));
+  for (int64_t c = 0; c < k; ++c) g_idx[static_cast<size_t>(c)] = static_cast<int32_t>((c * 5 % k) / 128);
+  Tensor g_host = Tensor::empty_host({k}, DType::i32);
+  std::copy(g_idx.begin(), g_idx.end(), g_host.data<int32_t>());
+  act.g_idx = ctx().to_device(g_host);
+  std::vector<ops::Weight> with_act = weights;
+  with_act[2] = ops::int4_weight(ctx(), act);
+  ASSERT_TRUE(with_act[2].perm().defined());
+  for (const auto* ws : {&mixed, &with_act}) {
+    const ops::ExpertWeights each(ctx(), *ws);
+    EXPECT_FALSE(each.int4_table().defined());
+    Tensor out = ctx().empty({t, n}, DType::bf16);
+    poison(out);
+    ops::ExpertRows rows(off);
+    ops::grouped_linear(ctx(), x, each, rows, out);
+    expect_reference(ctx().to_host(out), *ws);
+  }
+  ops::ExpertRows short_rows(off.slice(0, 0, e));
+  expect_error([&] { ops::grouped_linear(ctx(), x, experts, short_rows, ctx().empty({t, n}, DType::bf16)); },
+               "must be contiguous i32 [7]");
+}
+
 // A rank's rows stay 4-bit; columns stay 4-bit on group edges and are expanded where they cut a
 // group or the weight is act-order; parts stack by rows where whole tiles allow.
 TEST(Int4Weights, ShardsAndStackedParts) {

@@ -200,12 +200,13 @@ LW_DEVICE_INLINE BlockSpan block_span(const Int4Matrix& w, int tiles_per_split) 
 }
 
 // The end of a block of the fused kernels: each warp's sums `total` of its R row tiles (first rows
-// row0) and NT tiles of x (their first C elements: narrow products compute no others) go to y (one split: + bias) or to the split's plane of `workspace`, which
-// the last of the row block's splits to finish adds when there are counters (else
-// reduce_splits_kernel does).
+// row0) and NT tiles of x (their first C elements: narrow products compute no others) go to y
+// (one split: + bias) or to the split's plane of `workspace` (plane_rows rows of n apart: m, or
+// every row of a grouped launch), which the last of the row block's splits to finish adds when
+// there are counters (else reduce_splits_kernel does).
 template <class T, int R, int NT, int C = mma::kC>
 LW_DEVICE_INLINE void finish_rows(T* y, const mma::FragC (&total)[R][NT], const int (&row0)[R], const T* bias, int m, int n,
-                                  int64_t ldy, float* workspace, int32_t* counters, int block_tile0) {
+                                  int64_t ldy, float* workspace, int64_t plane_rows, int32_t* counters, int block_tile0) {
   const int lane = gpu::lane_id(), tid = static_cast<int>(threadIdx.x);
   constexpr int kBlockThreads = kGemmWarps * gpu::kWarpSize;
 #pragma unroll
@@ -220,7 +221,7 @@ LW_DEVICE_INLINE void finish_rows(T* y, const mma::FragC (&total)[R][NT], const 
         if (gridDim.y == 1) {
           y[tok * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
         } else {
-          workspace[(static_cast<int64_t>(blockIdx.y) * m + tok) * n + row] = v;
+          workspace[(static_cast<int64_t>(blockIdx.y) * plane_rows + tok) * n + row] = v;
         }
       }
   if (gridDim.y == 1 || counters == nullptr) return;
@@ -243,7 +244,7 @@ LW_DEVICE_INLINE void finish_rows(T* y, const mma::FragC (&total)[R][NT], const 
   // Each thread's elements of the row block, their splits loaded before any is added or stored
   // (a store may alias the next loads: one L2 latency per element otherwise, which at 64 rows
   // of x made the launch 28% slower than a second launch; ops passes counters up to 4 rows).
-  const int64_t plane = static_cast<int64_t>(m) * n;
+  const int64_t plane = plane_rows * n;
   constexpr int kAhead = 4;
   const int splits = static_cast<int>(gridDim.y);
   for (int e0 = tid; e0 < m * block_rows; e0 += kAhead * kBlockThreads) {
@@ -488,7 +489,7 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
   }
   gpu::async_wait<0>();  // no copy outlives the block (the ring's tail entries are empty commits)
   if (first < last) fold();
-  finish_rows<T, R, NT>(y, total, row0, bias, m, n, ldy, workspace, counters, block_tile0);
+  finish_rows<T, R, NT>(y, total, row0, bias, m, n, ldy, workspace, m, counters, block_tile0);
 #else
   (void)ring, (void)ring_elements, (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_split, (void)x_vectors,
       (void)workspace, (void)counters;
@@ -529,13 +530,14 @@ LW_DEVICE_INLINE gpu::Vec<uint32_t, V> load_run(const uint32_t* p) {
 #define LW_INT4_GEMV_RUNS_AHEAD 4
 #endif
 constexpr int kRunsAhead = LW_INT4_GEMV_RUNS_AHEAD;
+// The body of the streamed kernels: the block's row tiles and split of w over m rows of x, xs
+// the dynamic shared memory (m rows of the split's columns, then 8 zeros).
+#if LW_MATRIX_CORES
 template <class T>
-__global__ void gemv_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m, int ldx, int64_t ldy, int tiles_per_split,
-                            bool x_vectors, float* workspace, int32_t* counters) {
+LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, const T* bias, int m, int ldx, int64_t ldy,
+                                int tiles_per_split, bool x_vectors, float* workspace, int64_t plane_rows, int32_t* counters) {
   constexpr int R = kRowTiles<1>, D = kRunsAhead;
   constexpr int V = kLaneWords < 4 ? kLaneWords : 4;
-  LW_DYNAMIC_SHARED(T, xs);  // m rows of the split's columns (xs_ld apart), then 8 zeros
-#if LW_MATRIX_CORES
   const int warp = gpu::warp_id(), lane = gpu::lane_id();
   const int tid = static_cast<int>(threadIdx.x);
   constexpr int kBlockThreads = kGemmWarps * gpu::kWarpSize;
@@ -696,10 +698,53 @@ __global__ void gemv_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
     }
   }
   if (first < last) fold();
-  finish_rows<T, R, 1, mma::kNarrowC>(y, total, row0, bias, m, n, ldy, workspace, counters, block_tile0);
+  finish_rows<T, R, 1, mma::kNarrowC>(y, total, row0, bias, m, n, ldy, workspace, plane_rows, counters, block_tile0);
+}
+#endif
+
+template <class T>
+__global__ void gemv_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m, int ldx, int64_t ldy, int tiles_per_split,
+                            bool x_vectors, float* workspace, int32_t* counters) {
+  LW_DYNAMIC_SHARED(T, xs);
+#if LW_MATRIX_CORES
+  gemv_rows<T>(xs, y, x, w, bias, m, ldx, ldy, tiles_per_split, x_vectors, workspace, m, counters);
 #else
   (void)xs, (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_split, (void)x_vectors,
       (void)workspace, (void)counters;
+#endif
+}
+
+// The streamed kernel over one matrix per expert (blockIdx.z): rows [offsets[z], offsets[z + 1])
+// of x (read on the device: no host synchronisation), up to mma::kNarrowCols a pass, each pass
+// reading the expert's tiles again. Splits write `workspace` planes of every row (`rows`), which
+// reduce_splits_kernel adds. An expert's offsets out of [0, rows] or decreasing make its block
+// do nothing (the op's caller makes them; moe_permutation's are in range).
+// NVIDIA: the dense kernel's four blocks per multiprocessor (the passes' bookkeeping took it to
+// 159 registers, three blocks, without the bound).
+#if defined(LW_TARGET_CUDA)
+#define LW_INT4_GROUPED_BOUNDS __launch_bounds__(kGemmWarps * 32, 4)  // lint: not-a-warp (CUDA's warp)
+#else
+#define LW_INT4_GROUPED_BOUNDS
+#endif
+template <class T>
+__global__ void LW_INT4_GROUPED_BOUNDS grouped_gemv_kernel(T* y, const T* x, const Int4Matrix* experts, const int32_t* offsets, int rows, int ldx,
+                                    int64_t ldy, int tiles_per_split, bool x_vectors, float* workspace) {
+  LW_DYNAMIC_SHARED(T, xs);
+#if LW_MATRIX_CORES
+  gpu::begin_after_prior_grid();  // the offsets come from the kernel before
+  const int z = static_cast<int>(blockIdx.z);
+  const int begin = offsets[z], end = offsets[z + 1];
+  if (begin < 0 || end > rows || begin >= end) return;
+  const Int4Matrix w = experts[z];
+  for (int r0 = begin; r0 < end; r0 += mma::kNarrowCols) {
+    if (r0 > begin) __syncthreads();  // every warp is done with the pass's x before it is overwritten
+    const int m = min(end - r0, mma::kNarrowCols);
+    gemv_rows<T>(xs, y + r0 * ldy, x + static_cast<int64_t>(r0) * ldx, w, static_cast<const T*>(nullptr), m, ldx, ldy,
+                 tiles_per_split, x_vectors, workspace ? workspace + static_cast<int64_t>(r0) * w.n : nullptr, rows, nullptr);
+  }
+#else
+  (void)xs, (void)y, (void)x, (void)experts, (void)offsets, (void)rows, (void)ldx, (void)ldy, (void)tiles_per_split,
+      (void)x_vectors, (void)workspace;
 #endif
 }
 
@@ -779,7 +824,7 @@ int64_t gemm_row_blocks(const Int4Matrix& w, int64_t m) {
 }
 }  // namespace
 
-int int4_gemm_splits(const Int4Matrix& w, int multiprocessors) {
+int int4_gemm_splits(const Int4Matrix& w, int multiprocessors, int64_t matrices) {
   // The blocks of one row of x run in waves of the device's resident blocks, each as long as its
   // split's steps plus a block's fixed cost (the ring's first entries, the group parameters, the
   // epilogue: about four steps): the splits with the fewest such steps over all waves, the
@@ -788,7 +833,7 @@ int int4_gemm_splits(const Int4Matrix& w, int multiprocessors) {
   // same for every m, so that a row's sums are added in one order whatever the batch.
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols;
   const int64_t slots = int64_t{LW_INT4_GEMM_BLOCKS_PER_SM} * std::max(multiprocessors, 1);
-  const int64_t blocks = gemm_row_blocks(w, 1);
+  const int64_t blocks = gemm_row_blocks(w, 1) * std::max<int64_t>(matrices, 1);
   constexpr int64_t kMostSplits = 64;  // lint: not-a-warp (a bound on the workspace)
   constexpr int64_t kBlockCost = 4;    // steps
   const int64_t most = std::min<int64_t>(std::max<int64_t>(1, tiles_k / 4), kMostSplits);
@@ -873,6 +918,40 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
   }
 }
 
+bool int4_grouped_gemv_serves(const Int4Matrix& w, int splits) { return int4_gemv_serves(w, gpu::mma::kNarrowCols, splits); }
+
+template <class T>
+void int4_grouped_gemv(T* y, const T* x, const Int4Matrix& shape, const Int4Matrix* experts, int64_t count,
+                       const int32_t* offsets, int64_t rows, int splits, float* workspace, int warp_size, cudaStream_t stream) {
+  const char* op = "int4_grouped_gemv";
+  check_matrix(op, shape);
+  LW_CHECK(experts && offsets && count > 0 && count <= 65535,
+           op << ": " << count << " experts (1 to 65535, with their matrices and offsets on the device)");
+  LW_CHECK(rows >= 0 && rows < (int64_t{1} << 31) && shape.n * rows < (int64_t{1} << 40),
+           op << ": " << rows << " rows of x exceed the kernel's indices");
+  LW_CHECK(int4_grouped_gemv_serves(shape, splits),
+           op << ": the streamed kernel does not serve groups of " << shape.group << " columns of K = " << shape.k << " in "
+              << splits << " splits");
+  LW_CHECK(splits == 1 || workspace, op << ": " << splits << " splits need a workspace");
+  LW_CHECK(gpu::aligned_to(4, x), op << ": x must be 4-byte aligned");
+  const int64_t groups = (shape.k + shape.group - 1) / shape.group;
+  LW_CHECK(shape.n < (int64_t{1} << 30) && shape.k < (int64_t{1} << 30) && shape.n * groups < (int64_t{1} << 31),
+           op << ": a matrix of [" << shape.n << ", " << shape.k << "] exceeds 32-bit indices");
+  if (rows == 0) return;
+  const int64_t tiles_k = (shape.k + kInt4TileCols - 1) / kInt4TileCols, per_split = (tiles_k + splits - 1) / splits;
+  const bool x_vectors = shape.k % 8 == 0 && gpu::aligned_to(16, x);
+  gpu::launch("int4_grouped_gemv", grouped_gemv_kernel<T>,
+              {dim3(static_cast<unsigned>(gemm_row_blocks(shape, 1)), static_cast<unsigned>(splits), static_cast<unsigned>(count)),
+               dim3(kGemmWarps * warp_size), gemv_shared_bytes(shape, gpu::mma::kNarrowCols, splits, sizeof(T)), stream,
+               gpu::kOverlapsPrior},
+              y, x, experts, offsets, static_cast<int>(rows), static_cast<int>(shape.k), shape.n, static_cast<int>(per_split),
+              x_vectors, workspace);
+  if (splits > 1)
+    gpu::launch("int4_reduce_splits", reduce_splits_kernel<T>,
+                {dim3(static_cast<unsigned>(grid_for(rows * shape.n))), dim3(kThreads), 0, stream, gpu::kOverlapsPrior}, y,
+                workspace, static_cast<const T*>(nullptr), rows, shape.n, shape.n, splits);
+}
+
 template <class T>
 void gather_columns(T* out, const T* x, const int32_t* perm, int64_t rows, int64_t k, int64_t ldx, cudaStream_t stream) {
   if (rows == 0 || k == 0) return;
@@ -891,5 +970,9 @@ template void int4_gemm<half>(half*, const half*, const Int4Matrix&, const half*
                               int32_t*, int, cudaStream_t, Int4GemmKernel);
 template void int4_gemm<bfloat16>(bfloat16*, const bfloat16*, const Int4Matrix&, const bfloat16*, int64_t, int64_t,
                                   int64_t, int, float*, int32_t*, int, cudaStream_t, Int4GemmKernel);
+template void int4_grouped_gemv<half>(half*, const half*, const Int4Matrix&, const Int4Matrix*, int64_t, const int32_t*,
+                                      int64_t, int, float*, int, cudaStream_t);
+template void int4_grouped_gemv<bfloat16>(bfloat16*, const bfloat16*, const Int4Matrix&, const Int4Matrix*, int64_t,
+                                          const int32_t*, int64_t, int, float*, int, cudaStream_t);
 
 }  // namespace lw::kernels

@@ -82,12 +82,27 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
 // 48 KiB of shared memory.
 bool int4_gemv_serves(const Int4Matrix& w, int64_t m, int splits);
 // How many k splits suit the device (`multiprocessors` of it), the same for any rows of x: the
-// fewest waves of blocks for the longest split at one row of x.
-int int4_gemm_splits(const Int4Matrix& w, int multiprocessors);
+// fewest waves of blocks for the longest split at one row of x in each of `matrices` launched
+// together (int4_grouped_gemv's experts with rows).
+int int4_gemm_splits(const Int4Matrix& w, int multiprocessors, int64_t matrices = 1);
 // The counters int4_gemm takes for m rows of x (one per block of row tiles).
 int64_t int4_gemm_counters(const Int4Matrix& w, int64_t m);
 // Whether int4_gemm reads this matrix: groups of whole 16-column steps (or one group).
 bool int4_gemm_supports(const Int4Matrix& w);
+
+// y[rows, n] = x[rows, k] through one 4-bit matrix per expert (MoE), in one launch of the streamed
+// kernel: rows [offsets[e], offsets[e + 1]) of x times experts[e], up to 8 rows a pass (an
+// expert's tiles are read once per pass), with the offsets read on the device (no host
+// synchronisation). `experts` (device memory, `count` entries) share `shape`'s n, k and group
+// and have their columns in order; x and y are contiguous (k and n apart). `splits` > 1 (see
+// int4_gemm_splits) writes partial sums to `workspace` ([splits, rows, n] floats), added by a
+// second launch. The offsets run from 0 to `rows` without decreasing (an expert's that do not
+// are skipped).
+template <class T>
+void int4_grouped_gemv(T* y, const T* x, const Int4Matrix& shape, const Int4Matrix* experts, int64_t count,
+                       const int32_t* offsets, int64_t rows, int splits, float* workspace, int warp_size, cudaStream_t stream);
+// Whether int4_grouped_gemv serves matrices of this shape in `splits` splits.
+bool int4_grouped_gemv_serves(const Int4Matrix& shape, int splits);
 
 // out[r, j] = x[r, perm[j]] (rows ldx apart in, k apart out).
 template <class T>
