@@ -35,8 +35,10 @@ void MemoryCheckpoint::add(const std::string& name, std::vector<int64_t> shape, 
 
 void MemoryCheckpoint::add_blocks(const std::string& name, std::vector<int64_t> shape, weights::FileDType type,
                                   std::mt19937_64& rng) {
-  LW_CHECK(shape.size() == 2, "add_blocks: " << name << " " << shape_str(shape) << " is not a matrix");
-  std::vector<std::byte> bytes = weights::random_blocks(type, shape[0], shape[1], rng());
+  LW_CHECK(shape.size() >= 2, "add_blocks: " << name << " " << shape_str(shape) << " is not a matrix or a stack of them");
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+  std::vector<std::byte> bytes = weights::random_blocks(type, rows, shape.back(), rng());
   add_record(name, std::move(shape), type, weights::file_dtype_name(type), std::move(bytes));
 }
 

@@ -16,8 +16,8 @@ class MemoryCheckpoint : public weights::Checkpoint {
  public:
   // Adds an f32 tensor of uniform values in [lo, hi).
   void add(const std::string& name, std::vector<int64_t> shape, std::mt19937_64& rng, float lo, float hi);
-  // Adds a [rows, cols] matrix of random GGML blocks of `type` (weights/random_blocks.h: weights
-  // of size ~0.3, like add()'s matrices).
+  // Adds a [rows, cols] matrix (or a stack of them, [..., rows, cols]) of random GGML blocks of
+  // `type` (weights/random_blocks.h: weights of size ~0.3, like add()'s matrices).
   void add_blocks(const std::string& name, std::vector<int64_t> shape, weights::FileDType type, std::mt19937_64& rng);
   // Adds a [rows, cols] matrix of random 8-bit values of `type` (f8_e4m3: finite codes of
   // magnitude 2^-6 to 3.75; i8: -127 to 127) and its f32 scales "<name>_scale" of `scale_shape`

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <variant>
 
 #include "engine/loaded_model.h"
 #include "model/arch/registry.h"
@@ -74,10 +75,12 @@ TEST(Model, RegistryNamesEverySupportedFamily) {
     ASSERT_NE(a, nullptr) << n;
     EXPECT_EQ(a->name, n);
   }
+  EXPECT_EQ(model::find_gguf_architecture("qwen2moe")->name, "qwen2_moe");
+  EXPECT_EQ(model::find_gguf_architecture("qwen3moe")->name, "qwen3_moe");
   EXPECT_EQ(model::find_hf_architecture("gpt_neox"), nullptr);
   EXPECT_EQ(model::find_gguf_architecture("mixtral"), nullptr);
   EXPECT_EQ(model::hf_model_types(), "llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe");
-  EXPECT_EQ(model::gguf_architectures(), "llama, qwen2, qwen3");
+  EXPECT_EQ(model::gguf_architectures(), "llama, qwen2, qwen3, qwen2moe, qwen3moe");
 }
 
 void expect_error(const std::function<void()>& f, const std::string& text) {
@@ -99,19 +102,79 @@ TEST(Model, UnknownModelTypeIsRefusedWithTheList) {
   expect_error([&] { model::Model::random(ctx(), c, DType::f32); }, "model architecture 'gpt_neox' is not supported (llama,");
 }
 
-// A GGUF file of metadata only: general.architecture = `arch`.
-void write_gguf_header(const fs::path& path, const std::string& arch) {
+// A GGUF v3 file of metadata `kv` (u32, f32 or string values) and F32 tensors of zeros (shapes
+// outermost first, as lightwave reads them).
+using GgufValue = std::variant<uint32_t, float, std::string>;
+void write_gguf(const fs::path& path, const std::vector<std::pair<std::string, GgufValue>>& kv,
+                const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors = {}) {
   std::ofstream out(path, std::ios::binary);
   auto u32 = [&](uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
   auto u64 = [&](uint64_t v) { out.write(reinterpret_cast<const char*>(&v), 8); };
   auto str = [&](const std::string& v) { u64(v.size()), out.write(v.data(), static_cast<std::streamsize>(v.size())); };
   out.write("GGUF", 4);
   u32(3);  // version
-  u64(0);  // tensors
-  u64(1);  // key/value pairs
-  str("general.architecture");
-  u32(8);  // string
-  str(arch);
+  u64(tensors.size());
+  u64(kv.size());
+  for (const auto& [key, value] : kv) {
+    str(key);
+    if (const auto* u = std::get_if<uint32_t>(&value)) u32(4), u32(*u);
+    else if (const auto* f = std::get_if<float>(&value)) u32(6), out.write(reinterpret_cast<const char*>(f), 4);
+    else u32(8), str(std::get<std::string>(value));
+  }
+  uint64_t offset = 0;
+  for (const auto& [name, shape] : tensors) {
+    str(name);
+    u32(static_cast<uint32_t>(shape.size()));
+    uint64_t elements = 1;
+    for (auto d = shape.rbegin(); d != shape.rend(); ++d) u64(static_cast<uint64_t>(*d)), elements *= static_cast<uint64_t>(*d);
+    u32(0);  // F32
+    u64(offset);
+    offset += (elements * 4 + 31) / 32 * 32;
+  }
+  const std::streamoff at = out.tellp();
+  out.write(std::string(static_cast<size_t>((32 - at % 32) % 32) + offset, '\0').data(),
+            static_cast<std::streamsize>((32 - at % 32) % 32 + offset));
+}
+
+// A GGUF file of metadata only: general.architecture = `arch`.
+void write_gguf_header(const fs::path& path, const std::string& arch) { write_gguf(path, {{"general.architecture", arch}}); }
+
+// Mixture-of-experts GGUF files (llama.cpp's qwen3moe, qwen2moe with its shared expert's width,
+// and Mixtral as a "llama" file with experts): every layer a mixture, the experts' width their
+// stacked tensors'; experts in a dense family or without their stacked tensors are refused.
+TEST(Model, GgufMixtureOfExpertsConfigsAreRead) {
+  TempDir d;
+  auto read = [&](const std::string& arch, uint32_t experts, bool stacked, bool shared = false) {
+    std::vector<std::pair<std::string, GgufValue>> kv = {{"general.architecture", arch}};
+    auto key = [&](const char* k, GgufValue v) { kv.emplace_back(arch + "." + k, std::move(v)); };
+    key("embedding_length", 64u), key("block_count", 3u), key("attention.head_count", 4u);
+    key("attention.head_count_kv", 2u), key("feed_forward_length", 96u), key("attention.layer_norm_rms_epsilon", 1e-6f);
+    key("context_length", 512u), key("vocab_size", 100u), key("expert_count", experts), key("expert_used_count", 2u);
+    if (shared) key("expert_shared_feed_forward_length", 80u);
+    std::vector<std::pair<std::string, std::vector<int64_t>>> tensors;
+    if (stacked) tensors.push_back({"blk.0.ffn_gate_exps.weight", {experts, 48, 64}});
+    const fs::path file = d.path() / (arch + ".gguf");
+    write_gguf(file, kv, tensors);
+    return model::ModelConfig::from_gguf(weights::GgufFile::open(file.string()));
+  };
+  const model::ModelConfig q3 = read("qwen3moe", 8, true);
+  EXPECT_EQ(q3.architecture, "qwen3_moe");
+  EXPECT_EQ(q3.experts, 8);
+  EXPECT_EQ(q3.experts_per_token, 2);
+  EXPECT_EQ(q3.moe_intermediate, 48);
+  EXPECT_TRUE(q3.norm_topk_prob);
+  EXPECT_EQ(q3.moe_layer, std::vector<bool>(3, true));
+  const model::ModelConfig q2 = read("qwen2moe", 4, true, true);
+  EXPECT_EQ(q2.architecture, "qwen2_moe");
+  EXPECT_FALSE(q2.norm_topk_prob);
+  EXPECT_EQ(q2.shared_intermediate, 80);
+  const model::ModelConfig mixtral = read("llama", 4, true);
+  EXPECT_EQ(mixtral.architecture, "mixtral");
+  EXPECT_TRUE(mixtral.norm_topk_prob);
+  EXPECT_FALSE(mixtral.rope.neox);  // llama.cpp's permuted q/k rows
+  EXPECT_EQ(read("llama", 0, false).architecture, "llama");
+  expect_error([&] { read("qwen3", 4, true); }, "architecture 'qwen3' with 4 experts is not supported");
+  expect_error([&] { read("qwen3moe", 8, false); }, "no stacked expert tensor 'blk.0.ffn_gate_exps.weight'");
 }
 
 TEST(Model, UnknownGgufArchitectureIsRefusedWithTheList) {
@@ -119,7 +182,7 @@ TEST(Model, UnknownGgufArchitectureIsRefusedWithTheList) {
   const fs::path file = d.path() / "gpt2.gguf";
   write_gguf_header(file, "gpt2");
   expect_error([&] { model::ModelConfig::from_gguf(weights::GgufFile::open(file.string())); },
-               "architecture 'gpt2' is not supported (llama, qwen2, qwen3)");
+               "architecture 'gpt2' is not supported (llama, qwen2, qwen3, qwen2moe, qwen3moe)");
 }
 
 // quantization_config: the 8-bit schemes the loader reads (their block size), the rest refused

@@ -25,6 +25,7 @@
 #include "model_fixture.h"
 #include "ops/elementwise.h"
 #include "test_util.h"
+#include "weights/load.h"
 
 namespace lw::test {
 namespace {
@@ -208,6 +209,88 @@ TEST(TensorParallel, GgufBlocksKeptMatchTheExpandedModel) {
   if (have_ranks(2)) expect_same_logits(dense, logits("quantized", 2));
 
   expect_dry_run_counts_the_load(*ckpt, c);  // mixed q/k/v formats expanded included
+}
+
+// A Qwen2-MoE under GGUF names (llama.cpp's): experts stacked [experts, N, K] per matrix in
+// blocks (Q4_K gate/up, Q8_0 down in layer 0, Q5_0 in layer 1), a shared expert in f32 with a
+// gate vector [hidden], q/k/v biases.
+std::unique_ptr<MemoryCheckpoint> gguf_moe_checkpoint(const ModelConfig& c, uint64_t seed) {
+  using weights::FileDType;
+  std::mt19937_64 rng(seed);
+  auto ck = std::make_unique<MemoryCheckpoint>();
+  const int64_t h = c.hidden, qd = c.heads * c.head_dim, kvd = c.kv_heads * c.head_dim, e = c.experts;
+  const int64_t mi = c.moe_intermediate, sw = c.shared_intermediate;
+  ck->add("token_embd.weight", {c.vocab, h}, rng, -1.0f, 1.0f);
+  ck->add("output_norm.weight", {h}, rng, 0.8f, 1.2f);
+  ck->add_blocks("output.weight", {c.vocab, h}, FileDType::q8_0, rng);
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    ck->add(p + "attn_norm.weight", {h}, rng, 0.8f, 1.2f);
+    ck->add(p + "ffn_norm.weight", {h}, rng, 0.8f, 1.2f);
+    ck->add_blocks(p + "attn_q.weight", {qd, h}, FileDType::q8_0, rng);
+    ck->add_blocks(p + "attn_k.weight", {kvd, h}, FileDType::q8_0, rng);
+    ck->add_blocks(p + "attn_v.weight", {kvd, h}, FileDType::q8_0, rng);
+    ck->add(p + "attn_q.bias", {qd}, rng, -0.1f, 0.1f);
+    ck->add(p + "attn_k.bias", {kvd}, rng, -0.1f, 0.1f);
+    ck->add(p + "attn_v.bias", {kvd}, rng, -0.1f, 0.1f);
+    ck->add_blocks(p + "attn_output.weight", {h, qd}, FileDType::q4_0, rng);
+    ck->add(p + "ffn_gate_inp.weight", {e, h}, rng, -0.3f, 0.3f);
+    ck->add_blocks(p + "ffn_gate_exps.weight", {e, mi, h}, FileDType::q4_k, rng);
+    ck->add_blocks(p + "ffn_up_exps.weight", {e, mi, h}, FileDType::q4_k, rng);
+    ck->add_blocks(p + "ffn_down_exps.weight", {e, h, mi}, l % 2 ? FileDType::q5_0 : FileDType::q8_0, rng);
+    ck->add(p + "ffn_gate_shexp.weight", {sw, h}, rng, -0.1f, 0.1f);
+    ck->add(p + "ffn_up_shexp.weight", {sw, h}, rng, -0.1f, 0.1f);
+    ck->add(p + "ffn_down_shexp.weight", {h, sw}, rng, -0.1f, 0.1f);
+    ck->add(p + "ffn_gate_inp_shexp.weight", {h}, rng, -0.3f, 0.3f);
+  }
+  return ck;
+}
+
+// GGUF mixture-of-experts layers: each expert kept in its blocks (one Weight per expert, read
+// from its place in the stack) gives the logits of the model expanded at load, whole and split
+// over 2 ranks; expert 2's kept weights are the blocks at its place in the stack.
+TEST(TensorParallel, GgufExpertsKeptMatchTheExpandedModel) {
+  ModelConfig c = tiny_llama_config(97);
+  c.architecture = "qwen2_moe";
+  c.gguf = true;
+  c.hidden = 256;
+  c.head_dim = c.rope.rotary_dim = 64;
+  c.qkv_bias = true;
+  c.experts = 4;
+  c.experts_per_token = 2;
+  c.moe_intermediate = 128;
+  c.shared_intermediate = 96;
+  c.moe_layer.assign(static_cast<size_t>(c.layers), true);
+  c.tie_embeddings = false;
+  const auto ckpt = gguf_moe_checkpoint(c, 17);
+  auto logits = [&](const char* storage, int ranks) {
+    ScopedEnv env("LW_WEIGHT_STORAGE", storage);
+    return two_step_logits(*engine::make_runner(ctx(), ranks, [&](Context& rc, const model::Shard& s) {
+      auto m = model::Model::load(rc, *ckpt, c, DType::f32, s);
+      const model::LayerWeights& l1 = m->weights().layers[1];
+      if (std::string(storage) == "dense") {
+        EXPECT_TRUE(l1.experts_gate_up.stacked.defined() && l1.experts_down.stacked.defined());
+        return m;
+      }
+      EXPECT_EQ(l1.experts_gate_up.each.size(), 4u);
+      for (const ops::Weight& w : l1.experts_gate_up.each.weights()) EXPECT_EQ(w.format(), ops::WeightFormat::gguf_q4_k);
+      for (const ops::Weight& w : l1.experts_down.each.weights()) EXPECT_EQ(w.format(), ops::WeightFormat::gguf_q5_0);
+      if (s.size == 1) {
+        // Expert 2 of layer 1's down projection: the stack's third quarter of bytes.
+        weights::TensorRecord r = *ckpt->find("blk.1.ffn_down_exps.weight");
+        r.shape = {c.hidden, c.moe_intermediate};
+        r.bytes /= 4;
+        r.data += 2 * r.bytes;
+        EXPECT_TRUE(bitwise_equal(rc.to_host(weights::load_tensor(rc, r, DType::f32)),
+                                  rc.to_host(ops::expand(rc, l1.experts_down.each.weights()[2], DType::f32))));
+      }
+      return m;
+    }));
+  };
+  const std::vector<float> dense = logits("dense", 1);
+  expect_same_logits(dense, logits("quantized", 1));
+  if (have_ranks(2)) expect_same_logits(dense, logits("quantized", 2));
+  expect_dry_run_counts_the_load(*ckpt, c);
 }
 
 // A Llama of hidden 256 whose projections are 8-bit with scales in every layout: q/k/v with one

@@ -220,8 +220,11 @@ ModelConfig ModelConfig::from_gguf(const weights::GgufFile& g) {
   m.gguf = true;
   const Architecture* def = find_gguf_architecture(arch);
   LW_CHECK(def, "GGUF '" << g.path() << "': architecture '" << arch << "' is not supported (" << gguf_architectures() << ")");
-  m.architecture = def->name;
   auto key = [&](const char* k) { return arch + "." + k; };
+  // Mixtral's files are "llama" files with experts.
+  const int64_t experts = g.has(key("expert_count")) ? g.get_i64(key("expert_count")) : 0;
+  if (experts > 0 && def->name == "llama") def = &model::architecture("mixtral");
+  m.architecture = def->name;
   m.hidden = g.get_i64(key("embedding_length"));
   m.layers = g.get_i64(key("block_count"));
   m.heads = g.get_i64(key("attention.head_count"));
@@ -248,9 +251,23 @@ ModelConfig ModelConfig::from_gguf(const weights::GgufFile& g) {
   m.tie_embeddings = g.find("output.weight") == nullptr;
   m.qkv_bias = g.find("blk.0.attn_q.bias") != nullptr;
   m.qk_norm = g.find("blk.0.attn_q_norm.weight") != nullptr;
-  LW_CHECK(!g.has(key("expert_count")) || g.get_i64(key("expert_count")) == 0,
-           "GGUF '" << g.path() << "': mixture-of-experts GGUF files are not supported; load the Hugging Face directory");
   m.moe_layer.assign(static_cast<size_t>(m.layers), false);
+  if (experts > 0) {
+    // Every layer a mixture of experts (llama.cpp's qwen2moe, qwen3moe and Mixtral); the
+    // experts' width is their stacked tensors' ([experts, width, hidden]).
+    LW_CHECK(def->name != "llama" && def->name != "qwen2" && def->name != "qwen3",
+             "GGUF '" << g.path() << "': architecture '" << arch << "' with " << experts << " experts is not supported");
+    m.experts = static_cast<int>(experts);
+    m.experts_per_token = static_cast<int>(g.get_i64(key("expert_used_count")));
+    LW_CHECK(m.experts_per_token > 0 && m.experts_per_token <= m.experts,
+             "GGUF '" << g.path() << "': " << m.experts_per_token << " experts per token of " << m.experts);
+    const weights::TensorRecord* gate = g.find("blk.0.ffn_gate_exps.weight");
+    LW_CHECK(gate && gate->shape.size() == 3 && gate->shape[0] == experts,
+             "GGUF '" << g.path() << "': " << experts << " experts, but no stacked expert tensor 'blk.0.ffn_gate_exps.weight' of "
+                      << experts << " experts");
+    m.moe_intermediate = gate->shape[1];
+    m.moe_layer.assign(static_cast<size_t>(m.layers), true);
+  }
   if (g.has("tokenizer.ggml.bos_token_id")) m.bos_id = static_cast<int32_t>(g.get_i64("tokenizer.ggml.bos_token_id"));
   if (g.has("tokenizer.ggml.eos_token_id")) m.eos_ids = {static_cast<int32_t>(g.get_i64("tokenizer.ggml.eos_token_id"))};
   m.checkpoint_dtype = DType::f32;

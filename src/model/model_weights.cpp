@@ -1,6 +1,7 @@
 #include "model/model_weights.h"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 
 #include "base/error.h"
@@ -72,6 +73,7 @@ class LayerReader {
     return layer_name(c_.gguf, l_, c_.gguf ? t.gguf : t.hf);
   }
   std::string hf(const std::string& rest) const { return layer_name(false, l_, rest); }
+  std::string gguf(const std::string& rest) const { return layer_name(true, l_, rest); }
   Tensor get(const TensorName& t, const std::vector<int64_t>& shape, Part part = {}) { return ld_.get(name(t), shape, part); }
   ops::Weight weight(const TensorName& t, const std::vector<int64_t>& shape, Part part = {}) {
     return ld_.get_weight(name(t), shape, part);
@@ -115,9 +117,7 @@ class LayerReader {
 
   // The first naming whose router the checkpoint holds, else the last (random weights).
   const MoeNaming& moe_naming() const {
-    LW_CHECK(!n_.moe.empty() && !c_.gguf, "model architecture '" << c_.architecture << "' has no "
-                                                                  << (c_.gguf ? "GGUF" : "Hugging Face")
-                                                                  << " names for mixture-of-experts layers");
+    LW_CHECK(!n_.moe.empty(), "model architecture '" << c_.architecture << "' has no names for mixture-of-experts layers");
     if (!ld_.random())
       for (const MoeNaming& m : n_.moe)
         if (ld_.has(hf(m.prefix + "gate.weight"))) return m;
@@ -127,6 +127,14 @@ class LayerReader {
   // Every rank holds every expert's share of the expert width; the router is whole on each.
   void moe_mlp(const BlockVariant& block, LayerWeights& w) {
     const int64_t h = c_.hidden, e = c_.experts, i = c_.moe_intermediate, li = local_.moe_intermediate;
+    if (c_.gguf) {
+      // GGUF stacks each matrix of every expert; each expert is read as a matrix of its own.
+      w.router = projection(ld_.get(gguf(n_.gguf_router), {e, h}));
+      const std::string stacked[3] = {gguf(n_.gguf_experts_gate), gguf(n_.gguf_experts_up), gguf(n_.gguf_experts_down)};
+      experts([&](int matrix, int64_t x) { return WeightLoader::expert_name(stacked[matrix], x); }, w);
+      if (block.mlp == MlpVariant::moe_shared_expert) shared_expert(w);
+      return;
+    }
     const MoeNaming& m = moe_naming();
     w.router = projection(ld_.get(hf(m.prefix + "gate.weight"), {e, h}));
     const std::string stacked_gate_up = hf(m.prefix + m.stacked_gate_up);
@@ -142,32 +150,43 @@ class LayerReader {
       }
       w.experts_down.stacked = ld_.get(hf(m.prefix + m.stacked_down), {e, h, i}, parts_.share(2, i));
     } else {
-      experts(m, w);
+      experts(
+          [&](int matrix, int64_t x) {
+            const std::string& which = matrix == 0 ? m.expert_gate : matrix == 1 ? m.expert_up : m.expert_down;
+            return hf(m.prefix + "experts." + std::to_string(x) + "." + which);
+          },
+          w);
     }
-    if (block.mlp == MlpVariant::moe_shared_expert) {
-      const int64_t sw = c_.shared_intermediate, ls = local_.shared_intermediate;
-      const Tensor gate = ld_.get(hf(n_.shared_gate), {sw, h}, parts_.share(0, sw));
-      const Tensor up = ld_.get(hf(n_.shared_up), {sw, h}, parts_.share(0, sw));
-      w.shared_gate_up = projection(ld_.fuse({gate, up}, {2 * ls, h}));
-      w.shared_down = projection(ld_.get(hf(n_.shared_down), {h, sw}, parts_.share(1, sw)));
-      w.shared_gate = projection(ld_.get(hf(n_.shared_expert_gate), {1, h}));
-    }
+    if (block.mlp == MlpVariant::moe_shared_expert) shared_expert(w);
   }
 
-  // Experts stored one matrix per expert: kept as each expert's Weight where any is quantised
-  // (the loader keeps them so), else stacked into the model dtype for the grouped GEMM.
-  void experts(const MoeNaming& m, LayerWeights& w) {
+  // Qwen2-MoE's shared expert and its gate ([1, hidden]; a vector [hidden] in GGUF).
+  void shared_expert(LayerWeights& w) {
+    const int64_t h = c_.hidden, sw = c_.shared_intermediate, ls = local_.shared_intermediate;
+    auto name = [&](const std::string& hf_name, const std::string& gguf_name) { return c_.gguf ? gguf(gguf_name) : hf(hf_name); };
+    const Tensor gate = ld_.get(name(n_.shared_gate, n_.gguf_shared_gate), {sw, h}, parts_.share(0, sw));
+    const Tensor up = ld_.get(name(n_.shared_up, n_.gguf_shared_up), {sw, h}, parts_.share(0, sw));
+    w.shared_gate_up = projection(ld_.fuse({gate, up}, {2 * ls, h}));
+    w.shared_down = projection(ld_.get(name(n_.shared_down, n_.gguf_shared_down), {h, sw}, parts_.share(1, sw)));
+    const Tensor expert_gate = c_.gguf ? ld_.get(gguf(n_.gguf_shared_expert_gate), {h}) : ld_.get(hf(n_.shared_expert_gate), {1, h});
+    w.shared_gate = projection(expert_gate.defined() ? expert_gate.view({1, h}) : expert_gate);
+  }
+
+  // Experts as one matrix per expert (`name_of(matrix, expert)`: matrix 0 gate, 1 up, 2 down):
+  // kept as each expert's Weight where any is quantised (the loader keeps them so), else
+  // stacked into the model dtype for the grouped GEMM.
+  void experts(const std::function<std::string(int, int64_t)>& name_of, LayerWeights& w) {
     const int64_t h = c_.hidden, e = c_.experts, i = c_.moe_intermediate, li = local_.moe_intermediate;
     std::vector<ops::Weight> gate, up, down;
     bool dense = true;
     for (int64_t x = 0; x < e; ++x) {
-      const std::string p = m.prefix + "experts." + std::to_string(x) + ".";
-      gate.push_back(ld_.get_weight(hf(p + m.expert_gate), {i, h}, parts_.share(0, i)));
-      up.push_back(ld_.get_weight(hf(p + m.expert_up), {i, h}, parts_.share(0, i)));
-      down.push_back(ld_.get_weight(hf(p + m.expert_down), {h, i}, parts_.share(1, i)));
-      // The dry run counts what stacking each expert's gate and up keeps (or expands).
+      gate.push_back(ld_.get_weight(name_of(0, x), {i, h}, parts_.share(0, i)));
+      up.push_back(ld_.get_weight(name_of(1, x), {i, h}, parts_.share(0, i)));
+      // The dry run counts what stacking each expert's gate and up keeps (or expands): the
+      // last two weights read.
       if (ld_.dry()) ld_.fuse_weights({gate.back(), up.back()});
-      else
+      down.push_back(ld_.get_weight(name_of(2, x), {h, i}, parts_.share(1, i)));
+      if (!ld_.dry())
         for (const ops::Weight* p : {&gate.back(), &up.back(), &down.back()})
           dense = dense && p->format() == ops::WeightFormat::dense;
     }

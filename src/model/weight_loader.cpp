@@ -108,7 +108,39 @@ WeightLoader::~WeightLoader() {
   if (bar_ && drawn_) std::fprintf(stderr, "\n");
 }
 
-bool WeightLoader::has(const std::string& name) const { return !ckpt_ || ckpt_->find(name) != nullptr || has_int4(name); }
+bool WeightLoader::has(const std::string& name) const { return !ckpt_ || find_record(name) != nullptr || has_int4(name); }
+
+std::string WeightLoader::expert_name(const std::string& stacked, int64_t expert) {
+  return stacked + "[" + std::to_string(expert) + "]";
+}
+
+const weights::TensorRecord* WeightLoader::find_record(const std::string& name) const {
+  if (!ckpt_) return nullptr;
+  if (const weights::TensorRecord* r = ckpt_->find(name)) return r;
+  const size_t open = name.rfind('[');
+  if (name.empty() || name.back() != ']' || open == std::string::npos) return nullptr;
+  if (auto it = expert_records_.find(name); it != expert_records_.end()) return &it->second;
+  const weights::TensorRecord* stacked = ckpt_->find(name.substr(0, open));
+  if (!stacked) return nullptr;
+  const std::string digits = name.substr(open + 1, name.size() - open - 2);
+  LW_CHECK(!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos && digits.size() < 10,
+           "tensor '" << name << "': not an expert index");
+  const int64_t expert = std::stoll(digits), experts = stacked->shape.empty() ? 0 : stacked->shape[0];
+  LW_CHECK(stacked->shape.size() == 3 && expert < experts && stacked->bytes % static_cast<size_t>(experts) == 0,
+           "tensor '" << stacked->name << "' in " << ckpt_->description() << " of shape " << shape_str(stacked->shape)
+                      << " has no expert " << expert << " (a stack of [experts, N, K])");
+  weights::TensorRecord r = *stacked;
+  r.name = name;
+  r.shape = {stacked->shape[1], stacked->shape[2]};
+  r.bytes = stacked->bytes / static_cast<size_t>(experts);
+  r.data = stacked->data + static_cast<size_t>(expert) * r.bytes;
+  return &expert_records_.emplace(name, std::move(r)).first->second;
+}
+
+const weights::TensorRecord& WeightLoader::record(const std::string& name) const {
+  const weights::TensorRecord* r = find_record(name);
+  return r ? *r : ckpt_->get(name);  // get() names what is missing
+}
 
 namespace {
 
@@ -401,7 +433,7 @@ Tensor WeightLoader::get(const std::string& name, const std::vector<int64_t>& sh
     const ops::Weight w = int4_weight(name, shape, Part{});
     return dry_ ? Tensor() : w.data();
   }
-  const weights::TensorRecord& rec = ckpt_->get(name);
+  const weights::TensorRecord& rec = record(name);
   LW_CHECK(rec.shape == shape, "tensor '" << name << "' in " << ckpt_->description() << " has shape " << shape_str(rec.shape)
                                           << "; the model config needs " << shape_str(shape));
   if (rec.dtype == weights::FileDType::f8_e4m3 || rec.dtype == weights::FileDType::i8) {
@@ -513,7 +545,7 @@ ops::Weight WeightLoader::get_weight_as_stored(const std::string& name, const st
     });
   }
   if (has_int4(name)) return int4_weight(name, shape, part);
-  const weights::TensorRecord& rec = ckpt_->get(name);
+  const weights::TensorRecord& rec = record(name);
   if (rec.shape == shape && (rec.dtype == weights::FileDType::f8_e4m3 || rec.dtype == weights::FileDType::i8)) {
     const weights::TensorRecord* scale = ckpt_->find(name + "_scale_inv");
     return scaled_weight(rec, scale ? scale : ckpt_->find(name + "_scale"),

@@ -2,6 +2,7 @@
 // converted to the compute dtype) or random values of a seed. A dry run does no device work
 // and only adds up the bytes the weights will take; the real run draws a progress bar.
 #pragma once
+#include <map>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -61,6 +62,11 @@ class WeightLoader {
   // and other shapes are refused by name.
   Tensor head_scales(const std::string& name, int64_t heads, int64_t first, int64_t count);
 
+  // The name under which get and get_weight read expert `expert` of the stacked [experts, N, K]
+  // tensor `stacked` (a GGUF file's "ffn_*_exps") as an [N, K] tensor of its own:
+  // "<stacked>[<expert>]".
+  static std::string expert_name(const std::string& stacked, int64_t expert);
+
   // Rows/columns [start, end) of dimension `dim` (a rank's shard); dim < 0: the whole tensor.
   struct Part {
     int dim = -1;
@@ -98,6 +104,10 @@ class WeightLoader {
 
  private:
   Tensor random_tensor(const std::string& name, const std::vector<int64_t>& shape);
+  // The checkpoint's record of `name`, or of one expert of a stacked tensor (expert_name):
+  // null where absent; record() throws naming it.
+  const weights::TensorRecord* find_record(const std::string& name) const;
+  const weights::TensorRecord& record(const std::string& name) const;
   void draw();
   // Whether `rec` is a block format the loader keeps as blocks (storage and format).
   bool keeps_blocks(const weights::TensorRecord& rec) const;
@@ -126,6 +136,7 @@ class WeightLoader {
 
   Context& ctx_;
   const weights::Checkpoint* ckpt_;
+  mutable std::map<std::string, weights::TensorRecord> expert_records_;  // by expert_name
   DType dtype_;
   bool dry_;
   size_t total_;

@@ -57,10 +57,17 @@ struct TensorNames {
   TensorName up{"mlp.up_proj.weight", "ffn_up.weight"};
   TensorName down{"mlp.down_proj.weight", "ffn_down.weight"};
 
-  // Mixture of experts (Hugging Face only): the namings tried in order, the first whose
+  // Mixture of experts in Hugging Face checkpoints: the namings tried in order, the first whose
   // router ("<prefix>gate.weight") is in the checkpoint taken, else the last; random weights
   // take the last one, stacked.
   std::vector<MoeNaming> moe;
+  // Mixture of experts in GGUF files (llama.cpp's names, the same for every family): the router
+  // [experts, hidden], each matrix of every expert stacked [experts, N, K], and Qwen2-MoE's
+  // shared expert with its gate (a vector [hidden]).
+  std::string gguf_router{"ffn_gate_inp.weight"}, gguf_experts_gate{"ffn_gate_exps.weight"},
+      gguf_experts_up{"ffn_up_exps.weight"}, gguf_experts_down{"ffn_down_exps.weight"};
+  std::string gguf_shared_gate{"ffn_gate_shexp.weight"}, gguf_shared_up{"ffn_up_shexp.weight"},
+      gguf_shared_down{"ffn_down_shexp.weight"}, gguf_shared_expert_gate{"ffn_gate_inp_shexp.weight"};
   // The shared expert and its sigmoid gate (Qwen2-MoE).
   std::string shared_gate{"mlp.shared_expert.gate_proj.weight"}, shared_up{"mlp.shared_expert.up_proj.weight"},
       shared_down{"mlp.shared_expert.down_proj.weight"}, shared_expert_gate{"mlp.shared_expert_gate.weight"};
@@ -83,7 +90,7 @@ struct Architecture {
   // The name the model is reported under (ModelConfig::architecture, summary()).
   std::string name;
   // config.json model_type values and GGUF general.architecture values it reads (GGUF: none
-  // when the family has no GGUF support).
+  // when the family has no GGUF support, or, as Mixtral, is read under another's name).
   std::vector<std::string> hf_model_types, gguf_architectures;
   // The config.json keys only this family has, read after the shared ones: the block
   // variant (biases, q/k norm), experts, sliding window.

@@ -21,6 +21,13 @@ void read_mixtral(const ConfigKeys& c, ModelConfig& m) {
   LW_CHECK(m.sliding_window >= 0, "model config: sliding_window must be positive or null, got " << m.sliding_window);
 }
 
+// GGUF: llama.cpp writes Mixtral as a "llama" file with experts (config.cpp takes this family
+// for it), q and k rows permuted as Llama's.
+void read_mixtral_gguf(const weights::GgufFile&, const std::string&, ModelConfig& m) {
+  m.rope.neox = false;
+  m.norm_topk_prob = true;
+}
+
 TensorNames mixtral_names() {
   TensorNames n;
   // Mixtral's own checkpoints: block_sparse_moe.experts.<e>.w1/w3/w2; transformers 5 writes
@@ -36,6 +43,7 @@ extern const Architecture mixtral{
     .name = "mixtral",
     .hf_model_types = {"mixtral"},
     .read_hf = read_mixtral,
+    .read_gguf = read_mixtral_gguf,
     .names = mixtral_names(),
 };
 

@@ -5,6 +5,7 @@
 #include "model/arch/architecture.h"
 #include "model/config.h"
 #include "model/config_keys.h"
+#include "weights/gguf.h"
 
 namespace lw::model::arch {
 
@@ -45,6 +46,16 @@ void read_qwen3_moe(const ConfigKeys& c, ModelConfig& m) {
   read_experts(c, m);
 }
 
+// GGUF (llama.cpp's qwen2moe and qwen3moe): every layer a mixture of experts (config.cpp reads
+// the counts and widths); Qwen2-MoE's top-k weights are not renormalised, Qwen3-MoE's are.
+void read_qwen2_moe_gguf(const weights::GgufFile& g, const std::string& arch, ModelConfig& m) {
+  m.norm_topk_prob = false;
+  const std::string shared = arch + ".expert_shared_feed_forward_length";
+  m.shared_intermediate = g.has(shared) ? g.get_i64(shared) : m.intermediate;
+}
+
+void read_qwen3_moe_gguf(const weights::GgufFile&, const std::string&, ModelConfig& m) { m.norm_topk_prob = true; }
+
 void qwen2_defaults(ModelConfig& m) { m.qkv_bias = true; }
 void qwen3_defaults(ModelConfig& m) { m.qk_norm = true; }
 
@@ -77,7 +88,9 @@ extern const Architecture qwen3{
 extern const Architecture qwen2_moe{
     .name = "qwen2_moe",
     .hf_model_types = {"qwen2_moe"},
+    .gguf_architectures = {"qwen2moe"},
     .read_hf = read_qwen2_moe,
+    .read_gguf = read_qwen2_moe_gguf,
     .named_defaults = qwen2_defaults,
     .names = qwen_moe_names(),
 };
@@ -85,7 +98,9 @@ extern const Architecture qwen2_moe{
 extern const Architecture qwen3_moe{
     .name = "qwen3_moe",
     .hf_model_types = {"qwen3_moe"},
+    .gguf_architectures = {"qwen3moe"},
     .read_hf = read_qwen3_moe,
+    .read_gguf = read_qwen3_moe_gguf,
     .named_defaults = qwen3_defaults,
     .names = qwen_moe_names(),
 };
