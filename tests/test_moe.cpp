@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "ops/elementwise.h"
 #include "ops/moe.h"
 #include "test_util.h"
 
@@ -112,9 +113,12 @@ TEST(MoeRoute, TiesGoToTheLowerExpert) {
   EXPECT_EQ(idh.data<int32_t>()[1], 9);
 }
 
-TEST(MoePermutation, GatherCombineRoundTrip) {
-  const int64_t tokens = 11, hidden = 40;
-  const int experts = 6, k = 3;
+// Permutation, gather and combine of `tokens` tokens routed to k distinct experts each; the
+// "experts" scale their rows by (1 + expert id); combine's sums against float64 over the
+// gathered values as stored.
+void run_round_trip(DType dt, int64_t tokens, int64_t hidden, int experts, int k) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", " << tokens << " tokens of " << hidden << ", top " << k << " of "
+                                    << experts);
   Tensor idh = Tensor::empty_host({tokens, k}, DType::i32);
   for (int64_t t = 0; t < tokens; ++t) {
     std::vector<int> e(experts);
@@ -138,27 +142,45 @@ TEST(MoePermutation, GatherCombineRoundTrip) {
     EXPECT_EQ(rows.data<int32_t>()[r], i / k);
     EXPECT_TRUE(r >= off.data<int32_t>()[idh.data<int32_t>()[i]] && r < off.data<int32_t>()[idh.data<int32_t>()[i] + 1]);
   }
-  // Gather, then "experts" that scale their rows by (1 + expert id); combine with weights.
-  Tensor xh = random_host({tokens, hidden}, DType::f32);
-  Tensor gathered = ctx().empty({tokens * k, hidden}, DType::f32);
+  // Gather (each row a copy of its token's), then the "experts"' scaling, in f32 on the host.
+  const Tensor xh = random_host({tokens, hidden}, dt);
+  Tensor gathered = ctx().empty({tokens * k, hidden}, dt);
   ops::moe_gather(ctx(), ctx().to_device(xh), perm, gathered);
-  Tensor gh = ctx().to_host(gathered);
+  const std::vector<double> x = to_doubles(xh), g = to_doubles(ctx().to_host(gathered));
+  std::vector<double> scaled(g.size());
   for (int e = 0; e < experts; ++e)
     for (int32_t r = off.data<int32_t>()[e]; r < off.data<int32_t>()[e + 1]; ++r)
-      for (int64_t i = 0; i < hidden; ++i) gh.data<float>()[r * hidden + i] *= static_cast<float>(1 + e);
-  Tensor wh = random_host({tokens, k}, DType::f32, 0, 1);
-  Tensor out = ctx().empty({tokens, hidden}, DType::f32);
+      for (int64_t i = 0; i < hidden; ++i) {
+        ASSERT_EQ(g[r * hidden + i], x[rows.data<int32_t>()[r] * hidden + i]);
+        scaled[r * hidden + i] = g[r * hidden + i] * (1 + e);
+      }
+  Tensor sh = Tensor::empty_host({tokens * k, hidden}, DType::f32);
+  for (size_t i = 0; i < scaled.size(); ++i) sh.data<float>()[i] = static_cast<float>(scaled[i]);
+  Tensor expert_out = ctx().empty({tokens * k, hidden}, dt);
+  ops::cast(ctx(), ctx().to_device(sh), expert_out);
+  const std::vector<double> stored = to_doubles(ctx().to_host(expert_out));
+  const Tensor wh = random_host({tokens, k}, DType::f32, 0, 1);
+  Tensor out = ctx().empty({tokens, hidden}, dt);
   poison(out);
-  ops::moe_combine(ctx(), ctx().to_device(gh), ctx().to_device(wh), perm, out);
-  const std::vector<double> x = to_doubles(xh), w = to_doubles(wh);
+  ops::moe_combine(ctx(), expert_out, ctx().to_device(wh), perm, out);
+  const std::vector<double> w = to_doubles(wh);
   std::vector<double> want;
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t i = 0; i < hidden; ++i) {
       double acc = 0;
-      for (int j = 0; j < k; ++j) acc += w[t * k + j] * (1 + idh.data<int32_t>()[t * k + j]) * x[t * hidden + i];
+      for (int j = 0; j < k; ++j) acc += w[t * k + j] * stored[inv.data<int32_t>()[t * k + j] * hidden + i];
       want.push_back(acc);
     }
-  EXPECT_TRUE(all_close(ctx().to_host(out), want, 1e-6, 1e-6));
+  const double eps = dt == DType::f32 ? 1e-6 : dt == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
+  EXPECT_TRUE(all_close(ctx().to_host(out), want, eps, 1e-6));
+}
+
+// Rows of whole vectors and not (a scalar path), several blocks along a row, k up to 16.
+TEST(MoePermutation, GatherCombineRoundTrip) {
+  run_round_trip(DType::f32, 11, 40, 6, 3);
+  run_round_trip(DType::bf16, 5, 36, 6, 3);
+  run_round_trip(DType::f16, 3, 2056, 20, 16);
+  run_round_trip(DType::bf16, 1, 4104, 128, 8);
 }
 
 TEST(MoeRoute, RejectsMisuse) {

@@ -6,6 +6,7 @@
 #include "gpu/numeric.h"
 #include "gpu/portable_math.h"
 #include "gpu/tree_reduce.h"
+#include "gpu/vector.h"
 
 namespace lw::kernels {
 
@@ -155,17 +156,38 @@ __global__ void gather_kernel(const T* x, const int32_t* rows, int64_t hidden, T
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[r * hidden + i] = src[i];
 }
 
-template <class T>
+// Token blockIdx.x, V consecutive elements per thread (blocks along y cover the row): the
+// token's k weights and rows read once, every expert's V elements loaded before any is added
+// (a decode step's one token is latency-bound), each element's sum taken over the experts in
+// order (fmaf).
+template <class T, int V>
 __global__ void combine_kernel(const T* expert_out, const float* weights, const int32_t* inverse, int k,
                                int64_t hidden, T* out) {
   const int64_t t = blockIdx.x;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
-    float acc = 0.0f;
-    for (int j = 0; j < k; ++j) {
-      acc = fmaf(weights[t * k + j], gpu::to_float(expert_out[static_cast<int64_t>(inverse[t * k + j]) * hidden + i]), acc);
+  const int64_t i0 = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * V;
+  if (i0 >= hidden) return;
+  float w[kMaxK];
+  int64_t from[kMaxK];
+#pragma unroll
+  for (int j = 0; j < kMaxK; ++j)
+    if (j < k) {
+      w[j] = weights[t * k + j];
+      from[j] = static_cast<int64_t>(inverse[t * k + j]) * hidden + i0;
     }
-    out[t * hidden + i] = gpu::from_float<T>(acc);
+  gpu::Vec<T, V> v[kMaxK];
+#pragma unroll
+  for (int j = 0; j < kMaxK; ++j)
+    if (j < k) v[j] = gpu::load_vec<V>(expert_out + from[j]);
+  gpu::Vec<T, V> o;
+#pragma unroll
+  for (int c = 0; c < V; ++c) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxK; ++j)
+      if (j < k) acc = fmaf(w[j], gpu::to_float(v[j].v[c]), acc);
+    o.v[c] = gpu::from_float<T>(acc);
   }
+  gpu::store_vec<V>(out + t * hidden + i0, o);
 }
 
 int pow2_at_least(int v, int warp_size) {
@@ -206,10 +228,24 @@ void moe_gather(const T* x, const int32_t* rows, int64_t n, int64_t hidden, T* o
 template <class T>
 void moe_combine(const T* expert_out, const float* weights, const int32_t* inverse, int64_t tokens, int k,
                  int64_t hidden, T* out, int warp_size, cudaStream_t stream) {
-  if (tokens == 0) return;
-  const int threads = gpu::round_block_size(static_cast<int>(hidden < 256 ? hidden : 256), warp_size);
-  gpu::launch("moe_combine", combine_kernel<T>, {dim3(static_cast<unsigned>(tokens)), dim3(threads), 0, stream},
-              expert_out, weights, inverse, k, hidden, out);
+  if (tokens == 0 || hidden == 0) return;
+  LW_CHECK(k >= 1 && k <= kMaxK, "moe_combine: k " << k << " must be in [1, 16]");
+  LW_CHECK(tokens <= 0x7fffffff, "moe_combine: " << tokens << " tokens exceed the grid limit");
+  auto run = [&]<int V>() {
+    const int64_t pieces = (hidden + V - 1) / V;  // V elements each
+    const int threads = gpu::round_block_size(static_cast<int>(pieces < 256 ? pieces : 256), warp_size);
+    const int64_t chunks = (pieces + threads - 1) / threads;
+    LW_CHECK(chunks <= 65535, "moe_combine: a row of " << hidden << " elements exceeds the grid limit");
+    gpu::launch("moe_combine", combine_kernel<T, V>,
+                {dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(chunks)), dim3(threads), 0, stream}, expert_out,
+                weights, inverse, k, hidden, out);
+  };
+  // Vectors where every row starts on a vector boundary.
+  constexpr int V = gpu::kVecWidth<T>;
+  if (hidden % V == 0 && gpu::aligned_to(gpu::kVectorBytes, expert_out) && gpu::aligned_to(gpu::kVectorBytes, out))
+    run.template operator()<V>();
+  else
+    run.template operator()<1>();
 }
 
 #define LW_MOE(T)                                                                                                    \
