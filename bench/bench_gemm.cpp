@@ -23,8 +23,9 @@
 // --experts E [--top-k 8]: grouped_linear (mixture-of-experts) instead, dense weights [E, N, K]:
 // each of M tokens sends a row to top-k distinct experts drawn at random, and the bandwidth is
 // counted on the experts that receive rows; paths tiled, gemv, vendor and automatic. With
-// --weights int4 the experts are 4-bit (ops::ExpertWeights): "each" reads the offsets to the host
-// and runs each expert's rows through linear, "grouped" is the one-launch grouped kernel (the
+// quantised --weights (int4, a GGUF block format, 8-bit) the experts are ops::ExpertWeights: "each"
+// reads the offsets to the host and runs each expert's rows through linear, "grouped" is the
+// one-launch grouped kernel where the format has one (int4, GGUF blocks; the
 // forced gemv path), and automatic.
 //     bench_gemm [--dtype bf16] [--weights dense] [--repeats N] [--ms 1,2,4] [--paths P,...] [--shapes NxK,...]
 //                [--experts E --top-k K] [--json FILE]
@@ -182,9 +183,8 @@ int main(int argc, char** argv) {
                  static_cast<long long>(experts));
     return 2;
   }
-  if (experts > 0 && ((weights_name != "dense" && weights_name != "int4") || !only_paths.empty() || !json_path.empty())) {
-    std::fprintf(stderr,
-                 "bench_gemm: --experts times dense or int4 weights on every grouped path; drop --paths and --json\n");
+  if (experts > 0 && (!only_paths.empty() || !json_path.empty())) {
+    std::fprintf(stderr, "bench_gemm: --experts times every grouped path; drop --paths and --json\n");
     return 2;
   }
   std::vector<std::array<int64_t, 2>> shapes;
@@ -285,8 +285,8 @@ int main(int argc, char** argv) {
       std::printf("device %s, %s, %s experts, median of %d runs; copy %.0f GB/s\n", ctx.device_name().c_str(),
                   lw::dtype_name(dt), weights_name.c_str(), repeats, copy_gbs);
       bench_grouped(ctx, dt, shapes, ms, experts, top_k, repeats, copy_gbs, random,
-                    *format == lw::ops::WeightFormat::int4 ? std::function<lw::ops::Weight(int64_t, int64_t)>(random_weight)
-                                                           : nullptr);
+                    *format != lw::ops::WeightFormat::dense ? std::function<lw::ops::Weight(int64_t, int64_t)>(random_weight)
+                                                            : nullptr);
       return 0;
     }
     std::printf("device %s, %s, %s weights, median of %d runs; copy %.0f GB/s\n", ctx.device_name().c_str(),

@@ -113,6 +113,22 @@ TEST(MoeRoute, TiesGoToTheLowerExpert) {
   EXPECT_EQ(idh.data<int32_t>()[1], 9);
 }
 
+// A NaN score ranks as -inf (after every number, ties to the lower index): k experts, each
+// once, whatever the scores.
+TEST(MoeRoute, NaNScoresRankLast) {
+  Tensor lh = Tensor::empty_host({1, 4}, DType::f32);
+  const float logits[] = {NAN, 1.0f, NAN, 0.5f};
+  for (int e = 0; e < 4; ++e) lh.data<float>()[e] = logits[e];
+  ops::MoeRouting r;
+  r.k = 4;
+  r.sigmoid = true;
+  Tensor w = ctx().empty({1, 4}, DType::f32), ids = ctx().empty({1, 4}, DType::i32);
+  ops::moe_route(ctx(), ctx().to_device(lh), r, w, ids);
+  const Tensor idh = ctx().to_host(ids);
+  const int32_t want[] = {1, 3, 0, 2};
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(idh.data<int32_t>()[j], want[j]) << "place " << j;
+}
+
 // Permutation, gather and combine of `tokens` tokens routed to k distinct experts each; the
 // "experts" scale their rows by (1 + expert id); combine's sums against float64 over the
 // gathered values as stored.

@@ -3,6 +3,7 @@
 
 #include "ops/elementwise.h"
 #include "ops/norm.h"
+#include "round_to.h"
 #include "test_util.h"
 
 namespace lw::test {
@@ -11,15 +12,6 @@ namespace {
 const DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
 // Hidden sizes: 1, odd, non-multiples of 32/64 and of the vector width, large (uncached path).
 const int64_t kHidden[] = {1, 7, 33, 100, 129, 1000, 4096, 5120, 12345, 40000};
-
-// Rounds a double through dtype dt.
-double round_to(DType dt, double v) {
-  switch (dt) {
-    case DType::f16: return gpu::to_float(gpu::from_float<half>(static_cast<float>(v)));
-    case DType::bf16: return gpu::to_float(gpu::from_float<bfloat16>(static_cast<float>(v)));
-    default: return static_cast<float>(v);
-  }
-}
 
 struct NormCase {
   bool layer;

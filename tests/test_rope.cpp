@@ -6,7 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ops/copy.h"
+#include "ops/norm.h"
 #include "ops/rope.h"
+#include "round_to.h"
 #include "test_util.h"
 
 namespace lw::test {
@@ -167,6 +170,103 @@ TEST(Rope, FrequencyTablesMatchHuggingFace) {
   }
 }
 
+// Qwen3's per-head q_norm / k_norm in the rotation's launch: every head RMS-normalised with its
+// weights (the normalised value and its product with the weight each rounded to the dtype, as
+// rms_norm rounds them), then rotated; against float64 (those roundings replayed, the sum of
+// squares exact) and against rms_norm per head followed by rope. Full and partial rotary dims
+// (the others normalised, not rotated), both pair layouts, in place and into q_out, queries alone.
+TEST(Rope, HeadNormBeforeTheRotation) {
+  struct Case {
+    int rotary_dim, head_dim, q_heads, k_heads;
+    bool neox, out_of_place;
+  };
+  const Case cases[] = {{128, 128, 8, 2, true, true},  {64, 64, 4, 4, false, false}, {32, 80, 3, 1, true, false},
+                        {32, 80, 3, 1, false, true},  {6, 10, 2, 1, true, true},     {64, 64, 5, 0, true, true}};
+  for (DType dt : kFloatTypes)
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", rot " << c.rotary_dim << "/" << c.head_dim << ", heads "
+                                        << c.q_heads << "/" << c.k_heads << (c.neox ? " neox" : " gptj")
+                                        << (c.out_of_place ? " q_out" : " in place"));
+      ops::RopeConfig cfg;
+      cfg.rotary_dim = c.rotary_dim;
+      cfg.neox = c.neox;
+      ops::Rope rope(ctx(), cfg);
+      const int64_t tokens = 4, d = c.head_dim, qw = c.q_heads * d, kw = c.k_heads * d, width = qw + 2 * kw;
+      const Tensor qkv_h = random_host({tokens, width}, dt, -3, 3);
+      const Tensor qw_h = random_host({d}, dt, 0.5, 1.5), kw_h = random_host({d}, dt, 0.5, 1.5);
+      Tensor pos_h = Tensor::empty_host({tokens}, DType::i64);
+      for (int64_t t = 0; t < tokens; ++t) pos_h.data<int64_t>()[t] = static_cast<int64_t>(rng()() % 5000);
+      const Tensor positions = ctx().to_device(pos_h);
+      const float eps = 1e-6f;
+      const ops::HeadNorm norm{ctx().to_device(qw_h), c.k_heads ? ctx().to_device(kw_h) : Tensor(), eps};
+      auto views = [&](const Tensor& qkv) {
+        return std::pair{qkv.slice(1, 0, qw).unflatten(1, {c.q_heads, d}),
+                         c.k_heads ? qkv.slice(1, qw, qw + kw).unflatten(1, {c.k_heads, d}) : Tensor()};
+      };
+      // Fused.
+      Tensor fused = ctx().to_device(qkv_h);
+      auto [q, k] = views(fused);
+      Tensor q_out = c.out_of_place ? ctx().empty({tokens, c.q_heads, d}, dt) : Tensor();
+      rope.apply(ctx(), q, k, positions, q_out, &norm);
+      const Tensor got_q = ctx().to_host(c.out_of_place ? q_out : ops::contiguous(ctx(), q));
+      const Tensor got_k = c.k_heads ? ctx().to_host(ops::contiguous(ctx(), k)) : Tensor();
+      if (c.out_of_place)  // the fused buffer's queries stay as they were
+        EXPECT_TRUE(bitwise_equal(ctx().to_host(ops::contiguous(ctx(), q)), ctx().to_host(ops::contiguous(ctx(), views(ctx().to_device(qkv_h)).first))));
+      // rms_norm per head, then rope.
+      Tensor two = ctx().to_device(qkv_h);
+      auto [q2, k2] = views(two);
+      Tensor qn = ctx().empty({tokens, c.q_heads, d}, dt);
+      ops::rms_norm(ctx(), ops::contiguous(ctx(), q2), norm.q_weight, eps, qn);
+      Tensor kn;
+      if (c.k_heads) {
+        kn = ctx().empty({tokens, c.k_heads, d}, dt);
+        ops::rms_norm(ctx(), ops::contiguous(ctx(), k2), norm.k_weight, eps, kn);
+      }
+      rope.apply(ctx(), qn, kn, positions);
+
+      // float64, the roundings to the dtype replayed.
+      const std::vector<double> x = to_doubles(qkv_h), wq = to_doubles(qw_h), wk = to_doubles(kw_h);
+      const int half = c.rotary_dim / 2;
+      for (int h = 0; h < c.q_heads + c.k_heads; ++h) {
+        const bool query = h < c.q_heads;
+        const Tensor& got = query ? got_q : got_k;
+        const Tensor unfused = ctx().to_host(query ? qn : kn);
+        const int hh = query ? h : h - c.q_heads;
+        const int heads = query ? c.q_heads : c.k_heads;
+        for (int64_t t = 0; t < tokens; ++t) {
+          const int64_t base = t * width + static_cast<int64_t>(h) * d;
+          double sq = 0;
+          for (int64_t e = 0; e < d; ++e) sq += x[base + e] * x[base + e];
+          const double rstd = 1.0 / std::sqrt(sq / static_cast<double>(d) + eps);
+          std::vector<double> n(static_cast<size_t>(d)), mag(static_cast<size_t>(d));
+          for (int64_t e = 0; e < d; ++e) {
+            const double normed = round_to(dt, x[base + e] * rstd);
+            n[e] = round_to(dt, normed * (query ? wq : wk)[e]);
+          }
+          std::vector<double> want = n;
+          for (int64_t e = 0; e < d; ++e) mag[e] = std::abs(n[e]);
+          const double angle0 = static_cast<double>(pos_h.data<int64_t>()[t]);
+          for (int i = 0; i < half; ++i) {
+            const double angle = static_cast<float>(static_cast<float>(angle0) * rope.inv_freq()[i]);
+            const double cs = std::cos(angle), sn = std::sin(angle);
+            const int i0 = c.neox ? i : 2 * i, i1 = c.neox ? i + half : 2 * i + 1;
+            want[i0] = n[i0] * cs - n[i1] * sn;
+            want[i1] = n[i1] * cs + n[i0] * sn;
+            mag[i0] = mag[i1] = std::abs(n[i0]) + std::abs(n[i1]);
+          }
+          for (int64_t e = 0; e < d; ++e) {
+            const int64_t at = (t * heads + hh) * d + e;
+            // A float rstd may round a normalised value the other way: one unit of the dtype
+            // in each of two roundings, then the rotation's.
+            const double tol = 4 * epsilon(dt) * mag[e] + 1e-5 * mag[e] + 1e-6;
+            ASSERT_LE(std::abs(element(got, at) - want[e]), tol) << "head " << h << ", token " << t << ", dim " << e;
+            ASSERT_LE(std::abs(element(got, at) - element(unfused, at)), tol) << "against rms_norm + rope: head " << h;
+          }
+        }
+      }
+    }
+}
+
 TEST(Rope, RejectsMisuse) {
   ops::RopeConfig bad;
   bad.rotary_dim = 7;
@@ -195,6 +295,13 @@ TEST(Rope, RejectsMisuse) {
   EXPECT_THROW(rope.apply(ctx(), qv, kv, pos, ctx().empty({2, 3, 64}, DType::bf16)), Error);
   expect_error([&] { rope.apply(ctx(), qv, kv, pos, qkv.slice(1, 2 * 64, 6 * 64).unflatten(1, {4, 64})); },
                "overlaps q or k");
+  // Head norm weights of the head's size and q's dtype, for k too where there is k.
+  const ops::HeadNorm short_weights{ctx().empty({32}, DType::bf16), ctx().empty({64}, DType::bf16)};
+  expect_error([&] { rope.apply(ctx(), qv, kv, pos, Tensor(), &short_weights); }, "must be a contiguous [64]");
+  const ops::HeadNorm f16_weights{ctx().empty({64}, DType::f16), ctx().empty({64}, DType::f16)};
+  EXPECT_THROW(rope.apply(ctx(), qv, kv, pos, Tensor(), &f16_weights), Error);
+  const ops::HeadNorm no_k{ctx().empty({64}, DType::bf16), Tensor()};
+  EXPECT_THROW(rope.apply(ctx(), qv, kv, pos, Tensor(), &no_k), Error);
 }
 
 }  // namespace

@@ -15,49 +15,43 @@ namespace {
 constexpr int kMaxExperts = 256;
 constexpr int kMaxK = 16;
 
-// One block per token, one thread per expert (threads >= experts). Argmax rounds over shared
-// memory by a fixed tree with (value, index) pairs: exact, ties to the lower index.
+// The place of entry i among n scores in the order repeated argmax rounds take them (a higher
+// score first, ties to the lower index; NaN counts as -inf): the entries ahead of it. Over all
+// i a permutation of 0 .. n-1, so each place below k belongs to exactly one entry.
+template <class Scores>
+LW_DEVICE_INLINE int rank_of(const Scores& scores, int n, int i) {
+  auto key = [](float v) { return v == v ? v : -INFINITY; };
+  const float mine = key(scores[i]);
+  int rank = 0;
+  for (int j = 0; j < n; ++j) {
+    const float o = key(scores[j]);
+    rank += o > mine || (o == mine && j < i);
+  }
+  return rank;
+}
+
+// One block per token, one thread per expert (threads >= experts, a power of two): the scores'
+// maximum and sum by a fixed tree over shared memory, the groups and experts taken by rank
+// (rank_of: one pass over shared memory and one barrier instead of a tree's rounds per pick).
 template <class T>
 __global__ void route_kernel(MoeRouteArgs a, const T* logits, const float* bias, float* weights, int32_t* ids) {
   LW_SHARED(float, score, [kMaxExperts]);    // the weight score (no bias)
-  LW_SHARED(float, select, [kMaxExperts]);   // the selection score (with bias), -inf once taken
+  LW_SHARED(float, select, [kMaxExperts]);   // the selection score (with bias); -inf in a group not kept
   LW_SHARED(float, tv, [kMaxExperts]);
-  LW_SHARED(int, ti, [kMaxExperts]);
   LW_SHARED(float, group_score, [kMaxExperts]);
+  LW_SHARED(int, group_kept, [kMaxExperts]);
   LW_SHARED(int, chosen, [kMaxK]);
   const int64_t t = blockIdx.x;
   const int e = static_cast<int>(threadIdx.x);
-  const int n = static_cast<int>(blockDim.x);  // a power of two >= experts
   const T* row = logits + t * a.experts;
 
   // Scores: sigmoid per expert, or softmax over the experts.
-  float x = e < a.experts ? gpu::to_float(row[e]) : -INFINITY;
-  auto argmax = [&](float v, int idx) {  // every thread gets (best value, lowest index holding it)
-    tv[e] = v;
-    ti[e] = idx;
-    __syncthreads();
-    for (int stride = n / 2; stride > 0; stride /= 2) {
-      if (e < stride) {
-        const float ov = tv[e + stride];
-        const int oi = ti[e + stride];
-        const float mv = tv[e];
-        if (ov > mv || (ov == mv && oi < static_cast<int>(ti[e]))) {
-          tv[e] = ov;
-          ti[e] = oi;
-        }
-      }
-      __syncthreads();
-    }
-    const int best = ti[0];
-    __syncthreads();
-    return best;
-  };
+  const float x = e < a.experts ? gpu::to_float(row[e]) : -INFINITY;
   float s;
   if (a.sigmoid) {
     s = e < a.experts ? 1.0f / (1.0f + gpu::exp_portable(-x)) : 0.0f;
   } else {
-    const int top = argmax(x, e);
-    const float mx = gpu::to_float(row[top]);
+    const float mx = gpu::tree_reduce(x, tv, gpu::MaxOp{});
     const float ex = e < a.experts ? gpu::exp_portable(x - mx) : 0.0f;
     // Sum in a fixed tree, as everything here, so all targets agree.
     s = ex / gpu::tree_reduce(ex, tv, gpu::SumOp{});
@@ -85,27 +79,18 @@ __global__ void route_kernel(MoeRouteArgs a, const T* logits, const float* bias,
       group_score[e] = a.sigmoid ? best + second : best;
     }
     __syncthreads();
-    bool keep = false;
-    const int my_group = e < a.experts ? e / per : -1;
-    for (int r = 0; r < a.topk_groups; ++r) {
-      const int g = argmax(e < a.groups ? static_cast<float>(group_score[e]) : -INFINITY, e);
-      keep |= my_group == g;
-      if (e == 0) group_score[g] = -INFINITY;
-      __syncthreads();
-    }
-    if (e < a.experts && !keep) select[e] = -INFINITY;
+    if (e < a.groups) group_kept[e] = rank_of(group_score, a.groups, e) < a.topk_groups;
+    __syncthreads();
+    if (e < a.experts && !group_kept[e / per]) select[e] = -INFINITY;
     __syncthreads();
   }
 
   // Top k by selection score.
-  for (int r = 0; r < a.k; ++r) {
-    const int best = argmax(e < a.experts ? static_cast<float>(select[e]) : -INFINITY, e);
-    if (e == 0) {
-      chosen[r] = best;
-      select[best] = -INFINITY;
-    }
-    __syncthreads();
+  if (e < a.experts) {
+    const int rank = rank_of(select, a.experts, e);
+    if (rank < a.k) chosen[rank] = e;
   }
+  __syncthreads();
   if (e == 0) {
     float sum = 0.0f;
     for (int r = 0; r < a.k; ++r) sum += score[chosen[r]];

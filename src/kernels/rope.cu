@@ -9,15 +9,27 @@ namespace lw::kernels {
 namespace {
 
 constexpr int kMaxHalf = 256;  // rotary_dim <= 512
+constexpr int kMaxThreads = 256;  // a block's threads (rope() plans about 256)
+
+// A head's RMSNorm (rms_norm's arithmetic): v * rstd rounded to T, times the weight, rounded.
+template <class T>
+LW_DEVICE_INLINE float head_norm(float v, float rstd, const T* w, int e) {
+  const float normed = gpu::to_float(gpu::from_float<T>(v * rstd));
+  return gpu::to_float(gpu::from_float<T>(normed * gpu::to_float(w[e])));
+}
 
 // One block per token: the token's cos/sin go to shared memory once, then every head of q
 // and k is rotated (k in place, q into q_out), C pairs per thread (threadIdx.x: pair chunk, threadIdx.y: head),
 // with vector accesses: NeoX reads C elements from each half, GPT-J 2C interleaved ones.
-// The angle is position * inv_freq in float, as Hugging Face computes it.
+// The angle is position * inv_freq in float, as Hugging Face computes it. With norm weights,
+// each head is first RMS-normalised: its threads' sums of squares meet in shared memory and
+// each thread adds its head's in one fixed order (the same on every target).
 template <class T, class Pos, int C>
-__global__ void rope_kernel(RopeArgs a, const T* q, T* q_out, T* k, const Pos* positions, const float* inv_freq) {
+__global__ void rope_kernel(RopeArgs a, const T* q, T* q_out, T* k, const Pos* positions, const float* inv_freq,
+                            const T* q_norm, const T* k_norm) {
   gpu::begin_after_prior_grid();
   LW_SHARED(float, cs, [2][kMaxHalf]);
+  LW_SHARED(float, squares, [kMaxThreads]);
   const int64_t t = blockIdx.x;
   const int half = a.rotary_dim / 2;
   const float pos = static_cast<float>(positions[t]);
@@ -32,18 +44,23 @@ __global__ void rope_kernel(RopeArgs a, const T* q, T* q_out, T* k, const Pos* p
   __syncthreads();
   const int heads = a.q_heads + a.k_heads;
   const int chunks = half / C;
-  for (int h = static_cast<int>(threadIdx.y); h < heads; h += static_cast<int>(blockDim.y)) {
+  const bool norm = q_norm != nullptr;
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const int bx = static_cast<int>(blockDim.x), by = static_cast<int>(blockDim.y);
+  // Every thread runs every round (heads past the last are idle): the norm's barriers.
+  for (int h0 = 0; h0 < heads; h0 += by) {
+    const int h = h0 + ty;
+    const bool live = h < heads;
     const bool query = h < a.q_heads;
-    const T* x = query ? q + t * a.q_token_stride + static_cast<int64_t>(h) * a.head_dim
-                       : k + t * a.k_token_stride + static_cast<int64_t>(h - a.q_heads) * a.head_dim;
-    T* y = query ? q_out + t * a.q_out_token_stride + static_cast<int64_t>(h) * a.head_dim
-                 : k + t * a.k_token_stride + static_cast<int64_t>(h - a.q_heads) * a.head_dim;
-    if (y != x) {  // a query head out of place: the dims that do not rotate are copied
-      for (int e = a.rotary_dim + static_cast<int>(threadIdx.x); e < a.head_dim; e += static_cast<int>(blockDim.x)) y[e] = x[e];
-    }
-    for (int ch = static_cast<int>(threadIdx.x); ch < chunks; ch += static_cast<int>(blockDim.x)) {
-      const int i = ch * C;  // first pair of the chunk
-      float x0[C], x1[C];
+    const int hh = live ? h : 0;
+    const T* x = query ? q + t * a.q_token_stride + static_cast<int64_t>(hh) * a.head_dim
+                       : k + t * a.k_token_stride + static_cast<int64_t>(hh - a.q_heads) * a.head_dim;
+    T* y = query ? q_out + t * a.q_out_token_stride + static_cast<int64_t>(hh) * a.head_dim
+                 : k + t * a.k_token_stride + static_cast<int64_t>(hh - a.q_heads) * a.head_dim;
+    const T* nw = query ? q_norm : k_norm;
+    // The element pairs of chunk ch: NeoX (i + j, half + i + j), GPT-J (2(i + j), 2(i + j) + 1).
+    auto load_chunk = [&](int ch, float (&x0)[C], float (&x1)[C]) {
+      const int i = ch * C;
       if (a.neox) {
         const gpu::Vec<T, C> lo = gpu::load_vec<C>(x + i), hi = gpu::load_vec<C>(x + half + i);
 #pragma unroll
@@ -57,6 +74,49 @@ __global__ void rope_kernel(RopeArgs a, const T* q, T* q_out, T* k, const Pos* p
         for (int j = 0; j < C; ++j) {
           x0[j] = gpu::to_float(v.v[2 * j]);
           x1[j] = gpu::to_float(v.v[2 * j + 1]);
+        }
+      }
+    };
+    auto first_of = [&](int ch, int j) { return a.neox ? ch * C + j : 2 * (ch * C + j); };
+    auto second_of = [&](int ch, int j) { return a.neox ? half + ch * C + j : 2 * (ch * C + j) + 1; };
+    float rstd = 1.0f;
+    if (norm) {
+      float sum = 0.0f;
+      if (live) {
+        for (int ch = tx; ch < chunks; ch += bx) {
+          float x0[C], x1[C];
+          load_chunk(ch, x0, x1);
+#pragma unroll
+          for (int j = 0; j < C; ++j) sum += x0[j] * x0[j] + x1[j] * x1[j];
+        }
+        for (int e = a.rotary_dim + tx; e < a.head_dim; e += bx) {
+          const float v = gpu::to_float(x[e]);
+          sum += v * v;
+        }
+      }
+      squares[ty * bx + tx] = sum;
+      __syncthreads();
+      float total = 0.0f;
+      for (int j = 0; j < bx; ++j) total += squares[ty * bx + j];
+      rstd = rsqrtf(total / static_cast<float>(a.head_dim) + a.norm_eps);
+      __syncthreads();  // the sums are read before the next round writes them
+    }
+    if (!live) continue;
+    if (y != x || norm) {  // a query head out of place, or normalised: the dims that do not rotate
+      for (int e = a.rotary_dim + tx; e < a.head_dim; e += bx) {
+        const float v = gpu::to_float(x[e]);
+        y[e] = norm ? gpu::from_float<T>(head_norm(v, rstd, nw, e)) : x[e];
+      }
+    }
+    for (int ch = tx; ch < chunks; ch += bx) {
+      const int i = ch * C;  // first pair of the chunk
+      float x0[C], x1[C];
+      load_chunk(ch, x0, x1);
+      if (norm) {
+#pragma unroll
+        for (int j = 0; j < C; ++j) {
+          x0[j] = head_norm(x0[j], rstd, nw, first_of(ch, j));
+          x1[j] = head_norm(x1[j], rstd, nw, second_of(ch, j));
         }
       }
       gpu::Vec<T, C> r0, r1;
@@ -86,8 +146,10 @@ __global__ void rope_kernel(RopeArgs a, const T* q, T* q_out, T* k, const Pos* p
 
 template <class T, class Pos>
 void rope(const RopeArgs& a, const T* q, T* q_out, T* k, const Pos* positions, const float* inv_freq, int warp_size,
-          cudaStream_t stream) {
-  if (a.tokens == 0 || a.rotary_dim == 0) return;
+          cudaStream_t stream, const T* q_norm, const T* k_norm) {
+  LW_CHECK(!k_norm || q_norm, "rope: a key norm without a query norm");
+  LW_CHECK(!q_norm || !k || k_norm, "rope: the query heads' norm without the key heads'");
+  if (a.tokens == 0 || (a.rotary_dim == 0 && !q_norm)) return;
   LW_CHECK(a.rotary_dim / 2 <= kMaxHalf, "rope: rotary_dim " << a.rotary_dim << " exceeds " << 2 * kMaxHalf);
   LW_CHECK(a.tokens <= 0x7fffffff, "rope: " << a.tokens << " tokens exceed the grid limit");
   // Four pairs per thread when the heads allow 4-element (NeoX) or 8-element (GPT-J) vectors.
@@ -103,18 +165,19 @@ void rope(const RopeArgs& a, const T* q, T* q_out, T* k, const Pos* positions, c
   const int heads = a.q_heads + a.k_heads;
   // x covers the chunks of a head (rounded to the warp when that is all the block holds),
   // y covers heads, for about 256 threads.
-  const int bx = chunks < 256 ? chunks : 256;
+  const int bx = chunks < 1 ? 1 : chunks < 256 ? chunks : 256;
   int by = 256 / bx;
   by = by < heads ? by : heads;
   const int threads = gpu::round_block_size(bx * by, warp_size);
+  LW_CHECK(threads <= kMaxThreads, "rope: " << threads << " threads for chunks of " << bx);
   const dim3 block(static_cast<unsigned>(bx), static_cast<unsigned>(threads / bx));
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(a.tokens)), block, 0, stream, gpu::kOverlapsPrior};
-  if (vec) gpu::launch("rope", rope_kernel<T, Pos, C>, cfg, a, q, q_out, k, positions, inv_freq);
-  else gpu::launch("rope", rope_kernel<T, Pos, 1>, cfg, a, q, q_out, k, positions, inv_freq);
+  if (vec) gpu::launch("rope", rope_kernel<T, Pos, C>, cfg, a, q, q_out, k, positions, inv_freq, q_norm, k_norm);
+  else gpu::launch("rope", rope_kernel<T, Pos, 1>, cfg, a, q, q_out, k, positions, inv_freq, q_norm, k_norm);
 }
 
 #define LW_ROPE(T, P) \
-  template void rope<T, P>(const RopeArgs&, const T*, T*, T*, const P*, const float*, int, cudaStream_t);
+  template void rope<T, P>(const RopeArgs&, const T*, T*, T*, const P*, const float*, int, cudaStream_t, const T*, const T*);
 LW_ROPE(float, int32_t)
 LW_ROPE(float, int64_t)
 LW_ROPE(half, int32_t)

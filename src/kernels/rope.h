@@ -17,13 +17,17 @@ struct RopeArgs {
   int64_t q_out_token_stride;  // elements between tokens of q_out (see rope())
   bool neox;             // true: pairs (i, i + rotary_dim/2); false (GPT-J): pairs (2i, 2i+1)
   float mscale;          // multiplies cos and sin (YaRN attention factor; 1 otherwise)
+  float norm_eps = 0.0f;  // the heads' RMSNorm epsilon, where rope() is given norm weights
 };
 
 // q, k: T; positions: int32 or int64 [tokens]; inv_freq: float [rotary_dim / 2], device.
 // k rotates in place; q's rotated heads go to q_out (q itself, or memory apart from it, which
-// then also receives the dims past rotary_dim).
+// then also receives the dims past rotary_dim). With q_norm (and k_norm where there is k):
+// T [head_dim] weights, each head is RMS-normalised first (Qwen3's q_norm / k_norm: the
+// normalised value rounded to T, times the weight, rounded again, as rms_norm gives it), every
+// dim of it, so that one launch does what rms_norm per head and rope did.
 template <class T, class Pos>
 void rope(const RopeArgs& a, const T* q, T* q_out, T* k, const Pos* positions, const float* inv_freq, int warp_size,
-          cudaStream_t stream);
+          cudaStream_t stream, const T* q_norm = nullptr, const T* k_norm = nullptr);
 
 }  // namespace lw::kernels

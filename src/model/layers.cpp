@@ -49,20 +49,16 @@ void attention(Context& ctx, const LayerContext& lc, const LayerWeights& w, cons
   Tensor q = qkv.slice(1, 0, nq * d).unflatten(1, {nq, d});
   Tensor k = qkv.slice(1, nq * d, (nq + nkv) * d).unflatten(1, {nkv, d});
   const Tensor v = qkv.slice(1, (nq + nkv) * d, (nq + 2 * nkv) * d).unflatten(1, {nkv, d});
+  // The rotated queries go to a tensor of their own: no copy out of the fused row first; the
+  // heads' q_norm / k_norm (Qwen3) in the same launch.
+  Tensor rotated = ctx.empty({t, nq, d}, lc.dtype);
   if (block.qk_norm) {
-    const float eps = static_cast<float>(lc.config.rms_eps);
-    Tensor qn = ctx.empty({t, nq, d}, lc.dtype), kn = ctx.empty({t, nkv, d}, lc.dtype);
-    ops::rms_norm(ctx, ops::contiguous(ctx, q), w.q_norm, eps, qn);
-    ops::rms_norm(ctx, ops::contiguous(ctx, k), w.k_norm, eps, kn);
-    q = qn;
-    k = kn;
-    lc.rope.apply(ctx, q, k, b.positions);
+    const ops::HeadNorm norm{w.q_norm, w.k_norm, static_cast<float>(lc.config.rms_eps)};
+    lc.rope.apply(ctx, q, k, b.positions, rotated, &norm);
   } else {
-    // The rotated queries go to a tensor of their own: no copy out of the fused row first.
-    Tensor rotated = ctx.empty({t, nq, d}, lc.dtype);
     lc.rope.apply(ctx, q, k, b.positions, rotated);
-    q = rotated;
   }
+  q = rotated;
   ops::kv_write(ctx, k, v, b.slots, cache.layer(layer), false);  // slots checked in HostLayout
   Tensor attn = ctx.empty({t, nq, d}, lc.dtype);
   ops::AttentionOptions options;

@@ -86,7 +86,8 @@ Rope::Rope(Context& ctx, const RopeConfig& config) : config_(config) {
   table_ = ctx.to_device(host);
 }
 
-void Rope::apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& q_out) const {
+void Rope::apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& q_out,
+                 const HeadNorm* norm) const {
   check_on_device("rope", "q", q);
   check_float("rope", "q", q);
   LW_CHECK(q.dim() == 3, "rope: q " << q.describe() << " must be [tokens, heads, head_dim]");
@@ -125,6 +126,17 @@ void Rope::apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& p
   LW_CHECK((positions.dtype() == DType::i32 || positions.dtype() == DType::i64) && positions.dim() == 1 &&
                positions.size(0) == tokens && positions.is_contiguous(),
            "rope: positions " << positions.describe() << " must be a contiguous i32 or i64 [" << tokens << "]");
+  if (norm) {
+    auto check_weight = [&](const char* name, const Tensor& w) {
+      check_on_device("rope", name, w);
+      check_same_dtype("rope", "q", q, name, w);
+      LW_CHECK(w.dim() == 1 && w.size(0) == head_dim && w.is_contiguous(),
+               "rope: the head norm's " << name << " " << w.describe() << " must be a contiguous [" << head_dim << "]");
+    };
+    check_weight("q_weight", norm->q_weight);
+    if (k.defined()) check_weight("k_weight", norm->k_weight);
+    LW_CHECK(norm->eps >= 0.0f && std::isfinite(norm->eps), "rope: the head norm's epsilon " << norm->eps);
+  }
   kernels::RopeArgs a{tokens,
                       static_cast<int>(q.size(1)),
                       k.defined() ? static_cast<int>(k.size(1)) : 0,
@@ -134,15 +146,18 @@ void Rope::apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& p
                       k.defined() ? k.stride(0) : 0,
                       qo.stride(0),
                       config_.neox,
-                      mscale_};
+                      mscale_,
+                      norm ? norm->eps : 0.0f};
   dispatch_float(q.dtype(), "rope", [&]<class T>() {
     T* kp = k.defined() ? k.data<T>() : nullptr;
+    const T* qn = norm ? norm->q_weight.data<T>() : nullptr;
+    const T* kn = norm && k.defined() ? norm->k_weight.data<T>() : nullptr;
     if (positions.dtype() == DType::i32) {
       kernels::rope<T, int32_t>(a, q.data<T>(), qo.data<T>(), kp, positions.data<int32_t>(), table_.data<float>(),
-                                ctx.warp_size(), ctx.stream().get());
+                                ctx.warp_size(), ctx.stream().get(), qn, kn);
     } else {
       kernels::rope<T, int64_t>(a, q.data<T>(), qo.data<T>(), kp, positions.data<int64_t>(), table_.data<float>(),
-                                ctx.warp_size(), ctx.stream().get());
+                                ctx.warp_size(), ctx.stream().get(), qn, kn);
     }
   });
 }

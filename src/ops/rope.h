@@ -22,6 +22,13 @@ struct RopeConfig {
   double attention_factor = 0.0;                         // yarn; 0: 0.1 * ln(factor) + 1
 };
 
+// Per-head RMSNorm weights applied before the rotation (Qwen3's q_norm and k_norm): [head_dim]
+// each, of q's dtype.
+struct HeadNorm {
+  Tensor q_weight, k_weight;
+  float eps = 1e-6f;
+};
+
 // The frequency table of a configuration, on the device; apply() rotates q and k.
 class Rope {
  public:
@@ -32,9 +39,10 @@ class Rope {
   // dtype; positions: i32 or i64 [tokens]; all on the device. head_dim >= rotary_dim.
   // k rotates in place; q in place, or into q_out where given (q's shape and dtype, contiguous
   // heads, memory apart from q and k): a view of a fused QKV output becomes a tensor of its
-  // own without a copy first.
+  // own without a copy first. With `norm`, each head is RMS-normalised with its weights first
+  // (rms_norm's result per head, then the rotation of it), every dim, in the same launch.
   void apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& positions,
-             const Tensor& q_out = Tensor()) const;
+             const Tensor& q_out = Tensor(), const HeadNorm* norm = nullptr) const;
 
   const std::vector<float>& inv_freq() const { return inv_freq_; }
   float mscale() const { return mscale_; }

@@ -1,5 +1,6 @@
 #include "ops/weight.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -560,6 +561,19 @@ void grouped_linear(Context& ctx, const Tensor& x, const std::vector<Weight>& we
 ExpertWeights::ExpertWeights(Context& ctx, std::vector<Weight> weights) : weights_(std::move(weights)) {
   if (weights_.empty()) return;
   const Weight& first = weights_[0];
+  auto same_blocks = [&](const Weight& w) {
+    return w.defined() && w.format() == first.format() && w.out_features() == first.out_features() &&
+           w.in_features() == first.in_features();
+  };
+  if (first.defined() && gguf_block(first.format()) && std::all_of(weights_.begin(), weights_.end(), same_blocks)) {
+    Tensor table = Tensor::empty_host({static_cast<int64_t>(weights_.size() * sizeof(const void*))}, DType::i8);
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      const void* p = weights_[i].data().data_ptr();
+      std::memcpy(static_cast<char*>(table.data_ptr()) + i * sizeof(p), &p, sizeof(p));
+    }
+    block_table_ = ctx.to_device(table);
+    return;
+  }
   for (const Weight& w : weights_)
     if (!w.defined() || w.format() != WeightFormat::int4 || w.perm().defined() || w.group_size() != first.group_size() ||
         w.out_features() != first.out_features() || w.in_features() != first.in_features())
@@ -616,6 +630,19 @@ void grouped_linear(Context& ctx, const Tensor& x, const ExpertWeights& experts,
       else run.operator()<half>();
       return;
     }
+  }
+  const Tensor& blocks = experts.block_table();
+  if (blocks.defined() && !ctx.deterministic() && x.dim() == 2 && x.size(1) == k && x.is_contiguous() &&
+      out.dtype() == x.dtype() && out.is_contiguous() && out.shape() == std::vector<int64_t>({x.size(0), n}) && e <= 65535 &&
+      x.size(0) <= std::min(kernels::kGgufGroupedMaxRows, kGgufGemvMaxRows * e) &&
+      (path == GemmPath::gemv || path == GemmPath::automatic)) {
+    check_float_input(op, "x", x);
+    const auto* table = static_cast<const void* const*>(blocks.data_ptr());
+    dispatch_float(x.dtype(), op, [&]<class T>() {
+      kernels::gguf_grouped_gemv<T>(out.data<T>(), x.data<T>(), table, e, *gguf_block(w0.format()), offsets.data<int32_t>(),
+                                    x.size(0), n, k, ctx.warp_size(), ctx.stream().get());
+    });
+    return;
   }
   grouped_linear(ctx, x, experts.weights(), rows.host(ctx), out, path);
 }

@@ -179,8 +179,9 @@ void grouped_linear(Context& ctx, const Tensor& x, const std::vector<Weight>& we
                     const Tensor& out, GemmPath path = GemmPath::automatic);
 
 // One projection's weights of every expert (MoE), each in its own format, and what the
-// single-launch grouped kernels read: where every expert is int4 with the same groups and
-// columns in order, a device table of their matrices (kernels::Int4Matrix each, made once here).
+// single-launch grouped kernels read, made once here: where every expert is int4 with the same
+// groups and columns in order, a device table of their matrices (kernels::Int4Matrix each);
+// where every expert is in one GGUF block format, a device array of their data pointers.
 class ExpertWeights {
  public:
   ExpertWeights() = default;
@@ -190,10 +191,12 @@ class ExpertWeights {
   size_t size() const { return weights_.size(); }
   // The int4 table (undefined where the experts do not all qualify).
   const Tensor& int4_table() const { return int4_table_; }
+  // The GGUF block table (undefined where the experts do not all qualify).
+  const Tensor& block_table() const { return block_table_; }
 
  private:
   std::vector<Weight> weights_;
-  Tensor int4_table_;
+  Tensor int4_table_, block_table_;
 };
 
 // The rows of x grouped by expert: i32 [E + 1] offsets on the device, copied to the host on the
@@ -221,7 +224,12 @@ inline constexpr int64_t kInt4GroupedSmallExpert = int64_t{1} << 24;
 // grouped_linear above over ExpertWeights with the offsets on the device: where the experts have
 // an int4 table, x is f16/bf16 and contiguous, the device has matrix cores, not in deterministic
 // mode, and the path is automatic with few rows per expert (the rule above) or forced gemv (any
-// rows), the grouped kernel without host synchronisation;
+// rows), the grouped kernel without host synchronisation; where they have a GGUF block table,
+// x and out are contiguous, not in deterministic mode, x has at most
+// kernels::kGgufGroupedMaxRows rows and kGgufGemvMaxRows per expert on average (Mixtral's
+// experts at 64 rows ran faster expanded) and the path is automatic or gemv, the grouped block
+// GEMV (kernels::gguf_grouped_gemv: each expert's rows as linear's GEMV gives them, in one
+// launch; 2.4x faster than a launch per expert on Qwen3-30B-A3B's at one token, docs/PERFORMANCE.md);
 // otherwise the offsets are read to the host and each expert's rows run through `linear`.
 void grouped_linear(Context& ctx, const Tensor& x, const ExpertWeights& experts, ExpertRows& rows, const Tensor& out,
                     GemmPath path = GemmPath::automatic);

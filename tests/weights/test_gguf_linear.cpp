@@ -4,6 +4,7 @@
 // weights) and the expand-then-GEMM paths, in each float dtype; and the loader's handling of a
 // real model's blocks.
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,7 @@
 #include "weights/fixture_values.h"
 #include "weights/checkpoint.h"
 #include "weights/load.h"
+#include "weights/random_blocks.h"
 
 namespace lw::test {
 namespace {
@@ -94,6 +96,56 @@ TEST(GgufLinear, DeterministicRowsDoNotDependOnTheBatch) {
   ops::linear(ctx(), x, w, Tensor(), all);
   ops::linear(ctx(), x.slice(0, 5, 6), w, Tensor(), one);
   EXPECT_TRUE(bitwise_equal(ctx().to_host(one), ctx().to_host(all.slice(0, 5, 6))));
+}
+
+// MoE experts kept in one block format: grouped_linear runs every expert's rows in one launch
+// that reads the offsets on the device (no copy to the host), each expert's rows bit for bit as
+// linear's GEMV gives them (an expert without rows, one row, two passes of 8 rows, f32 and bf16);
+// experts of mixed formats take linear per expert (their offsets read to the host once).
+TEST(GgufLinear, GroupedExpertsReadTheOffsetsOnTheDevice) {
+  const int64_t n = 40, k = 512;
+  const std::vector<int32_t> offsets = {0, 3, 3, 4, 13, 18};  // at most 4 rows per expert on average
+  const int64_t t = offsets.back(), e = static_cast<int64_t>(offsets.size()) - 1;
+  for (weights::FileDType type : {weights::FileDType::q4_k, weights::FileDType::q6_k, weights::FileDType::q8_0}) {
+    SCOPED_TRACE(weights::file_dtype_name(type));
+    const kernels::BlockFormat block = *weights::block_format(type);
+    std::vector<ops::Weight> each;
+    for (int64_t i = 0; i < e; ++i) {
+      const std::vector<std::byte> bytes = weights::random_blocks(type, n, k, 100 + static_cast<uint64_t>(i));
+      Tensor h = Tensor::empty_host({static_cast<int64_t>(bytes.size())}, DType::i8);
+      std::memcpy(h.data_ptr(), bytes.data(), bytes.size());
+      each.push_back(ops::Weight::gguf(*ops::gguf_weight_format(block), n, k, ctx().to_device(h)));
+    }
+    const ops::ExpertWeights experts(ctx(), each);
+    ASSERT_TRUE(experts.block_table().defined());
+    Tensor off_h = Tensor::empty_host({e + 1}, DType::i32);
+    std::memcpy(off_h.data_ptr(), offsets.data(), offsets.size() * sizeof(int32_t));
+    const Tensor off = ctx().to_device(off_h);
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(dtype_name(dt));
+      const Tensor x = ctx().to_device(random_host({t, k}, dt));
+      Tensor out = ctx().empty({t, n}, dt), want = ctx().empty({t, n}, dt);
+      poison(out);
+      ops::ExpertRows rows(off);
+      const uint64_t copies = ctx().host_transfers();
+      ops::grouped_linear(ctx(), x, experts, rows, out, ops::GemmPath::gemv);
+      EXPECT_EQ(ctx().host_transfers(), copies) << "the offsets were read to the host";
+      for (int64_t i = 0; i < e; ++i)
+        if (offsets[i] < offsets[i + 1])
+          ops::linear(ctx(), x.slice(0, offsets[i], offsets[i + 1]), each[static_cast<size_t>(i)], Tensor(),
+                      want.slice(0, offsets[i], offsets[i + 1]), ops::GemmPath::gemv);
+      EXPECT_TRUE(bitwise_equal(ctx().to_host(out), ctx().to_host(want)));
+    }
+  }
+  // Mixed formats: no table; the per-expert path gives the same rows.
+  std::vector<ops::Weight> mixed;
+  for (weights::FileDType type : {weights::FileDType::q4_k, weights::FileDType::q8_0}) {
+    const std::vector<std::byte> bytes = weights::random_blocks(type, n, k, 7);
+    Tensor h = Tensor::empty_host({static_cast<int64_t>(bytes.size())}, DType::i8);
+    std::memcpy(h.data_ptr(), bytes.data(), bytes.size());
+    mixed.push_back(ops::Weight::gguf(*ops::gguf_weight_format(*weights::block_format(type)), n, k, ctx().to_device(h)));
+  }
+  EXPECT_FALSE(ops::ExpertWeights(ctx(), mixed).block_table().defined());
 }
 
 TEST(GgufLinear, RefusesMisuse) {

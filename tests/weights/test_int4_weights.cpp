@@ -185,21 +185,26 @@ TEST(Int4Weights, GroupedLinearRunsEachGroupThroughItsWeight) {
 // kernel over the same expert, rows and splits. grouped_linear takes it on the automatic and
 // gemv paths; experts without a table (a dense one, an act-order one) run each expert's rows
 // through linear, with the offsets read to the host.
-TEST(Int4Weights, GroupedKernelReadsTheOffsetsOnTheDevice) {
-  const int64_t n = 80, k = 1024;  // five row tiles (a partial block of them), 16 column tiles, groups of 128
-  const std::vector<int32_t> counts = {3, 0, 19, 1, 8, 9};
-  std::vector<int32_t> offsets = {0};
-  for (int32_t c : counts) offsets.push_back(offsets.back() + c);
-  const int64_t e = static_cast<int64_t>(counts.size()), t = offsets.back();
+// kernels::int4_grouped_gemv over experts with `counts` rows each, in one and three k splits:
+// each expert's rows bit for bit against the streamed kernel over the same expert, rows and
+// splits, and against the float64 reference of its weight.
+struct GroupedCase {
+  int64_t n, k, e, t;
+  std::vector<int32_t> offsets;
   std::vector<ops::Weight> weights;
-  for (int64_t i = 0; i < e; ++i) weights.push_back(ops::int4_weight(ctx(), random_gptq(n, k, 128)));
-  const ops::ExpertWeights experts(ctx(), weights);
-  ASSERT_TRUE(experts.int4_table().defined());
-  Tensor off_host = Tensor::empty_host({e + 1}, DType::i32);
-  std::copy(offsets.begin(), offsets.end(), off_host.data<int32_t>());
-  const Tensor off = ctx().to_device(off_host);
-  const Tensor xh = random_host({t, k}, DType::bf16), x = ctx().to_device(xh);
-  auto expect_reference = [&](const Tensor& got, const std::vector<ops::Weight>& ws) {
+  Tensor xh, x, off;
+  GroupedCase(int64_t n_, int64_t k_, const std::vector<int32_t>& counts) : n(n_), k(k_), offsets{0} {
+    for (int32_t c : counts) offsets.push_back(offsets.back() + c);
+    e = static_cast<int64_t>(counts.size());
+    t = offsets.back();
+    for (int64_t i = 0; i < e; ++i) weights.push_back(ops::int4_weight(ctx(), random_gptq(n, k, 128)));
+    Tensor off_host = Tensor::empty_host({e + 1}, DType::i32);
+    std::copy(offsets.begin(), offsets.end(), off_host.data<int32_t>());
+    off = ctx().to_device(off_host);
+    xh = random_host({t, k}, DType::bf16);
+    x = ctx().to_device(xh);
+  }
+  void expect_reference(const Tensor& got, const std::vector<ops::Weight>& ws) const {
     for (int64_t g = 0; g < e; ++g) {
       SCOPED_TRACE(::testing::Message() << "expert " << g);
       const int64_t begin = offsets[static_cast<size_t>(g)], end = offsets[static_cast<size_t>(g) + 1];
@@ -208,29 +213,54 @@ TEST(Int4Weights, GroupedKernelReadsTheOffsetsOnTheDevice) {
       const std::vector<float> wref(wh.data<float>(), wh.data<float>() + n * k);
       expect_linear_near_reference(got.slice(0, begin, end), xh.slice(0, begin, end), Tensor(), wref, n, k);
     }
-  };
-  const kernels::Int4Matrix shape = int4_matrix_of(weights[0], 128);
-  const auto* table = static_cast<const kernels::Int4Matrix*>(experts.int4_table().data_ptr());
-  for (int splits : {1, 3}) {
-    SCOPED_TRACE(::testing::Message() << splits << " splits");
-    Tensor out = ctx().empty({t, n}, DType::bf16), want = ctx().empty({t, n}, DType::bf16);
-    poison(out);
-    poison(want);
-    Tensor workspace = ctx().empty({splits * t * n}, DType::f32);
-    kernels::int4_grouped_gemv<bfloat16>(out.data<bfloat16>(), x.data<bfloat16>(), shape, table, e, off.data<int32_t>(), t, splits,
-                                         workspace.data<float>(), ctx().warp_size(), ctx().stream().get());
-    for (int64_t g = 0; g < e; ++g)
-      for (int64_t r0 = offsets[static_cast<size_t>(g)]; r0 < offsets[static_cast<size_t>(g) + 1]; r0 += 8) {
-        const int64_t rows = std::min<int64_t>(8, offsets[static_cast<size_t>(g) + 1] - r0);
-        kernels::int4_gemm<bfloat16>(want.data<bfloat16>() + r0 * n, x.data<bfloat16>() + r0 * k,
-                                     int4_matrix_of(weights[static_cast<size_t>(g)], 128), nullptr, rows, k, n, splits,
-                                     workspace.data<float>(), nullptr, ctx().warp_size(), ctx().stream().get(),
-                                     kernels::Int4GemmKernel::streamed);
-      }
-    const Tensor got = ctx().to_host(out);
-    EXPECT_TRUE(bitwise_equal(got, ctx().to_host(want)));
-    expect_reference(got, weights);
   }
+  void expect_kernel_gives_streamed(const ops::ExpertWeights& experts) const {
+    const kernels::Int4Matrix shape = int4_matrix_of(weights[0], 128);
+    const auto* table = static_cast<const kernels::Int4Matrix*>(experts.int4_table().data_ptr());
+    for (int splits : {1, 3}) {
+      SCOPED_TRACE(::testing::Message() << splits << " splits");
+      Tensor out = ctx().empty({t, n}, DType::bf16), want = ctx().empty({t, n}, DType::bf16);
+      poison(out);
+      poison(want);
+      Tensor workspace = ctx().empty({splits * t * n}, DType::f32);
+      kernels::int4_grouped_gemv<bfloat16>(out.data<bfloat16>(), x.data<bfloat16>(), shape, table, e, off.data<int32_t>(), t,
+                                           splits, workspace.data<float>(), ctx().warp_size(), ctx().stream().get());
+      for (int64_t g = 0; g < e; ++g)
+        for (int64_t r0 = offsets[static_cast<size_t>(g)]; r0 < offsets[static_cast<size_t>(g) + 1]; r0 += 8) {
+          const int64_t rows = std::min<int64_t>(8, offsets[static_cast<size_t>(g) + 1] - r0);
+          kernels::int4_gemm<bfloat16>(want.data<bfloat16>() + r0 * n, x.data<bfloat16>() + r0 * k,
+                                       int4_matrix_of(weights[static_cast<size_t>(g)], 128), nullptr, rows, k, n, splits,
+                                       workspace.data<float>(), nullptr, ctx().warp_size(), ctx().stream().get(),
+                                       kernels::Int4GemmKernel::streamed);
+        }
+      const Tensor got = ctx().to_host(out);
+      EXPECT_TRUE(bitwise_equal(got, ctx().to_host(want)));
+      expect_reference(got, weights);
+    }
+  }
+};
+
+// The grouped int4 kernel reads the offsets on the device: experts without rows, one row,
+// exactly one pass of 8, several passes (9 and 19 rows), by expert and by row (at most a row per
+// four experts: a block per pass that exists, a decode step of few tokens among many experts);
+// grouped_linear takes it on the automatic and gemv paths; experts without a table (a dense
+// one, an act-order one) run each expert's rows through linear, with the offsets read to the host.
+TEST(Int4Weights, GroupedKernelReadsTheOffsetsOnTheDevice) {
+  // five row tiles (a partial block of them), 16 column tiles, groups of 128
+  std::vector<int32_t> few(64, 0);  // 13 rows among 64 experts: by row
+  few[1] = 2, few[4] = 1, few[6] = 9, few[63] = 1;
+  const GroupedCase by_row(80, 1024, few);
+  ASSERT_LE(4 * by_row.t, by_row.e);
+  by_row.expect_kernel_gives_streamed(ops::ExpertWeights(ctx(), by_row.weights));
+  const GroupedCase many(80, 1024, {3, 0, 19, 1, 8, 9});
+  const ops::ExpertWeights experts(ctx(), many.weights);
+  ASSERT_TRUE(experts.int4_table().defined());
+  many.expect_kernel_gives_streamed(experts);
+  const int64_t n = many.n, k = many.k, e = many.e, t = many.t;
+  const std::vector<ops::Weight>& weights = many.weights;
+  const Tensor& x = many.x;
+  const Tensor& off = many.off;
+  auto expect_reference = [&](const Tensor& got, const std::vector<ops::Weight>& ws) { many.expect_reference(got, ws); };
   for (ops::GemmPath path : {ops::GemmPath::automatic, ops::GemmPath::gemv}) {
     SCOPED_TRACE(ops::gemm_path_name(path));
     Tensor out = ctx().empty({t, n}, DType::bf16);

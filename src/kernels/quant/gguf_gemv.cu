@@ -6,6 +6,7 @@
 #include "gpu/numeric.h"
 #include "gpu/vector.h"
 #include "gpu/warp.h"
+#include "kernels/expert_rows.h"
 #include "kernels/quant/fp8.h"
 #include "kernels/quant/gguf_blocks.h"
 
@@ -31,15 +32,11 @@ struct GgufRows {  // GGML blocks, row by row
   };
   LW_DEVICE_INLINE Row row(int64_t col) const { return {w + col * (k / Block::kElems) * Block::kBytes}; }
 };
-// A warp per output column (row of W) and pass of R rows of x; its lanes take the row's
-// 16-element runs in turn, decode each once and use it for every row of x.
+// One output column (row of W) over rows [row0, row0 + rows) of x, rows <= R: the warp's lanes
+// take the row's 16-element runs in turn, decode each once and use it for every row of x.
 template <class T, class Source, int V>
-__global__ void gemv_kernel(T* __restrict__ y, const T* __restrict__ x, Source w, const T* __restrict__ bias, int64_t m,
-                            int64_t n, int64_t k, int64_t ldx, int64_t ldy) {
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * (blockDim.x / gpu::kWarpSize) + gpu::warp_id();
-  if (col >= n) return;  // the whole warp: no collective is skipped by part of it
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * R;
-  const int rows = m - row0 < R ? static_cast<int>(m - row0) : R;
+LW_DEVICE_INLINE void gemv_column(T* __restrict__ y, const T* __restrict__ x, const Source& w, const T* __restrict__ bias,
+                                  int64_t col, int64_t row0, int rows, int64_t k, int64_t ldx, int64_t ldy) {
   const T* xr = x + row0 * ldx;
   const auto wr = w.row(col);
   float acc[R];
@@ -73,6 +70,32 @@ __global__ void gemv_kernel(T* __restrict__ y, const T* __restrict__ x, Source w
     const float s = gpu::warp_reduce_sum(acc[j]);
     if (gpu::lane_id() == 0 && j < rows) y[(row0 + j) * ldy + col] = gpu::from_float<T>(s + b);
   }
+}
+
+// A warp per output column and pass of R rows of x (blockIdx.y).
+template <class T, class Source, int V>
+__global__ void gemv_kernel(T* __restrict__ y, const T* __restrict__ x, Source w, const T* __restrict__ bias, int64_t m,
+                            int64_t n, int64_t k, int64_t ldx, int64_t ldy) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * (blockDim.x / gpu::kWarpSize) + gpu::warp_id();
+  if (col >= n) return;  // the whole warp: no collective is skipped by part of it
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * R;
+  gemv_column<T, Source, V>(y, x, w, bias, col, row0, m - row0 < R ? static_cast<int>(m - row0) : R, k, ldx, ldy);
+}
+
+// The same over one matrix per expert: block (column block, r) serves row r of x when r begins
+// one of its expert's passes of R rows (the expert found from the offsets on the device: no host
+// synchronisation), so every pass of every expert runs at once and a block per row bounds the
+// launch. Offsets out of range or decreasing make the blocks do nothing.
+template <class T, class Block, int V>
+__global__ void grouped_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const uint8_t* const* experts,
+                                    const int32_t* offsets, int count, int64_t rows, int64_t n, int64_t k) {
+  gpu::begin_after_prior_grid();  // the offsets and x come from the kernels before
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * (blockDim.x / gpu::kWarpSize) + gpu::warp_id();
+  const int64_t r0 = blockIdx.y;
+  ExpertPass pass;
+  if (col >= n || !pass_at_row(offsets, count, rows, r0, R, pass)) return;  // whole warps
+  gemv_column<T, GgufRows<Block>, V>(y, x, GgufRows<Block>{experts[pass.expert], k}, static_cast<const T*>(nullptr), col, r0,
+                                     static_cast<int>(pass.end - r0), k, k, n);
 }
 
 // 8-bit rows with scales (FP8 E4M3 or int8): a warp per output column and pass of R rows of x;
@@ -171,33 +194,64 @@ void launch_format(const char* name, T* y, const T* x, const void* w, const T* b
   launch_gemv(name, y, x, GgufRows<Block>{static_cast<const uint8_t*>(w), k}, bias, m, n, k, ldx, ldy, warp_size, stream);
 }
 
+// run.template operator()<Block>() for the block struct of a quantised format.
+template <class Run>
+void with_block(const char* op, BlockFormat format, Run&& run) {
+  switch (format) {
+    case BlockFormat::q4_0: run.template operator()<gguf::Q4_0>(); return;
+    case BlockFormat::q4_1: run.template operator()<gguf::Q4_1>(); return;
+    case BlockFormat::q5_0: run.template operator()<gguf::Q5_0>(); return;
+    case BlockFormat::q5_1: run.template operator()<gguf::Q5_1>(); return;
+    case BlockFormat::q8_0: run.template operator()<gguf::Q8_0>(); return;
+    case BlockFormat::q2_k: run.template operator()<gguf::Q2_K>(); return;
+    case BlockFormat::q3_k: run.template operator()<gguf::Q3_K>(); return;
+    case BlockFormat::q4_k: run.template operator()<gguf::Q4_K>(); return;
+    case BlockFormat::q5_k: run.template operator()<gguf::Q5_K>(); return;
+    case BlockFormat::q6_k: run.template operator()<gguf::Q6_K>(); return;
+    default: break;
+  }
+  LW_FAIL(op << ": no kernel for " << block_format_name(format));
+}
+
+void check_blocks(const char* op, BlockFormat format, int64_t m, int64_t n, int64_t k) {
+  LW_CHECK(is_quantized(format), op << ": " << block_format_name(format) << " is not a quantised block format");
+  LW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % block_format_elems(format) == 0,
+           op << ": [M, N, K] = [" << m << ", " << n << ", " << k << "]: K must be whole " << block_format_name(format)
+              << " blocks of " << block_format_elems(format));
+}
+
 }  // namespace
 
 template <class T>
 void gguf_gemv(T* y, const T* x, const void* w, BlockFormat format, const T* bias, int64_t m, int64_t n, int64_t k,
                int64_t ldx, int64_t ldy, int warp_size, cudaStream_t stream) {
-  LW_CHECK(is_quantized(format), "gguf_gemv: " << block_format_name(format) << " is not a quantised block format");
-  LW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % block_format_elems(format) == 0,
-           "gguf_gemv: [M, N, K] = [" << m << ", " << n << ", " << k << "]: K must be whole "
-                                      << block_format_name(format) << " blocks of " << block_format_elems(format));
+  check_blocks("gguf_gemv", format, m, n, k);
   if (m == 0 || n == 0) return;
-  auto run = [&]<class Block>(const char* name) {
-    launch_format<T, Block>(name, y, x, w, bias, m, n, k, ldx, ldy, warp_size, stream);
-  };
-  switch (format) {
-    case BlockFormat::q4_0: run.template operator()<gguf::Q4_0>("gguf_gemv_q4_0"); return;
-    case BlockFormat::q4_1: run.template operator()<gguf::Q4_1>("gguf_gemv_q4_1"); return;
-    case BlockFormat::q5_0: run.template operator()<gguf::Q5_0>("gguf_gemv_q5_0"); return;
-    case BlockFormat::q5_1: run.template operator()<gguf::Q5_1>("gguf_gemv_q5_1"); return;
-    case BlockFormat::q8_0: run.template operator()<gguf::Q8_0>("gguf_gemv_q8_0"); return;
-    case BlockFormat::q2_k: run.template operator()<gguf::Q2_K>("gguf_gemv_q2_k"); return;
-    case BlockFormat::q3_k: run.template operator()<gguf::Q3_K>("gguf_gemv_q3_k"); return;
-    case BlockFormat::q4_k: run.template operator()<gguf::Q4_K>("gguf_gemv_q4_k"); return;
-    case BlockFormat::q5_k: run.template operator()<gguf::Q5_K>("gguf_gemv_q5_k"); return;
-    case BlockFormat::q6_k: run.template operator()<gguf::Q6_K>("gguf_gemv_q6_k"); return;
-    default: break;
-  }
-  LW_FAIL("gguf_gemv: no kernel for " << block_format_name(format));
+  with_block("gguf_gemv", format,
+             [&]<class Block>() { launch_format<T, Block>("gguf_gemv", y, x, w, bias, m, n, k, ldx, ldy, warp_size, stream); });
+}
+
+template <class T>
+void gguf_grouped_gemv(T* y, const T* x, const void* const* experts, int64_t count, BlockFormat format, const int32_t* offsets,
+                       int64_t rows, int64_t n, int64_t k, int warp_size, cudaStream_t stream) {
+  const char* op = "gguf_grouped_gemv";
+  check_blocks(op, format, rows, n, k);
+  LW_CHECK(experts && offsets && count >= 1 && count <= 0x7fffffff,
+           op << ": " << count << " experts (with their matrices and offsets on the device)");
+  LW_CHECK(rows <= kGgufGroupedMaxRows, op << ": " << rows << " rows of x; a launch takes at most " << kGgufGroupedMaxRows);
+  if (rows == 0 || n == 0) return;
+  const int64_t blocks = (n + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  LW_CHECK(blocks <= 0x7fffffff, op << ": " << n << " output columns exceed the grid limit");
+  constexpr int V = gpu::kVecWidth<T>;
+  const auto* table = reinterpret_cast<const uint8_t* const*>(experts);
+  with_block(op, format, [&]<class Block>() {
+    const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(rows)),
+                                dim3(kWarpsPerBlock * warp_size), 0, stream, gpu::kOverlapsPrior};
+    if (k % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x))
+      gpu::launch(op, grouped_gemv_kernel<T, Block, V>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n, k);
+    else
+      gpu::launch(op, grouped_gemv_kernel<T, Block, 1>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n, k);
+  });
 }
 
 template <class T>
@@ -228,7 +282,9 @@ void scaled_gemv(T* y, const T* x, const ScaledMatrix& w, const T* bias, int64_t
 
 #define LW_GGUF_GEMV(T)                                                                                            \
   template void gguf_gemv<T>(T*, const T*, const void*, BlockFormat, const T*, int64_t, int64_t, int64_t, int64_t, \
-                             int64_t, int, cudaStream_t);
+                             int64_t, int, cudaStream_t);                                                          \
+  template void gguf_grouped_gemv<T>(T*, const T*, const void* const*, int64_t, BlockFormat, const int32_t*, int64_t, \
+                                     int64_t, int64_t, int, cudaStream_t);
 LW_GGUF_GEMV(float)
 LW_GGUF_GEMV(half)
 LW_GGUF_GEMV(bfloat16)

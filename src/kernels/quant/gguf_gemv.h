@@ -20,6 +20,17 @@ template <class T>
 void gguf_gemv(T* y, const T* x, const void* w, BlockFormat format, const T* bias, int64_t m, int64_t n, int64_t k,
                int64_t ldx, int64_t ldy, int warp_size, cudaStream_t stream);
 
+// The same kernel over one matrix per expert (MoE): experts is a device array of `count`
+// pointers to [N, K] block matrices of one format; rows [offsets[e], offsets[e + 1]) of x
+// ([rows, K], contiguous) go through expert e into the same rows of y ([rows, N]). The offsets
+// (i32 [count + 1], device, from 0 to rows) are read on the device: no host synchronisation. A
+// block per column block and row of x (the passes of R rows of every expert at once): at most
+// kGgufGroupedMaxRows rows a launch.
+inline constexpr int64_t kGgufGroupedMaxRows = 64;  // lint: not-a-warp (rows of x)
+template <class T>
+void gguf_grouped_gemv(T* y, const T* x, const void* const* experts, int64_t count, BlockFormat format, const int32_t* offsets,
+                       int64_t rows, int64_t n, int64_t k, int warp_size, cudaStream_t stream);
+
 // The same kernel over 8-bit values with scales (FP8 E4M3 or int8, kernels/quant/dequant.h's
 // ScaledMatrix, `w.rows` = N, `w.cols` = K, K a multiple of 16): each weight decoded, times its
 // scale in fp32 and rounded to T as dequantize_scaled rounds it.

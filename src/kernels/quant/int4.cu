@@ -11,6 +11,7 @@
 #include "gpu/numeric.h"
 #include "gpu/vector.h"
 #include "gpu/warp.h"
+#include "kernels/expert_rows.h"
 
 namespace lw::kernels {
 
@@ -714,11 +715,14 @@ __global__ void gemv_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
 #endif
 }
 
-// The streamed kernel over one matrix per expert (blockIdx.z): rows [offsets[z], offsets[z + 1])
-// of x (read on the device: no host synchronisation), up to mma::kNarrowCols a pass, each pass
-// reading the expert's tiles again. Splits write `workspace` planes of every row (`rows`), which
-// reduce_splits_kernel adds. An expert's offsets out of [0, rows] or decreasing make its block
-// do nothing (the op's caller makes them; moe_permutation's are in range).
+// The streamed kernel over one matrix per expert: rows [offsets[z], offsets[z + 1]) of x (read
+// on the device: no host synchronisation), up to mma::kNarrowCols a pass, each pass reading the
+// expert's tiles again. By expert, blockIdx.z is the expert and its block runs its passes one
+// after another; by row (at most a row per four experts: most have none), blockIdx.z is a row
+// of x and its block runs the pass that begins there, if one does, so that no block is spent on
+// an expert without rows. Splits write `workspace` planes of every row (`rows`), which
+// reduce_splits_kernel adds. Offsets out of [0, rows] or decreasing make the blocks do nothing
+// (the op's caller makes them; moe_permutation's are in range).
 // NVIDIA: the dense kernel's four blocks per multiprocessor (the passes' bookkeeping took it to
 // 159 registers, three blocks, without the bound).
 #if defined(LW_TARGET_CUDA)
@@ -726,15 +730,24 @@ __global__ void gemv_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
 #else
 #define LW_INT4_GROUPED_BOUNDS
 #endif
-template <class T>
-__global__ void LW_INT4_GROUPED_BOUNDS grouped_gemv_kernel(T* y, const T* x, const Int4Matrix* experts, const int32_t* offsets, int rows, int ldx,
-                                    int64_t ldy, int tiles_per_split, bool x_vectors, float* workspace) {
+template <class T, bool kByRow>
+__global__ void LW_INT4_GROUPED_BOUNDS grouped_gemv_kernel(T* y, const T* x, const Int4Matrix* experts, const int32_t* offsets, int count,
+                                    int rows, int ldx, int64_t ldy, int tiles_per_split, bool x_vectors, float* workspace) {
   LW_DYNAMIC_SHARED(T, xs);
 #if LW_MATRIX_CORES
   gpu::begin_after_prior_grid();  // the offsets come from the kernel before
-  const int z = static_cast<int>(blockIdx.z);
-  const int begin = offsets[z], end = offsets[z + 1];
-  if (begin < 0 || end > rows || begin >= end) return;
+  int z = static_cast<int>(blockIdx.z), begin, end;
+  if constexpr (kByRow) {
+    ExpertPass pass;
+    if (!pass_at_row(offsets, count, rows, blockIdx.z, mma::kNarrowCols, pass)) return;
+    z = pass.expert;
+    begin = static_cast<int>(blockIdx.z);
+    end = static_cast<int>(pass.end);
+  } else {
+    begin = offsets[z];
+    end = offsets[z + 1];
+    if (begin < 0 || end > rows || begin >= end) return;
+  }
   const Int4Matrix w = experts[z];
   for (int r0 = begin; r0 < end; r0 += mma::kNarrowCols) {
     if (r0 > begin) __syncthreads();  // every warp is done with the pass's x before it is overwritten
@@ -743,8 +756,8 @@ __global__ void LW_INT4_GROUPED_BOUNDS grouped_gemv_kernel(T* y, const T* x, con
                  tiles_per_split, x_vectors, workspace ? workspace + static_cast<int64_t>(r0) * w.n : nullptr, rows, nullptr);
   }
 #else
-  (void)xs, (void)y, (void)x, (void)experts, (void)offsets, (void)rows, (void)ldx, (void)ldy, (void)tiles_per_split,
-      (void)x_vectors, (void)workspace;
+  (void)xs, (void)y, (void)x, (void)experts, (void)offsets, (void)count, (void)rows, (void)ldx, (void)ldy,
+      (void)tiles_per_split, (void)x_vectors, (void)workspace;
 #endif
 }
 
@@ -940,12 +953,20 @@ void int4_grouped_gemv(T* y, const T* x, const Int4Matrix& shape, const Int4Matr
   if (rows == 0) return;
   const int64_t tiles_k = (shape.k + kInt4TileCols - 1) / kInt4TileCols, per_split = (tiles_k + splits - 1) / splits;
   const bool x_vectors = shape.k % 8 == 0 && gpu::aligned_to(16, x);
-  gpu::launch("int4_grouped_gemv", grouped_gemv_kernel<T>,
-              {dim3(static_cast<unsigned>(gemm_row_blocks(shape, 1)), static_cast<unsigned>(splits), static_cast<unsigned>(count)),
-               dim3(kGemmWarps * warp_size), gemv_shared_bytes(shape, gpu::mma::kNarrowCols, splits, sizeof(T)), stream,
-               gpu::kOverlapsPrior},
-              y, x, experts, offsets, static_cast<int>(rows), static_cast<int>(shape.k), shape.n, static_cast<int>(per_split),
-              x_vectors, workspace);
+  // By row where there are few rows for the experts (a decode step of few tokens among many
+  // experts): a block per pass that exists, not one per expert. On the H200 (Qwen3-30B-A3B's 128
+  // experts) 24-27% faster at 8 rows, within 2% at 32, 9% slower at 64: up to a quarter.
+  const bool by_row = 4 * rows <= count;
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(gemm_row_blocks(shape, 1)), static_cast<unsigned>(splits),
+                                   static_cast<unsigned>(by_row ? rows : count)),
+                              dim3(kGemmWarps * warp_size), gemv_shared_bytes(shape, gpu::mma::kNarrowCols, splits, sizeof(T)),
+                              stream, gpu::kOverlapsPrior};
+  auto run = [&](auto kernel) {
+    gpu::launch("int4_grouped_gemv", kernel, cfg, y, x, experts, offsets, static_cast<int>(count), static_cast<int>(rows),
+                static_cast<int>(shape.k), shape.n, static_cast<int>(per_split), x_vectors, workspace);
+  };
+  if (by_row) run(grouped_gemv_kernel<T, true>);
+  else run(grouped_gemv_kernel<T, false>);
   if (splits > 1)
     gpu::launch("int4_reduce_splits", reduce_splits_kernel<T>,
                 {dim3(static_cast<unsigned>(grid_for(rows * shape.n))), dim3(kThreads), 0, stream, gpu::kOverlapsPrior}, y,
