@@ -51,8 +51,8 @@ __global__ void rope_kernel(RopeArgs a, const T* q, T* q_out, T* k, const Pos* p
   for (int h0 = 0; h0 < heads; h0 += by) {
     const int h = h0 + ty;
     const bool live = h < heads;
-    const bool query = h < a.q_heads;
-    const int hh = live ? h : 0;
+    const int hh = live ? h : 0;  // an idle thread's addresses stay in its token's heads
+    const bool query = hh < a.q_heads;
     const T* x = query ? q + t * a.q_token_stride + static_cast<int64_t>(hh) * a.head_dim
                        : k + t * a.k_token_stride + static_cast<int64_t>(hh - a.q_heads) * a.head_dim;
     T* y = query ? q_out + t * a.q_out_token_stride + static_cast<int64_t>(hh) * a.head_dim

@@ -16,7 +16,8 @@ struct MoeRouting {
 };
 
 // logits [tokens, experts] (<= 256 experts) -> weights f32 [tokens, k], ids i32 [tokens, k].
-// Ties go to the lower expert index, so every target chooses the same experts.
+// Ties go to the lower expert index (a NaN score ranks after every number), so every target
+// chooses the same k distinct experts.
 void moe_route(Context& ctx, const Tensor& logits, const MoeRouting& routing, const Tensor& weights, const Tensor& ids);
 
 struct MoePermutation {
