@@ -526,10 +526,10 @@ TEST(Engine, DecodeGraphsGiveTheEagerLogprobsWithInt4Weights) {
 }
 
 // Mixture-of-experts models under decode graphs: with int4 experts (the grouped kernel reads the
-// expert offsets on the device) and dense ones (the grouped GEMV) the steps are captured, and
-// each decode step's log-probability matches the eager run's while the tokens agree; with FP8
-// experts (each expert's linear after the offsets are read to the host) no step is captured and
-// the tokens are the eager ones.
+// expert offsets on the device), GGUF Q8_0 ones (the grouped block GEMV) and dense ones (the
+// grouped GEMV) the steps are captured, and each decode step's log-probability matches the
+// eager run's while the tokens agree; with FP8 experts (each expert's linear after the offsets
+// are read to the host) no step is captured and the tokens are the eager ones.
 TEST(Engine, DecodeGraphsCaptureMixtureOfExpertsSteps) {
   if (!Graph::graphs_supported()) GTEST_SKIP() << "the host target has no graphs";
   model::ModelConfig c = tiny_llama_config(256);
@@ -546,7 +546,8 @@ TEST(Engine, DecodeGraphsCaptureMixtureOfExpertsSteps) {
   std::mt19937_64& g = rng();
   std::vector<Request> reqs;
   for (int i = 0; i < 7; ++i) reqs.push_back(make_request(g, 3 + static_cast<int>(g() % 40), 4 + 3 * i, c.vocab));
-  for (weights::FileDType experts : {weights::FileDType::i32, weights::FileDType::f32, weights::FileDType::f8_e4m3}) {
+  for (weights::FileDType experts :
+       {weights::FileDType::i32, weights::FileDType::q8_0, weights::FileDType::f32, weights::FileDType::f8_e4m3}) {
     SCOPED_TRACE(weights::file_dtype_name(experts));
     const auto m = model::Model::random(ctx(), c, DType::bf16, 13, {}, experts);
     auto run = [&](bool graphs) {
