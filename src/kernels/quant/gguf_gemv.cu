@@ -213,6 +213,23 @@ void with_block(const char* op, BlockFormat format, Run&& run) {
   LW_FAIL(op << ": no kernel for " << block_format_name(format));
 }
 
+// The dense GEMV's launch name for a format (errors and profiles name the format).
+const char* gemv_name(BlockFormat format) {
+  switch (format) {
+    case BlockFormat::q4_0: return "gguf_gemv_q4_0";
+    case BlockFormat::q4_1: return "gguf_gemv_q4_1";
+    case BlockFormat::q5_0: return "gguf_gemv_q5_0";
+    case BlockFormat::q5_1: return "gguf_gemv_q5_1";
+    case BlockFormat::q8_0: return "gguf_gemv_q8_0";
+    case BlockFormat::q2_k: return "gguf_gemv_q2_k";
+    case BlockFormat::q3_k: return "gguf_gemv_q3_k";
+    case BlockFormat::q4_k: return "gguf_gemv_q4_k";
+    case BlockFormat::q5_k: return "gguf_gemv_q5_k";
+    case BlockFormat::q6_k: return "gguf_gemv_q6_k";
+    default: return "gguf_gemv";
+  }
+}
+
 void check_blocks(const char* op, BlockFormat format, int64_t m, int64_t n, int64_t k) {
   LW_CHECK(is_quantized(format), op << ": " << block_format_name(format) << " is not a quantised block format");
   LW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % block_format_elems(format) == 0,
@@ -227,8 +244,9 @@ void gguf_gemv(T* y, const T* x, const void* w, BlockFormat format, const T* bia
                int64_t ldx, int64_t ldy, int warp_size, cudaStream_t stream) {
   check_blocks("gguf_gemv", format, m, n, k);
   if (m == 0 || n == 0) return;
-  with_block("gguf_gemv", format,
-             [&]<class Block>() { launch_format<T, Block>("gguf_gemv", y, x, w, bias, m, n, k, ldx, ldy, warp_size, stream); });
+  with_block("gguf_gemv", format, [&]<class Block>() {
+    launch_format<T, Block>(gemv_name(format), y, x, w, bias, m, n, k, ldx, ldy, warp_size, stream);
+  });
 }
 
 template <class T>
