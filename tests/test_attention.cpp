@@ -176,7 +176,7 @@ void run_case(DType dt, const Case& c, ops::KvCacheFormat format = ops::KvCacheF
     SCOPED_TRACE(ops::path_name<ops::AttentionPaths>(path));
     Tensor out = ctx().empty({seqs, c.q_heads, hd}, dt);
     poison(out);
-    if (path == ops::AttentionPath::matrix) {  // the matrix kernels need a plan: refused by name
+    if (path == ops::AttentionPath::matrix || path == ops::AttentionPath::hopper) {  // they need a plan: refused by name
       expect_error([&] { ops::decode_attention(ctx(), q_d, cache.cache, tables, lens, max_ctx, scale, out, c.options, path); },
                    "decode_attention takes no plan");
       continue;
@@ -369,7 +369,8 @@ void run_prefill_case(DType dt, const PrefillCase& c, ops::KvCacheFormat format 
                                     << ", softcap " << c.options.softcap << ", cache " << ops::kv_cache_format_name(format));
   const PrefillInputs in = make_prefill_inputs(dt, c, format, k_exponent, v_exponent);
   const int seqs = static_cast<int>(c.new_lens.size());
-  const ops::AttentionShape shape{in.total, seqs, c.q_heads, c.kv_heads, c.head_dim, in.max_ctx, dt, true, false};
+  const ops::AttentionShape shape{in.total, seqs,  c.q_heads, c.kv_heads, c.head_dim, in.max_ctx,
+                                  dt,       true, false,     format != ops::KvCacheFormat::model};
   for (ops::AttentionPath path : ops::available_paths<ops::AttentionPaths>(ctx().caps())) {
     SCOPED_TRACE(ops::path_name<ops::AttentionPaths>(path));
     Tensor out = ctx().empty({in.total, c.q_heads, c.head_dim}, dt);
@@ -380,6 +381,10 @@ void run_prefill_case(DType dt, const PrefillCase& c, ops::KvCacheFormat format 
     };
     if (path == ops::AttentionPath::matrix && !ops::matrix_attention_supports(shape).ok) {
       if (in.total > 0) expect_error(run, "matrix attention path (path argument) cannot take");
+      continue;
+    }
+    if (path == ops::AttentionPath::hopper && !ops::hopper_attention_supports(shape).ok) {
+      if (in.total > 0) expect_error(run, "hopper attention path (path argument) cannot take");
       continue;
     }
     run();

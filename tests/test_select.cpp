@@ -215,11 +215,19 @@ TEST(Select, AttentionPathFromTheEnvironment) {
   };
   // decode_attention (no plan) stays portable; every prefill_attention batch the matrix kernel
   // takes goes to the matrix cores, single-token (decode) batches and deterministic mode included.
+  // On a Hopper GPU (a build with its kernel) the head dims that kernel has go to it instead.
+  const bool hopper = std::find(paths.begin(), paths.end(), ops::AttentionPath::hopper) != paths.end();
+  if (ctx().caps().emulator()) EXPECT_FALSE(hopper) << "the emulator has no warpgroup multiply";
   const ops::AttentionPath fast = matrix ? ops::AttentionPath::matrix : ops::AttentionPath::portable;
+  const ops::AttentionPath fastest = hopper ? ops::AttentionPath::hopper : fast;
   EXPECT_EQ(chosen(decode), ops::AttentionPath::portable);
-  EXPECT_EQ(chosen({4, 4, 4, 2, 64, 16, DType::bf16, true, false}), fast);
-  EXPECT_EQ(chosen(prefill), fast);
-  EXPECT_EQ(chosen({4, 4, 4, 2, 64, 16, DType::bf16, true, true}), fast);
+  EXPECT_EQ(chosen({4, 4, 4, 2, 64, 16, DType::bf16, true, false}), fastest);
+  EXPECT_EQ(chosen(prefill), fastest);
+  EXPECT_EQ(chosen({4, 4, 4, 2, 64, 16, DType::bf16, true, true}), fastest);
+  EXPECT_EQ(chosen({40, 2, 4, 2, 96, 40, DType::bf16, true, false}), fast);  // head dim 96: no Hopper kernel
+  EXPECT_EQ(chosen({40, 2, 4, 2, 64, 40, DType::bf16, true, false, true}), fast);  // 8-bit cache
+  EXPECT_FALSE(ops::hopper_attention_supports({40, 2, 4, 2, 64, 40, DType::bf16, true, false, true}).ok);
+  EXPECT_CONTAINS(ops::hopper_attention_supports({40, 2, 4, 2, 80, 40, DType::bf16, true, false}).reason, "head dims");
   // What it cannot take stays portable: f32, a head dim not built.
   EXPECT_EQ(chosen({40, 2, 4, 2, 64, 40, DType::f32, true, false}), ops::AttentionPath::portable);
   EXPECT_EQ(chosen({40, 2, 4, 2, 112, 40, DType::bf16, true, false}), ops::AttentionPath::portable);

@@ -273,23 +273,29 @@ template <class T, class C, int D>
 void launch_prefill(const PrefillAttentionArgs& a, const T* q, const C* k_cache, const C* v_cache,
                     const KvScales& scales, const int32_t* block_tables, const int32_t* seq_info, const int32_t* tile_info, float* workspace,
                     T* out, int warp_size, cudaStream_t stream) {
-  const int64_t per = static_cast<int64_t>(a.rows) * a.q_heads * a.parts;
-  float* part_out = a.parts > 1 ? workspace : nullptr;
-  float* part_max = a.parts > 1 ? workspace + per * a.head_dim : nullptr;
-  float* part_sum = a.parts > 1 ? part_max + per : nullptr;
+  const PrefillParts p = prefill_parts(a, workspace);
   gpu::launch("prefill_attention", prefill_kernel<T, C, D>,
               {dim3(static_cast<unsigned>(a.tiles), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(a.parts)),
                dim3(kWarps * warp_size), shared_bytes<T, D>(), stream},
-              a, q, k_cache, v_cache, scales, block_tables, seq_info, tile_info, part_out, part_max, part_sum, out);
-  if (a.parts > 1) {
-    gpu::launch("prefill_attention_merge", prefill_merge_kernel<T>,
-                {dim3(static_cast<unsigned>(a.q_heads), static_cast<unsigned>(a.tiles)),
-                 dim3(gpu::round_block_size(a.head_dim, warp_size)), 0, stream},
-                a, seq_info, tile_info, part_out, part_max, part_sum, out);
-  }
+              a, q, k_cache, v_cache, scales, block_tables, seq_info, tile_info, p.out, p.max, p.sum, out);
+  if (a.parts > 1) prefill_merge(a, seq_info, tile_info, workspace, out, warp_size, stream);
 }
 
 }  // namespace
+
+template <class T>
+void prefill_merge(const PrefillAttentionArgs& a, const int32_t* seq_info, const int32_t* tile_info,
+                   const float* workspace, T* out, int warp_size, cudaStream_t stream) {
+  const PrefillParts p = prefill_parts(a, const_cast<float*>(workspace));
+  gpu::launch("prefill_attention_merge", prefill_merge_kernel<T>,
+              {dim3(static_cast<unsigned>(a.q_heads), static_cast<unsigned>(a.tiles)),
+               dim3(gpu::round_block_size(a.head_dim, warp_size)), 0, stream},
+              a, seq_info, tile_info, p.out, p.max, p.sum, out);
+}
+template void prefill_merge<half>(const PrefillAttentionArgs&, const int32_t*, const int32_t*, const float*, half*, int,
+                                  cudaStream_t);
+template void prefill_merge<bfloat16>(const PrefillAttentionArgs&, const int32_t*, const int32_t*, const float*,
+                                      bfloat16*, int, cudaStream_t);
 
 const std::vector<int>& prefill_head_dims() {
   static const std::vector<int> dims = {64, 80, 96, 128, 256};  // lint: not-a-warp

@@ -58,6 +58,25 @@ PrefillTables prefill_tables(const std::vector<int32_t>& query_lens, const std::
 void choose_prefill_split(PrefillAttentionArgs& a, int max_context, int multiprocessors);
 // Floats of workspace a split launch needs (0 without a split).
 int64_t prefill_workspace(const PrefillAttentionArgs& a);
+// Where a split launch's parts go in that workspace: per (row, query head, part) the
+// normalised values (head_dim floats), the reference maximum and the sum; all null without a
+// split.
+struct PrefillParts {
+  float* out = nullptr;
+  float* max = nullptr;
+  float* sum = nullptr;
+};
+inline PrefillParts prefill_parts(const PrefillAttentionArgs& a, float* workspace) {
+  if (a.parts <= 1) return {};
+  const int64_t per = static_cast<int64_t>(a.rows) * a.q_heads * a.parts;
+  return {workspace, workspace + per * a.head_dim, workspace + per * (a.head_dim + 1)};
+}
+
+// A split launch's second step: each tile row's partitions (in the workspace after
+// prefill_attention's kernel, or another kernel of the same tables) combined into out.
+template <class T>
+void prefill_merge(const PrefillAttentionArgs& a, const int32_t* seq_info, const int32_t* tile_info,
+                   const float* workspace, T* out, int warp_size, cudaStream_t stream);
 
 // q [rows, q_heads, head_dim] -> out [rows, q_heads, head_dim]: new token j of sequence s (row
 // seq_info[s][0] + j) attends to the keys 0 .. context - new + j of its sequence (within the

@@ -79,12 +79,12 @@ inline constexpr float kStaleMax = 8.0f;
 
 // NT fragments of scores of a warp's 16 rows (times `to_log2`, a positive factor, in log2
 // units; -inf where masked): the rows' reference maxima m (log2 units, within kStaleMax of
-// the true maxima) and sums l (this lane's part of each row) updated, the output o rescaled
-// where a reference moved, and the scores turned into probabilities in place. The whole warp
-// calls it.
-template <int NT, int DT>
-LW_DEVICE_INLINE void online_softmax(mma::FragC (&sc)[NT], float (&m)[mma::kRowSlots], float (&l)[mma::kRowSlots],
-                                     mma::FragC (&o)[DT], float to_log2) {
+// the true maxima) and sums l (this lane's part of each row) updated, and the scores turned
+// into probabilities in place. Returns whether a row's reference moved: the output must then be
+// multiplied by corr (rescale_rows) before this tile's P.V adds to it. The whole warp calls it.
+template <int NT>
+LW_DEVICE_INLINE bool softmax_tile(mma::FragC (&sc)[NT], float (&m)[mma::kRowSlots], float (&l)[mma::kRowSlots],
+                                   float (&corr)[mma::kRowSlots], float to_log2) {
   float tile_max[mma::kRowSlots];
 #pragma unroll
   for (int r = 0; r < mma::kRowSlots; ++r) tile_max[r] = -INFINITY;
@@ -99,8 +99,8 @@ LW_DEVICE_INLINE void online_softmax(mma::FragC (&sc)[NT], float (&m)[mma::kRowS
     tile_max[r] = mma::reduce_row(tile_max[r], gpu::MaxOp{}) * to_log2;
     move = move || tile_max[r] > m[r] + kStaleMax;  // always where the row has seen no key yet
   }
-  if (gpu::warp_any(move)) {
-    float corr[mma::kRowSlots];
+  const bool moved = gpu::warp_any(move);
+  if (moved) {
 #pragma unroll
     for (int r = 0; r < mma::kRowSlots; ++r) {
       const float m_new = fmaxf(m[r], tile_max[r]);
@@ -108,11 +108,6 @@ LW_DEVICE_INLINE void online_softmax(mma::FragC (&sc)[NT], float (&m)[mma::kRowS
       corr[r] = gpu::exp2_approx(m[r] - (m_new == -INFINITY ? 0.0f : m_new));
       m[r] = m_new;
       l[r] *= corr[r];
-    }
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-#pragma unroll
-      for (int i = 0; i < mma::kC; ++i) o[dt].x[i] *= corr[mma::c_slot(i)];
     }
   }
   float ref[mma::kRowSlots];
@@ -127,6 +122,25 @@ LW_DEVICE_INLINE void online_softmax(mma::FragC (&sc)[NT], float (&m)[mma::kRowS
       l[mma::c_slot(i)] += p;  // this lane's part of the row; summed over the row at the end
     }
   }
+  return moved;
+}
+
+// The output's rows multiplied by the factors softmax_tile gave.
+template <int DT>
+LW_DEVICE_INLINE void rescale_rows(mma::FragC (&o)[DT], const float (&corr)[mma::kRowSlots]) {
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) {
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) o[dt].x[i] *= corr[mma::c_slot(i)];
+  }
+}
+
+// softmax_tile, then the output rescaled where a reference moved.
+template <int NT, int DT>
+LW_DEVICE_INLINE void online_softmax(mma::FragC (&sc)[NT], float (&m)[mma::kRowSlots], float (&l)[mma::kRowSlots],
+                                     mma::FragC (&o)[DT], float to_log2) {
+  float corr[mma::kRowSlots];
+  if (softmax_tile(sc, m, l, corr, to_log2)) rescale_rows(o, corr);
 }
 
 // A C fragment as an A fragment of T: in registers where the layout's C is one, else through

@@ -6,6 +6,7 @@
 #include "kernels/attention_decode.h"
 #include "kernels/attention_decode_matrix.h"
 #include "kernels/attention_prefill.h"
+#include "kernels/attention_prefill_hopper.h"
 #include "kernels/kv_cache.h"
 #include "gpu/vector.h"
 #include "ops/check.h"
@@ -181,7 +182,7 @@ void dispatch_half(DType dt, F&& f) {
 // (kernels/attention_decode_matrix.cu), the prefill kernel for its query tiles
 // (kernels/attention_prefill.cu). They write disjoint rows of out.
 void matrix_prefill(Context& ctx, const Tensor& q, const PagedKv& cache, const Tensor& block_tables, const PrefillPlan& plan, float scale, const AttentionOptions& options,
-                    const Tensor& out) {
+                    const Tensor& out, bool hopper) {
   LW_CHECK(plan.seq_info.defined() && (plan.tiles > 0 || plan.decode_count > 0),
            "prefill_attention: the plan has no tables for the matrix path (make it with plan_prefill)");
   const Tensor& k_cache = cache.k;
@@ -240,6 +241,19 @@ void matrix_prefill(Context& ctx, const Tensor& q, const PagedKv& cache, const T
   if (!ctx.deterministic()) kernels::choose_prefill_split(a, plan.max_context, ctx.caps().multiprocessors);
   const int64_t ws = kernels::prefill_workspace(a);
   Tensor workspace = ws > 0 ? ctx.empty({ws}, DType::f32) : Tensor();
+#if defined(LW_HOPPER_ATTENTION)
+  if (hopper) {
+    LW_CHECK(cache.format == KvCacheFormat::model, "prefill_attention: the hopper path takes no 8-bit cache");
+    dispatch_half(q.dtype(), [&]<class T>() {
+      kernels::hopper_prefill_attention<T>(a, q.data<T>(), cache.k.data<T>(), cache.v.data<T>(), block_tables.data<int32_t>(),
+                                           plan.seq_info.data<int32_t>(), plan.tile_info.data<int32_t>(),
+                                           ws > 0 ? workspace.data<float>() : nullptr, out.data<T>(), ctx.stream().get());
+    });
+    return;
+  }
+#else
+  LW_CHECK(!hopper, "prefill_attention: this build has no hopper kernel");
+#endif
   dispatch_half(q.dtype(), [&]<class T>() {
     dispatch_cache(cache, [&]<class C>(const kernels::KvScales& scales) {
       kernels::prefill_attention<T, CacheElem<C, T>>(
@@ -285,14 +299,21 @@ void attention(Context& ctx, const char* op, const Tensor& q, const PagedKv& cac
   LW_CHECK(std::isfinite(options.softcap) && options.softcap >= 0.0f,
            op << ": softcap " << options.softcap << " must be finite and >= 0 (0: none)");
   const AttentionShape shape{rows,     plan ? plan->sequences : rows, q_heads, kv_heads, head_dim, max_context, q.dtype(),
-                             plan != nullptr, ctx.deterministic()};
+                             plan != nullptr, ctx.deterministic(), cache.format != KvCacheFormat::model};
   const auto chosen = select<AttentionPaths>(ctx.caps(), shape, path);
   switch (chosen.path) {
     case AttentionPath::matrix: {
       const Availability fits = matrix_attention_supports(shape);
       LW_CHECK(fits.ok, op << ": the matrix attention path" << origin_note<AttentionPaths>(chosen) << " cannot take "
                            << dtype_name(q.dtype()) << " q of head_dim " << head_dim << ": " << fits.reason);
-      matrix_prefill(ctx, q, cache, block_tables, *plan, scale, options, out);
+      matrix_prefill(ctx, q, cache, block_tables, *plan, scale, options, out, false);
+      break;
+    }
+    case AttentionPath::hopper: {
+      const Availability fits = hopper_attention_supports(shape);
+      LW_CHECK(fits.ok, op << ": the hopper attention path" << origin_note<AttentionPaths>(chosen) << " cannot take "
+                           << dtype_name(q.dtype()) << " q of head_dim " << head_dim << ": " << fits.reason);
+      matrix_prefill(ctx, q, cache, block_tables, *plan, scale, options, out, true);
       break;
     }
     case AttentionPath::portable:
@@ -305,6 +326,15 @@ void attention(Context& ctx, const char* op, const Tensor& q, const PagedKv& cac
 }  // namespace
 
 Availability AttentionPaths::available(const gpu::DeviceCaps& caps, AttentionPath path) {
+  if (path == AttentionPath::hopper) {
+#if defined(LW_HOPPER_ATTENTION)
+    if (caps.matrix.wgmma) return Availability::yes();
+    return Availability::no("it is no Hopper GPU (the kernel is sm_90a code: wgmma)");
+#else
+    (void)caps;
+    return Availability::no("this build has no Hopper kernel (a CUDA build whose architectures include 90 has it)");
+#endif
+  }
   if (path != AttentionPath::matrix || caps.emulator() || caps.matrix.mma_sync || caps.matrix.mfma ||
       caps.matrix.wmma) {
     return Availability::yes();
@@ -327,7 +357,17 @@ Availability matrix_attention_supports(const AttentionShape& shape) {
   return Availability::yes();
 }
 
+Availability hopper_attention_supports(const AttentionShape& shape) {
+  if (const Availability matrix = matrix_attention_supports(shape); !matrix.ok) return matrix;
+  if (!kernels::hopper_prefill_head_dim_supported(static_cast<int>(shape.head_dim))) {
+    return Availability::no("head dims 64 and 128 are built");
+  }
+  if (shape.quantized_kv) return Availability::no("it reads keys and values in the model's dtype, not 8-bit codes");
+  return Availability::yes();
+}
+
 AttentionPath AttentionPaths::choose(const gpu::DeviceCaps& caps, const AttentionShape& shape) {
+  if (available(caps, AttentionPath::hopper).ok && hopper_attention_supports(shape).ok) return AttentionPath::hopper;
   return available(caps, AttentionPath::matrix).ok && matrix_attention_supports(shape).ok ? AttentionPath::matrix
                                                                                           : AttentionPath::portable;
 }

@@ -17,8 +17,12 @@ namespace lw::ops {
 //   matrix    prefill_attention on matrix cores (kernels/attention_prefill.cu; one new token
 //             per sequence is decode): f16/bf16, head dims 64, 80, 96, 128, 256; NVIDIA sm_80+,
 //             AMD MFMA (gfx90a, gfx942) and WMMA (gfx11), and the emulator. decode_attention
-//             (no plan) stays portable: forcing matrix on it is refused.
-enum class AttentionPath { automatic, portable, matrix };
+//             (no plan) stays portable: forcing matrix on it is refused;
+//   hopper    the matrix path with its query tiles on NVIDIA Hopper's warpgroup multiply
+//             (kernels/attention_prefill_hopper.cu, sm_90 in a build whose CUDA architectures
+//             include 90): f16/bf16, head dims 64 and 128, keys and values in the model's
+//             dtype; its single-token sequences take the matrix decode kernel as there.
+enum class AttentionPath { automatic, portable, matrix, hopper };
 
 // What shapes the scores beyond softmax(scale * q.k); the defaults change nothing.
 struct AttentionOptions {
@@ -35,6 +39,7 @@ struct AttentionShape {
   DType dtype = DType::f32;
   bool prefill = false;
   bool deterministic = false;  // Context::deterministic
+  bool quantized_kv = false;   // the cache holds 8-bit codes (KvCacheFormat other than model)
 };
 
 // The attention paths for ops/select.h.
@@ -44,12 +49,16 @@ struct AttentionPaths {
   static constexpr const char* op = "attention";
   static constexpr const char* env = "LW_ATTENTION_PATH";
   static constexpr PathName<AttentionPath> names[] = {
-      {AttentionPath::automatic, "automatic"}, {AttentionPath::portable, "portable"}, {AttentionPath::matrix, "matrix"}};
+      {AttentionPath::automatic, "automatic"}, {AttentionPath::portable, "portable"}, {AttentionPath::matrix, "matrix"},
+      {AttentionPath::hopper, "hopper"}};
   static Availability available(const gpu::DeviceCaps& caps, AttentionPath path);
   static AttentionPath choose(const gpu::DeviceCaps& caps, const AttentionShape& shape);
 };
 // Whether the matrix path takes this shape (dtype, head dim, prefill); when not, why.
 Availability matrix_attention_supports(const AttentionShape& shape);
+// Whether the hopper path takes it (the matrix path's rule, head dims 64 and 128, the cache in
+// the model's dtype); when not, why.
+Availability hopper_attention_supports(const AttentionShape& shape);
 
 // How a KV cache stores keys and values (--kv-cache-dtype): in the model's dtype, or as 8-bit
 // codes with f32 scales (kernels/kv_cache.h), half the bytes of bf16:
