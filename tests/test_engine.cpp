@@ -529,7 +529,9 @@ TEST(Engine, DecodeGraphsGiveTheEagerLogprobsWithInt4Weights) {
 // expert offsets on the device), GGUF Q8_0 ones (the grouped block GEMV) and dense ones (the
 // grouped GEMV) the steps are captured, and each decode step's log-probability matches the
 // eager run's while the tokens agree; with FP8 experts (each expert's linear after the offsets
-// are read to the host) no step is captured and the tokens are the eager ones.
+// are read to the host) no step is captured, and the steps match the eager ones the same way
+// (outside deterministic mode a near-tied token may differ between two runs: seen once on the
+// H200 under a parallel ctest: the 18th token of one request).
 TEST(Engine, DecodeGraphsCaptureMixtureOfExpertsSteps) {
   if (!Graph::graphs_supported()) GTEST_SKIP() << "the host target has no graphs";
   model::ModelConfig c = tiny_llama_config(256);
@@ -561,12 +563,8 @@ TEST(Engine, DecodeGraphsCaptureMixtureOfExpertsSteps) {
     const std::vector<Result> eager = run(false), graphs = run(true);
     const size_t captured = m->captured_decode_graphs();
     m->set_decode_graphs(false);
-    if (experts == weights::FileDType::f8_e4m3) {
-      EXPECT_EQ(captured, 0u);
-      for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(graphs[i].tokens, eager[i].tokens) << "request " << i;
-      continue;
-    }
-    EXPECT_GT(captured, 0u);
+    if (experts == weights::FileDType::f8_e4m3) EXPECT_EQ(captured, 0u);
+    else EXPECT_GT(captured, 0u);
     expect_logprobs_near_eager(eager, graphs, 30);
   }
 }

@@ -110,7 +110,7 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
   const int rows = tokens * group;                    // the block's rows in use
   constexpr int kThreads = kWarps * gpu::kWarpSize;  // the block (launch_prefill)
   const int tid = static_cast<int>(gpu::linear_thread_id());
-  const int warp = gpu::warp_id(), lane = gpu::lane_id();
+  const int warp = gpu::warp_id();
   const int wr0 = 16 * warp;  // the warp's first row
   const int32_t* table = block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
   // A cache slot's first element: one 32 x 32 -> 64-bit multiply (slots and strides are >= 0).
@@ -214,19 +214,7 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
       }
 
       const float to_log2 = attention_tile::prepare_scores(sc, a.scale, a.softcap);
-      if (!unmasked) {
-#pragma unroll
-        for (int nt = 0; nt < KN / 16; ++nt) {
-#pragma unroll
-          for (int i = 0; i < mma::kC; ++i) {
-            const int r = wr0 + mma::c_row(lane, i), key = kv0 + nt * 16 + mma::c_col(lane, i);
-            const int pos = prefix + q0 + r / group;
-            const bool visible = r < rows && key <= pos && key >= key_begin && key < key_end &&
-                                 (a.window <= 0 || pos - key < a.window);
-            if (!visible) sc[nt].x[i] = -INFINITY;
-          }
-        }
-      }
+      if (!unmasked) attention_tile::mask_scores(sc, {rows, group, prefix + q0, key_begin, key_end, a.window}, wr0, kv0);
       attention_tile::online_softmax(sc, m, l, o, to_log2);
     }
 

@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(wg::kThreads, 2)
   const int tokens = min(a.tile_tokens, qlen - q0);
   const int rows = tokens * group;
   const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / 32, lane = tid % 32;  // lint: not-a-warp (CUDA's warp)
+  const int warp = tid / 32;  // lint: not-a-warp (CUDA's warp)
   const int wr0 = 16 * warp;
   const int32_t* table = block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
   const uint32_t slot_stride = static_cast<uint32_t>(a.kv_heads * D);
@@ -139,19 +139,7 @@ __global__ void __launch_bounds__(wg::kThreads, 2)
     const bool unmasked = a.window <= 0 && wr0 + 15 < rows && kv0 + kKeys - 1 <= prefix + warp_first_token &&
                           kv0 + kKeys <= key_end;
     const float to_log2 = attention_tile::prepare_scores(sc, a.scale, a.softcap);
-    if (!unmasked) {
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 16; ++nt) {
-#pragma unroll
-        for (int i = 0; i < mma::kC; ++i) {
-          const int r = wr0 + mma::c_row(lane, i), key = kv0 + nt * 16 + mma::c_col(lane, i);
-          const int pos = prefix + q0 + r / group;
-          const bool visible = r < rows && key <= pos && key >= key_begin && key < key_end &&
-                               (a.window <= 0 || pos - key < a.window);
-          if (!visible) sc[nt].x[i] = -INFINITY;
-        }
-      }
-    }
+    if (!unmasked) attention_tile::mask_scores(sc, {rows, group, prefix + q0, key_begin, key_end, a.window}, wr0, kv0);
     return attention_tile::softmax_tile(sc, m, l, corr, to_log2);
   };
   // Probabilities as the registers of P.V's A operand: bf16 hi + lo terms (f16: hi alone).

@@ -70,6 +70,30 @@ LW_DEVICE_INLINE float prepare_scores(mma::FragC (&sc)[NT], float scale, float s
   return 1.0f;
 }
 
+// Which keys a prefill block's rows see: block row r is new token r / group of the tile, at
+// position first_pos + r / group; it sees keys in [key_begin, key_end) up to its position, and
+// within the window (> 0) of it. Rows from `rows` on are padding and see nothing.
+struct PrefillMask {
+  int rows, group, first_pos, key_begin, key_end, window;
+};
+// Scores of the warp's rows first_row .. first_row + 15 against keys kv0 .. kv0 + 16 NT - 1 set
+// to -inf where the row does not see the key.
+template <int NT>
+LW_DEVICE_INLINE void mask_scores(mma::FragC (&sc)[NT], const PrefillMask& mask, int first_row, int kv0) {
+  const int lane = gpu::lane_id();
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < mma::kC; ++i) {
+      const int r = first_row + mma::c_row(lane, i), key = kv0 + nt * 16 + mma::c_col(lane, i);
+      const int pos = mask.first_pos + r / mask.group;
+      const bool visible = r < mask.rows && key <= pos && key >= mask.key_begin && key < mask.key_end &&
+                           (mask.window <= 0 || pos - key < mask.window);
+      if (!visible) sc[nt].x[i] = -INFINITY;
+    }
+  }
+}
+
 // How far (log2 units) a row's maximum may grow past the reference its probabilities are
 // taken against before the reference moves: probabilities reach at most 2^kStaleMax, which the
 // fp32 sums and outputs and the 16-bit terms of P hold as well as values up to 1, and the
