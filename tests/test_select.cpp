@@ -227,7 +227,9 @@ TEST(Select, AttentionPathFromTheEnvironment) {
   EXPECT_EQ(chosen({40, 2, 4, 2, 96, 40, DType::bf16, true, false}), fast);  // head dim 96: no Hopper kernel
   EXPECT_EQ(chosen({40, 2, 4, 2, 64, 40, DType::bf16, true, false, true}), fast);  // 8-bit cache
   EXPECT_FALSE(ops::hopper_attention_supports({40, 2, 4, 2, 64, 40, DType::bf16, true, false, true}).ok);
-  EXPECT_CONTAINS(ops::hopper_attention_supports({40, 2, 4, 2, 80, 40, DType::bf16, true, false}).reason, "head dims");
+  EXPECT_CONTAINS(ops::hopper_attention_supports({40, 2, 4, 2, 80, 40, DType::bf16, true, false}).reason,
+                  "head dims 64 and 128");
+  EXPECT_CONTAINS(ops::hopper_attention_supports(decode).reason, "takes no plan");
   // What it cannot take stays portable: f32, a head dim not built.
   EXPECT_EQ(chosen({40, 2, 4, 2, 64, 40, DType::f32, true, false}), ops::AttentionPath::portable);
   EXPECT_EQ(chosen({40, 2, 4, 2, 112, 40, DType::bf16, true, false}), ops::AttentionPath::portable);

@@ -32,7 +32,6 @@ namespace lw::gpu::wgmma {
 
 inline constexpr int kThreads = 128;      // lint: not-a-warp (a warpgroup: four warps)
 inline constexpr int kRowBytes = 128;     // a swizzled row
-inline constexpr int kChunkCols = 64;     // 16-bit elements per swizzled row  // lint: not-a-warp
 inline constexpr int kAtomBytes = 1024;   // 8 rows: the swizzle's period and its alignment
 
 // Byte offset of 16-byte piece p (8 elements) of row r in a swizzled tile of `rows` rows.
@@ -51,7 +50,8 @@ LW_DEVICE_INLINE uint64_t descriptor(uint32_t smem_addr, uint32_t leading_bytes,
 // field is the low 14 bits, in 16-byte units, and shared addresses stay below 2^18.
 LW_DEVICE_INLINE uint64_t advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 // K-major operand (A, or B of A.B^T) of a swizzled tile at `tile` (1024-byte aligned): the
-// descriptor of its k elements 0 .. 15; k_major_offset(rows, k0) moves it to k0 .. k0 + 15 (k0 a
+// descriptor of its k elements 0 .. 15 (the leading offset is ignored by swizzled K-major
+// layouts; 8-row atoms are 1024 bytes apart); k_major_offset(rows, k0) moves it to k0 .. k0 + 15 (k0 a
 // multiple of 16) of a tile of `rows` rows.
 LW_DEVICE_INLINE uint64_t k_major(uint32_t tile) { return descriptor(tile, kRowBytes, kAtomBytes); }
 LW_HOST_DEVICE constexpr uint32_t k_major_offset(int rows, int k0) {
@@ -84,24 +84,13 @@ LW_DEVICE_INLINE void pin(mma::FragC (&c)[N]) {
   }
 }
 
-// An A fragment (gpu/matrix_fragment.h's NVIDIA layout) as the four registers a multiply from
-// registers reads. Packed before the fence that precedes the multiplies: a register written
-// between two multiplies makes the compiler wait for the first.
+// An A fragment (gpu/matrix_fragment.h's NVIDIA layout: element pairs 0-1, 2-3, 4-5, 6-7) as the
+// four 32-bit registers a multiply from registers reads. Fill them before the fence that
+// precedes the multiplies: a register written between two multiplies makes the compiler wait
+// for the first.
 struct RegsA {
   uint32_t r[4];
 };
-template <class T>
-LW_DEVICE_INLINE RegsA regs_a(const mma::FragA<T>& a) {
-  RegsA out;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint16_t lo = *reinterpret_cast<const uint16_t*>(&a.x[2 * i]), hi = *reinterpret_cast<const uint16_t*>(&a.x[2 * i + 1]);
-    out.r[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(out.r[i])::"memory");
-  return out;
-}
 
 #define LW_WG_R8(i) "+f"(d[(i) / 8].x[(i) % 8]), "+f"(d[(i + 1) / 8].x[(i + 1) % 8]), "+f"(d[(i + 2) / 8].x[(i + 2) % 8]), \
     "+f"(d[(i + 3) / 8].x[(i + 3) % 8]), "+f"(d[(i + 4) / 8].x[(i + 4) % 8]), "+f"(d[(i + 5) / 8].x[(i + 5) % 8]),        \
@@ -130,8 +119,8 @@ LW_DEVICE_INLINE void mma_64x64_ss(mma::FragC (&d)[4], uint64_t a, uint64_t b, b
   }
 }
 
-// d (64 x N, N / 16 FragCs per warp) += A.B: A from registers (the warp's 16 x 16 A fragment,
-// regs_a), B MN-major in shared memory (descriptor b). N: 64, 128.
+// d (64 x N, N / 16 FragCs per warp) += A.B: A from registers (the warp's 16 x 16 A fragment
+// as RegsA), B MN-major in shared memory (descriptor b). N: 64, 128.
 template <class T, int N>
 LW_DEVICE_INLINE void mma_rs_mn(mma::FragC (&d)[N / 16], const RegsA& a, uint64_t b) {
   static_assert(N == 64 || N == 128, "mma_rs_mn: N of 64 or 128");  // lint: not-a-warp

@@ -23,8 +23,9 @@ constexpr int kKeys = 64;                // keys per tile  // lint: not-a-warp
 static_assert(kRows == 64, "a warpgroup multiply has 64 rows");  // lint: not-a-warp
 
 // Dynamic shared memory: the Q tile, two K and two V tiles (swizzled, each D x 128 bytes for 64
-// rows), then the element offsets in the cache of four key tiles' slots; 1024 bytes more so that
-// the tiles start on a swizzle atom.
+// rows), then the element offsets in the cache of four key tiles' slots (tiles j+1 .. j+3 are in
+// use during step j; the fourth entry is spare); 1024 bytes more so that the tiles start on a
+// swizzle atom.
 constexpr int kSlotRing = 4;
 template <int D>
 LW_HOST_DEVICE constexpr size_t tile_bytes() {

@@ -331,7 +331,6 @@ Availability AttentionPaths::available(const gpu::DeviceCaps& caps, AttentionPat
     if (caps.matrix.wgmma) return Availability::yes();
     return Availability::no("it is no Hopper GPU (the kernel is sm_90a code: wgmma)");
 #else
-    (void)caps;
     return Availability::no("this build has no Hopper kernel (a CUDA build whose architectures include 90 has it)");
 #endif
   }
@@ -358,10 +357,10 @@ Availability matrix_attention_supports(const AttentionShape& shape) {
 }
 
 Availability hopper_attention_supports(const AttentionShape& shape) {
-  if (const Availability matrix = matrix_attention_supports(shape); !matrix.ok) return matrix;
-  if (!kernels::hopper_prefill_head_dim_supported(static_cast<int>(shape.head_dim))) {
+  if (!kernels::hopper_prefill_head_dim_supported(static_cast<int>(shape.head_dim)) && shape.prefill) {
     return Availability::no("head dims 64 and 128 are built");
   }
+  if (const Availability matrix = matrix_attention_supports(shape); !matrix.ok) return matrix;
   if (shape.quantized_kv) return Availability::no("it reads keys and values in the model's dtype, not 8-bit codes");
   return Availability::yes();
 }
