@@ -311,6 +311,22 @@ PrefillInputs make_prefill_inputs(DType dt, const PrefillCase& c, ops::KvCacheFo
   std::vector<int32_t> perm(num_blocks);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng());
+  if (format == ops::KvCacheFormat::model) {
+    // Slots past each context (the rest of its last block, the blocks after it, the spare
+    // block) hold NaN, as a cache's unwritten slots may: kernels that read whole blocks or
+    // tiles must keep them out of the output.
+    std::vector<bool> in_context(static_cast<size_t>(num_blocks) * bs, false);
+    for (int s = 0; s < seqs; ++s) {
+      for (int t = 0; t < in.ctx_lens[s]; ++t) in_context[static_cast<size_t>(perm[s * max_blocks + t / bs]) * bs + t % bs] = true;
+    }
+    const size_t slot_bytes = static_cast<size_t>(c.kv_heads) * hd * dtype_size(dt);
+    for (size_t slot = 0; slot < in_context.size(); ++slot) {
+      if (in_context[slot]) continue;
+      std::memset(static_cast<unsigned char*>(kh.data_ptr()) + slot * slot_bytes, 0xff, slot_bytes);
+      std::memset(static_cast<unsigned char*>(vh.data_ptr()) + slot * slot_bytes, 0xff, slot_bytes);
+    }
+    in.cache.cache = {ctx().to_device(kh), ctx().to_device(vh)};
+  }
   Tensor tables_h = Tensor::empty_host({seqs, max_blocks}, DType::i32);
   std::copy_n(perm.begin(), seqs * max_blocks, tables_h.data<int32_t>());
   in.total = std::accumulate(c.new_lens.begin(), c.new_lens.end(), 0);
@@ -409,6 +425,9 @@ TEST(PrefillAttention, TileEdgesHeadDimsAndGroups) {
   run_prefill_case(DType::bf16, {4, 2, 128, 16, {130, 2}, {0, 60}});
   run_prefill_case(DType::f16, {2, 1, 256, 16, {40, 3}, {30, 0}});
   run_prefill_case(DType::bf16, {9, 3, 64, 16, {37, 1}, {0, 37}});  // SmolLM2's heads: 21-token tiles
+  // Cache blocks that do not divide a 64-key tile (a tile's keys lie in two or three blocks).
+  run_prefill_case(DType::bf16, {4, 2, 128, 24, {100, 3}, {20, 70}});
+  run_prefill_case(DType::f16, {4, 1, 64, 12, {70, 1}, {30, 5}});
 }
 
 TEST(PrefillAttention, WindowAndSoftCap) {

@@ -180,7 +180,8 @@ void dispatch_half(DType dt, F&& f) {
 
 // The matrix-core kernels: the decode kernel for the plan's decode list
 // (kernels/attention_decode_matrix.cu), the prefill kernel for its query tiles
-// (kernels/attention_prefill.cu). They write disjoint rows of out.
+// (kernels/attention_prefill.cu, or kernels/attention_prefill_hopper.cu where `hopper`). They
+// write disjoint rows of out.
 void matrix_prefill(Context& ctx, const Tensor& q, const PagedKv& cache, const Tensor& block_tables, const PrefillPlan& plan, float scale, const AttentionOptions& options,
                     const Tensor& out, bool hopper) {
   LW_CHECK(plan.seq_info.defined() && (plan.tiles > 0 || plan.decode_count > 0),
