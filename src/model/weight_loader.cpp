@@ -307,17 +307,13 @@ ops::Weight WeightLoader::gptq8_weight(const std::string& name, const std::vecto
   const weights::TensorRecord* scales = record(".scales", {groups, n}, false);
   const weights::TensorRecord* g_idx = record(".g_idx", {k}, true);
   LW_CHECK(qweight && qzeros && scales, where << ": 8-bit GPTQ needs " << prefix << ".qweight, .qzeros and .scales");
-  // Act-order columns (g_idx other than column / group) and zero points, read from the file's
-  // mapping so that the dry run counts what the load keeps.
-  bool act_order = false;
-  if (g_idx) {
-    const auto* g = reinterpret_cast<const int32_t*>(g_idx->data);
-    for (int64_t col = 0; col < k; ++col) {
-      LW_CHECK(g[col] >= 0 && g[col] < groups,
-               where << ": " << prefix << ".g_idx[" << col << "] = " << g[col] << " is not a group (0 .. " << groups - 1 << ")");
-      act_order = act_order || g[col] != col / group;
-    }
-  }
+  // Act-order columns (g_idx other than column / group: kept sorted by group) and zero points,
+  // read from the file's mapping so that the dry run counts what the load keeps.
+  std::optional<std::vector<int32_t>> order = std::vector<int32_t>();
+  if (g_idx)
+    order = ops::act_order_columns(reinterpret_cast<const int32_t*>(g_idx->data), k, group, groups,
+                                   where + ": " + prefix + ".g_idx");
+  const bool act_order = !order || !order->empty();
   const int zero_add = quantization_.gptq_v2 ? 0 : 1;
   bool symmetric = true;
   const auto* z = reinterpret_cast<const uint8_t*>(qzeros->data);
@@ -327,21 +323,19 @@ ops::Weight WeightLoader::gptq8_weight(const std::string& name, const std::vecto
   if (part.dim == 0) r0 = part.start, r1 = part.end;
   if (part.dim == 1) c0 = part.start, c1 = part.end;
   const int64_t pn = r1 - r0, pk = c1 - c0;
-  const bool whole_groups = part.dim != 1 || (c0 % group == 0 && (c1 % group == 0 || c1 == k));
-  const bool keep = keep_quantized_ && symmetric && !act_order && whole_groups;
+  const bool whole_groups = part.dim != 1 || (!act_order && c0 % group == 0 && (c1 % group == 0 || c1 == k));
+  const bool keep = keep_quantized_ && order && whole_groups;
   if (keep_quantized_ && !keep && !dry_ && !logged_expanded_gptq8_) {
-    log().info("{}: 8-bit GPTQ weights {}: expanded to {} at load (int8_per_group holds symmetric weights in group "
-               "order, in whole groups)",
-               where,
-               !symmetric   ? "with zero points other than 128 (asymmetric)"
-               : act_order ? "in act order (groups scattered over K)"
+    log().info("{}: 8-bit GPTQ weights {}: expanded to {} at load", where,
+               !order      ? "whose g_idx gives groups of other sizes than the group size"
+               : act_order ? "in act order (groups scattered over K) cut by a shard's columns"
                            : "cut inside a group by a shard's columns",
                dtype_name(dtype_));
     logged_expanded_gptq8_ = true;
   }
   const int64_t part_groups = (pk + group - 1) / group;
   if (keep) {
-    bytes_ += static_cast<size_t>(pn * pk + 4 * pn * part_groups);
+    bytes_ += static_cast<size_t>(pn * pk + (symmetric ? 4 : 8) * pn * part_groups + (act_order ? 4 * k : 0));
     kept_format_ = ops::WeightFormat::int8_per_group;
   } else {
     bytes_ += static_cast<size_t>(pn * pk) * dtype_size(dtype_);
@@ -357,11 +351,29 @@ ops::Weight WeightLoader::gptq8_weight(const std::string& name, const std::vecto
   }
   cudaStream_t stream = ctx_.stream().get();
   if (keep) {
+    Tensor perm;
+    if (act_order) {
+      Tensor h = Tensor::empty_host({k}, DType::i32);
+      std::copy(order->begin(), order->end(), h.data<int32_t>());
+      perm = ctx_.to_device(h);
+    }
     Tensor q = ctx_.empty({pn, pk}, DType::i8);
-    kernels::gptq8_unpack(static_cast<int8_t*>(q.data_ptr()), words.data<int32_t>(), n, k, r0, pn, c0, pk, stream);
-    // scales [G, N] -> the part's [rows, groups]
-    const Tensor ps = ops::contiguous(ctx_, s.slice(1, r0, r1).slice(0, c0 / group, c0 / group + part_groups).transpose(0, 1));
-    const ops::Weight w = ops::Weight::int8_per_group(q, ps, group);
+    kernels::gptq8_unpack(static_cast<int8_t*>(q.data_ptr()), words.data<int32_t>(), n, k, r0, pn, c0, pk,
+                          perm.defined() ? perm.data<int32_t>() : nullptr, stream);
+    // scales [G, N] -> the part's [rows, groups] (act-order: the sorted columns' groups in order)
+    const int64_t g0 = c0 / group;
+    const Tensor ps = ops::contiguous(ctx_, s.slice(1, r0, r1).slice(0, g0, g0 + part_groups).transpose(0, 1));
+    // zero points [G, N / 4 words] -> the part's [rows, groups] of zero - 128 (integers in f32)
+    Tensor zeros;
+    if (!symmetric) {
+      Tensor h = Tensor::empty_host({pn, part_groups}, DType::f32);
+      for (int64_t r = 0; r < pn; ++r)
+        for (int64_t g = 0; g < part_groups; ++g)
+          h.data<float>()[r * part_groups + g] =
+              static_cast<float>(static_cast<int>(z[((g0 + g) * (n / 4) + (r0 + r) / 4) * 4 + (r0 + r) % 4]) + zero_add - 128);
+      zeros = ctx_.to_device(h);
+    }
+    const ops::Weight w = ops::Weight::int8_per_group(q, ps, group, zeros, perm);
     draw();
     return w;
   }
@@ -712,7 +724,27 @@ ops::Weight WeightLoader::fuse_scaled(const std::vector<ops::Weight>& parts) {
   switch (format) {
     case ops::WeightFormat::fp8_e4m3_per_channel: return ops::Weight::fp8_per_channel(q, s);
     case ops::WeightFormat::fp8_e4m3_per_block: return ops::Weight::fp8_per_block(q, s, parts[0].block());
-    case ops::WeightFormat::int8_per_group: return ops::Weight::int8_per_group(q, s, parts[0].group_size());
+    case ops::WeightFormat::int8_per_group: {
+      // One column order for all (act-order projections of one input share it: their g_idx
+      // comes from the same activations), and zero points 0 for parts without them.
+      if (!ops::same_column_order(ctx_, parts)) return ops::Weight();
+      bool any_zeros = false;
+      for (const ops::Weight& p : parts) any_zeros = any_zeros || p.zeros().defined();
+      Tensor zeros;
+      if (any_zeros) {
+        std::vector<Tensor> z;
+        for (const ops::Weight& p : parts) {
+          if (p.zeros().defined()) {
+            z.push_back(p.zeros());
+          } else {
+            z.push_back(filled(ctx_, p.scales().numel(), 0.0f).view(p.scales().shape()));
+            bytes_ += p.scales().nbytes();
+          }
+        }
+        zeros = ops::concat(ctx_, z, 0);
+      }
+      return ops::Weight::int8_per_group(q, s, parts[0].group_size(), zeros, parts[0].perm());
+    }
     default: return ops::Weight::int8_per_channel(q, s);
   }
 }

@@ -26,28 +26,16 @@ void check_shape(const Int4Tensors& t, const char* name, const Tensor& x, bool f
                            << (float_values ? "f16, bf16 or f32" : "i32") << shape_str(shape));
 }
 
-// The order of input columns that makes each group contiguous (stable by column), or an empty
-// vector where g_idx already assigns column c to group c / group.
+// The order of input columns that makes each group contiguous (act_order_columns), or an empty
+// vector where the columns are in group order.
 std::vector<int32_t> group_order(Context& ctx, const Int4Tensors& t, int64_t groups) {
   if (!t.g_idx.defined()) return {};
   const Tensor h = ctx.to_host(t.g_idx);
-  const int32_t* g = h.data<int32_t>();
-  bool ordered = true;
-  for (int64_t c = 0; c < t.k; ++c) {
-    LW_CHECK(g[c] >= 0 && g[c] < groups, "int4 weight (" << int4_layout_name(t.layout) << ", [" << t.n << ", " << t.k
-                                                         << "]): g_idx[" << c << "] = " << g[c] << " is not a group of 0.."
-                                                         << groups - 1);
-    ordered = ordered && g[c] == c / t.group;
-  }
-  if (ordered) return {};
-  std::vector<int32_t> order(static_cast<size_t>(t.k));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return g[a] < g[b]; });
-  for (int64_t j = 0; j < t.k; ++j)
-    LW_CHECK(g[order[static_cast<size_t>(j)]] == j / t.group,
-             "int4 weight (" << int4_layout_name(t.layout) << ", [" << t.n << ", " << t.k << "]): g_idx gives group "
-                             << g[order[static_cast<size_t>(j)]] << " a number of columns other than " << t.group);
-  return order;
+  const std::string what = std::string("int4 weight (") + int4_layout_name(t.layout) + ", [" + std::to_string(t.n) + ", " +
+                           std::to_string(t.k) + "])";
+  std::optional<std::vector<int32_t>> order = act_order_columns(h.data<int32_t>(), t.k, t.group, groups, what + ": g_idx");
+  LW_CHECK(order.has_value(), what << ": g_idx gives a group a number of columns other than " << t.group);
+  return std::move(*order);
 }
 
 Tensor unpack(Context& ctx, const Tensor& src, kernels::Int4Unpack u) {
@@ -172,17 +160,12 @@ Weight int4_stack_rows(Context& ctx, const std::vector<Weight>& parts) {
   const Weight& first = parts.front();
   std::vector<Tensor> tiles, scales, zeros;
   int64_t n = 0;
-  const Tensor perm0 = first.perm().defined() ? ctx.to_host(first.perm()) : Tensor();
+  if (!same_column_order(ctx, parts)) return Weight();
   for (size_t i = 0; i < parts.size(); ++i) {
     const Weight& p = parts[i];
     if (p.format() != WeightFormat::int4 || p.in_features() != first.in_features() || p.group_size() != first.group_size())
       return Weight();
     if (i + 1 < parts.size() && p.out_features() % kernels::kInt4TileRows != 0) return Weight();
-    if (p.perm().defined() != first.perm().defined()) return Weight();
-    if (p.perm().defined() && i > 0) {
-      const Tensor h = ctx.to_host(p.perm());
-      if (!std::equal(h.data<int32_t>(), h.data<int32_t>() + h.numel(), perm0.data<int32_t>())) return Weight();
-    }
     tiles.push_back(p.data());
     scales.push_back(p.scales());
     zeros.push_back(p.zeros());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -138,14 +139,18 @@ Weight Weight::int8_per_channel(Tensor q, Tensor scales) {
   return r;
 }
 
-Weight Weight::int8_per_group(Tensor q, Tensor scales, int64_t group_size) {
+Weight Weight::int8_per_group(Tensor q, Tensor scales, int64_t group_size, Tensor zeros, Tensor perm) {
   const char* op = "Weight::int8_per_group";
   auto [n, k] = check_matrix(op, "q", q, DType::i8);
   LW_CHECK(group_size > 0, op << ": group_size " << group_size << " must be positive");
   check_tensor(op, "scales", scales, DType::f32, {n, ceil_div(k, group_size)});
+  if (zeros.defined()) check_tensor(op, "zeros", zeros, DType::f32, {n, ceil_div(k, group_size)});
+  if (perm.defined()) check_tensor(op, "perm", perm, DType::i32, {k});
   Weight r(WeightFormat::int8_per_group, n, k);
   r.data_ = std::move(q);
   r.scales_ = std::move(scales);
+  r.zeros_ = std::move(zeros);
+  r.perm_ = std::move(perm);
   r.group_size_ = group_size;
   r.block_ = {1, group_size};
   return r;
@@ -225,6 +230,37 @@ Weight Weight::gguf(WeightFormat format, int64_t n, int64_t k, Tensor blocks) {
   return r;
 }
 
+std::optional<std::vector<int32_t>> act_order_columns(const int32_t* g_idx, int64_t k, int64_t group, int64_t groups,
+                                                      const std::string& what) {
+  bool ordered = true;
+  for (int64_t c = 0; c < k; ++c) {
+    LW_CHECK(g_idx[c] >= 0 && g_idx[c] < groups,
+             what << "[" << c << "] = " << g_idx[c] << " is not a group of 0.." << groups - 1);
+    ordered = ordered && g_idx[c] == c / group;
+  }
+  if (ordered) return std::vector<int32_t>();
+  std::vector<int32_t> order(static_cast<size_t>(k));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return g_idx[a] < g_idx[b]; });
+  for (int64_t j = 0; j < k; ++j)
+    if (g_idx[order[static_cast<size_t>(j)]] != j / group) return std::nullopt;
+  return order;
+}
+
+bool same_column_order(Context& ctx, const std::vector<Weight>& parts) {
+  if (parts.empty()) return true;
+  const Tensor& first = parts[0].perm();
+  const Tensor first_host = first.defined() ? ctx.to_host(first) : Tensor();
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const Tensor& p = parts[i].perm();
+    if (p.defined() != first.defined() || (p.defined() && p.numel() != first.numel())) return false;
+    if (!p.defined()) continue;
+    const Tensor h = ctx.to_host(p);
+    if (!std::equal(h.data<int32_t>(), h.data<int32_t>() + h.numel(), first_host.data<int32_t>())) return false;
+  }
+  return true;
+}
+
 size_t Weight::device_bytes() const {
   size_t bytes = 0;
   for (const Tensor* t : {&data_, &scales_, &zeros_, &perm_})
@@ -255,7 +291,9 @@ kernels::ScaledMatrix scaled_matrix(const Weight& w) {
           w.out_features(),
           w.in_features(),
           w.block().rows,
-          w.block().cols};
+          w.block().cols,
+          w.zeros().defined() ? w.zeros().data<float>() : nullptr,
+          w.perm().defined() ? w.perm().data<int32_t>() : nullptr};
 }
 
 kernels::Int4Matrix int4_matrix(const Weight& w) {
@@ -397,6 +435,17 @@ bool fp8_gemm(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias
   return false;
 }
 
+// x [rows, K] (contiguous) with its columns in a weight's stored order: column k' of the result
+// is x's column perm[k'].
+Tensor gather_columns(Context& ctx, const Tensor& x, const Tensor& perm) {
+  const int64_t rows = x.size(0), k = x.size(1);
+  Tensor gathered = ctx.empty({rows, k}, x.dtype());
+  dispatch_float(x.dtype(), "linear", [&]<class T>() {
+    kernels::gather_columns<T>(gathered.data<T>(), x.data<T>(), perm.data<int32_t>(), rows, k, k, ctx.stream().get());
+  });
+  return gathered;
+}
+
 // GGUF blocks, FP8 and int8 with group scales: the fused GEMV for decode-sized batches, else the
 // weights expanded to x's dtype and the dense linear. Deterministic mode takes the expansion for
 // every M (one summation order, the dense path's batch-invariant one). 8-bit rows of a length not
@@ -428,14 +477,17 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   check_same_dtype(op, "x", x, "out", out);
   LW_CHECK(x.is_contiguous() && out.is_contiguous(), op << ": x " << x.describe() << " and out " << out.describe()
                                                         << " must be contiguous");
+  const Tensor xs = w.perm().defined() ? gather_columns(ctx, x.view({rows, k}), w.perm()) : x;
   dispatch_float(x.dtype(), op, [&]<class T>() {
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
-    if (gguf)
-      kernels::gguf_gemv<T>(out.data<T>(), x.data<T>(), w.data().data_ptr(), *gguf_block(w.format()), b, rows, n, k, k, n,
+    if (gguf) {
+      kernels::gguf_gemv<T>(out.data<T>(), xs.data<T>(), w.data().data_ptr(), *gguf_block(w.format()), b, rows, n, k, k, n,
                             ctx.warp_size(), ctx.stream().get());
-    else
-      kernels::scaled_gemv<T>(out.data<T>(), x.data<T>(), scaled_matrix(w), b, rows, k, n, ctx.warp_size(),
-                              ctx.stream().get());
+    } else {
+      kernels::ScaledMatrix m = scaled_matrix(w);
+      m.col_perm = nullptr;  // x's columns are gathered
+      kernels::scaled_gemv<T>(out.data<T>(), xs.data<T>(), m, b, rows, k, n, ctx.warp_size(), ctx.stream().get());
+    }
   });
 }
 
@@ -459,14 +511,7 @@ void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
     linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, sel.forced() ? sel.path : GemmPath::automatic);
     return;
   }
-  Tensor xs = x.view({rows, k});
-  if (w.perm().defined()) {
-    Tensor gathered = ctx.empty({rows, k}, x.dtype());
-    dispatch_float(x.dtype(), "linear", [&]<class T>() {
-      kernels::gather_columns<T>(gathered.data<T>(), xs.data<T>(), w.perm().data<int32_t>(), rows, k, k, ctx.stream().get());
-    });
-    xs = gathered;
-  }
+  const Tensor xs = w.perm().defined() ? gather_columns(ctx, x.view({rows, k}), w.perm()) : x.view({rows, k});
   // Rows beyond the kernel's tiles of x run in passes of kInt4GemmMaxRows (the forced path).
   const int splits = kernels::int4_gemm_splits(m, caps.multiprocessors);
   Tensor workspace = splits > 1 ? ctx.empty({splits * std::min(rows, kernels::kInt4GemmMaxRows) * n}, DType::f32) : Tensor();

@@ -24,7 +24,7 @@ enum class WeightFormat : uint8_t {
   fp8_e4m3_per_channel,  // e4m3 bytes (i8) [N, K], f32 scales [N]
   fp8_e4m3_per_block,    // e4m3 bytes (i8) [N, K], f32 scales [ceil(N/bn), ceil(K/bk)]
   int8_per_channel,      // symmetric int8 [N, K], f32 scales [N]: w = q * scale[n]
-  int8_per_group,        // symmetric int8 [N, K], f32 scales [N, ceil(K / group)]: w = q * scale[n, k / group]
+  int8_per_group,        // int8 [N, K], f32 scales [N, ceil(K / group)]: w = (q - zero) * scale[n, k / group]
   int4,                  // 4-bit values in matrix-fragment tiles, f32 scales and zero points per (group, row)
   gguf_q4_0,             // GGML blocks (llama.cpp layout), rows of whole blocks
   gguf_q4_1,
@@ -62,9 +62,13 @@ class Weight {
   static Weight dense(Tensor w);
   // q i8 [N, K], scales f32 [N]: w[n, k] = q[n, k] * scales[n] (q in [-127, 127]).
   static Weight int8_per_channel(Tensor q, Tensor scales);
-  // q i8 [N, K], scales f32 [N, ceil(K / group_size)]: w[n, k] = q[n, k] * scales[n, k / group_size]
-  // (GPTQ 8-bit, symmetric: q in [-128, 127]). Weight-only: linear keeps x in its dtype (W8A16).
-  static Weight int8_per_group(Tensor q, Tensor scales, int64_t group_size);
+  // q i8 [N, K], scales f32 [N, G], G = ceil(K / group_size): w[n, k'] = (q[n, k'] - zeros[n, g]) *
+  // scales[n, g] with g = k' / group_size (GPTQ 8-bit: q in [-128, 127], the stored byte - 128);
+  // zeros (optional: 0) f32 [N, G], integers in [-128, 128]; perm (optional) i32 [K]: column k'
+  // of q is the matrix's column perm[k'] (act-order, as int4). Weight-only: linear keeps x in its
+  // dtype (W8A16).
+  static Weight int8_per_group(Tensor q, Tensor scales, int64_t group_size, Tensor zeros = Tensor(),
+                               Tensor perm = Tensor());
   // fp8 e4m3 bytes, held in an i8 [N, K] tensor (Tensor has no fp8 dtype): w = fp8(q) * scale.
   // scale: f32 with one element ([] or [1]). The NaN codes (0x7F, 0xFF) are not values: the
   // checkpoint loader refuses them; the kernels do not check again (they read them as +-480).
@@ -94,7 +98,7 @@ class Weight {
   const Tensor& data() const { return data_; }
   const Tensor& scales() const { return scales_; }
   const Tensor& zeros() const { return zeros_; }
-  // int4: the column permutation (undefined where the columns are in order).
+  // int4, int8_per_group: the column permutation (undefined where the columns are in order).
   const Tensor& perm() const { return perm_; }
   // Input columns per scale group (int4, int8_per_group), 0 where the format has no groups.
   int64_t group_size() const { return group_size_; }
@@ -114,6 +118,18 @@ class Weight {
   int64_t group_size_ = 0;
   WeightBlock block_;
 };
+
+// The order of a weight's K input columns that makes each group of `group` columns contiguous,
+// stable by column, from g_idx (host memory: K entries, each checked to be in 0 .. groups - 1;
+// `what` names g_idx in the message): empty where g_idx already gives column c the group
+// c / group (no permutation), nullopt where the groups are not all `group` columns but the last
+// (act-order checkpoints give each group `group` columns).
+std::optional<std::vector<int32_t>> act_order_columns(const int32_t* g_idx, int64_t k, int64_t group, int64_t groups,
+                                                      const std::string& what);
+
+// Whether the weights (of one K) store their columns in one order: none permuted, or all by equal
+// permutations (read back from the device), so that parts stacked by rows share it.
+bool same_column_order(Context& ctx, const std::vector<Weight>& parts);
 
 // An automatic linear over GGUF blocks (or FP8) of at most this many rows runs the fused GEMV;
 // above it the expansion and the vendor GEMM are faster (H200, docs/PERFORMANCE.md "GGUF block
@@ -140,8 +156,9 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //                     forced path, or deterministic mode: the weights expanded to x's dtype (a
 //                     temporary [N, K]) and the dense linear. Weights are the expansion's values
 //                     (rounded to x's dtype) on every path;
-//   int8_per_group    as the GGUF formats (W8A16): the fused 8-bit GEMV (kernels::scaled_gemv)
-//                     up to kGgufGemvMaxRows rows and on the forced gemv path, else the weights
+//   int8_per_group    as the GGUF formats (W8A16): the fused 8-bit GEMV (kernels::scaled_gemv;
+//                     x's columns gathered first where the weight has a permutation) up to
+//                     kGgufGemvMaxRows rows and on the forced gemv path, else the weights
 //                     expanded to x's dtype and the dense linear;
 //   int8_per_channel  x quantised per token (quantize_per_token), then `linear_int8` with x's
 //                     per-row scales and the weight's per-channel scales (exact int32

@@ -1,10 +1,10 @@
 // 8-bit GPTQ weights from make_fixtures.py's st_gptq8 checkpoint (symmetric with v1 and v2 zero
 // points, groups of 32 and 64, a last partial group, one group per row; asymmetric; act-order),
-// quantised and packed in Python by AutoGPTQ's rules. Symmetric weights in group order load as
-// ops::Weight::int8_per_group, the others expand; every case holds exactly the reference values;
-// linear (the 8-bit GEMV and the expansion) matches a float64 reference; shards and stacked
-// parts keep what they should; the dry run counts what the load keeps; broken tensors are
-// refused by name.
+// quantised and packed in Python by AutoGPTQ's rules. Every case loads as
+// ops::Weight::int8_per_group (zero points where asymmetric, columns sorted by group where in
+// act order) and holds exactly the reference values; linear (the 8-bit GEMV and the expansion)
+// matches a float64 reference; shards and stacked parts keep what they should; the dry run
+// counts what the load keeps; broken tensors are refused by name.
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -41,10 +41,8 @@ struct Fixture : FixtureCheckpoint {
     ld->set_quantization(quantization(name));
     return ld;
   }
-  // Symmetric and in group order: kept as int8 with group scales.
-  bool kept(const std::string& name) const {
-    return manifest[name]["sym"].get<bool>() && !manifest[name]["desc_act"].get<bool>();
-  }
+  bool symmetric(const std::string& name) const { return manifest[name]["sym"].get<bool>(); }
+  bool act_order(const std::string& name) const { return manifest[name]["desc_act"].get<bool>(); }
 };
 
 TEST(Gptq8Weights, EveryCaseLoadsToTheReferenceValues) {
@@ -55,15 +53,13 @@ TEST(Gptq8Weights, EveryCaseLoadsToTheReferenceValues) {
     const std::vector<int64_t> shape = fx.shape(name);
     const int64_t n = shape[0], k = shape[1];
     const ops::Weight w = fx.loader(name)->get_weight(name, shape);
-    if (fx.kept(name)) {
-      ASSERT_EQ(w.format(), ops::WeightFormat::int8_per_group);
-      const int64_t g = fx.manifest[name]["group_size"].get<int64_t>(), group = g < 0 ? k : g;
-      EXPECT_EQ(w.group_size(), group);
-      EXPECT_EQ(w.data().nbytes(), static_cast<size_t>(n * k));
-      EXPECT_EQ(w.scales().shape(), std::vector<int64_t>({n, (k + group - 1) / group}));
-    } else {
-      EXPECT_EQ(w.format(), ops::WeightFormat::dense);
-    }
+    ASSERT_EQ(w.format(), ops::WeightFormat::int8_per_group);
+    const int64_t g = fx.manifest[name]["group_size"].get<int64_t>(), group = g < 0 ? k : g;
+    EXPECT_EQ(w.group_size(), group);
+    EXPECT_EQ(w.data().nbytes(), static_cast<size_t>(n * k));
+    EXPECT_EQ(w.scales().shape(), std::vector<int64_t>({n, (k + group - 1) / group}));
+    EXPECT_EQ(w.zeros().defined(), !fx.symmetric(name));
+    EXPECT_EQ(w.perm().defined(), fx.act_order(name));
     expect_kept_and_dense(w, fx.loader(name, "dense")->get_weight(name, shape), fx.values(name));
   }
 }
@@ -87,7 +83,6 @@ TEST(Gptq8Weights, LinearMatchesTheFloat64Reference) {
     const std::vector<float> wref = fx.values(name);
     for (DType dt : {DType::f32, DType::f16, DType::bf16})
       for (const Case& c : cases) {
-        if (w.format() == ops::WeightFormat::dense && dt != DType::f32) continue;  // expanded to the loader's f32
         const bool with_bias = c.m % 2 == 1;
         SCOPED_TRACE(::testing::Message() << name << " " << dtype_name(dt) << " M=" << c.m << " "
                                           << ops::gemm_path_name(c.path) << (with_bias ? " bias" : ""));
@@ -102,7 +97,8 @@ TEST(Gptq8Weights, LinearMatchesTheFloat64Reference) {
 }
 
 // A rank's rows stay 8-bit; columns stay 8-bit on group edges and are expanded where they cut a
-// group; act-order weights expand whatever the part; parts stack by rows.
+// group; act-order weights keep their rows and expand columns (groups scattered over K); parts
+// stack by rows, zero points and a shared column order with them.
 TEST(Gptq8Weights, ShardsAndStackedParts) {
   Fixture fx;
   const std::string name = "gptq8_sym_g64_tail.weight";  // [32, 208], groups of 64 and a last of 16
@@ -121,8 +117,29 @@ TEST(Gptq8Weights, ShardsAndStackedParts) {
   expect_values(cut, ref, 208, 0, 32, 32, 160);
   const std::string act = "gptq8_act_g32.weight";  // [48, 128]
   const ops::Weight act_rows = part(act, {0, 8, 40});
-  EXPECT_EQ(act_rows.format(), ops::WeightFormat::dense);
+  EXPECT_EQ(act_rows.format(), ops::WeightFormat::int8_per_group);
+  EXPECT_TRUE(act_rows.perm().defined());
   expect_values(act_rows, fx.values(act), 128, 8, 40, 0, 128);
+  const ops::Weight act_cols = part(act, {1, 32, 96});
+  EXPECT_EQ(act_cols.format(), ops::WeightFormat::dense);
+  expect_values(act_cols, fx.values(act), 128, 0, 48, 32, 96);
+  const std::string asym = "gptq8_asym_g64.weight";  // [32, 192]
+  const ops::Weight asym_cols = part(asym, {1, 64, 192});
+  EXPECT_EQ(asym_cols.format(), ops::WeightFormat::int8_per_group);
+  EXPECT_TRUE(asym_cols.zeros().defined());
+  expect_values(asym_cols, fx.values(asym), 192, 0, 32, 64, 192);
+  {
+    auto la = fx.loader(act);
+    const ops::Weight stacked_act = la->fuse_weights({part(act, {0, 0, 20}), part(act, {0, 20, 48})});
+    EXPECT_EQ(stacked_act.format(), ops::WeightFormat::int8_per_group);
+    EXPECT_TRUE(stacked_act.perm().defined());
+    expect_values(stacked_act, fx.values(act), 128, 0, 48, 0, 128);
+    auto ls = fx.loader(asym);
+    const ops::Weight stacked_asym = ls->fuse_weights({part(asym, {0, 0, 8}), part(asym, {0, 8, 32})});
+    EXPECT_EQ(stacked_asym.format(), ops::WeightFormat::int8_per_group);
+    EXPECT_TRUE(stacked_asym.zeros().defined());
+    expect_values(stacked_asym, fx.values(asym), 192, 0, 32, 0, 192);
+  }
 
   auto ld = fx.loader(name);
   const ops::Weight stacked = ld->fuse_weights({part(name, {0, 0, 12}), part(name, {0, 12, 32})});
@@ -140,8 +157,8 @@ TEST(Gptq8Weights, ShardsAndStackedParts) {
   expect_values(ops::Weight::dense(mixed.data().slice(0, 40, 72)), ref, 208, 0, 32, 0, 96);
 }
 
-// The dry run counts what the load keeps: kept whole, a rank's rows and columns, expanded
-// weights (asymmetric, act-order, a cut group), stacked parts.
+// The dry run counts what the load keeps: kept whole (with zero points, with a permutation), a
+// rank's rows and columns, expanded weights (a cut group, act-order columns), stacked parts.
 TEST(Gptq8Weights, TheDryRunCountsWhatTheLoadKeeps) {
   Fixture fx;
   auto both = [&](const std::string& name, const std::function<void(model::WeightLoader&)>& load) {
@@ -162,10 +179,15 @@ TEST(Gptq8Weights, TheDryRunCountsWhatTheLoadKeeps) {
   both(tail, [&](model::WeightLoader& ld) {
     ld.fuse_weights({ld.get_weight(tail, fx.shape(tail), {0, 0, 12}), ld.get_weight(tail, fx.shape(tail), {0, 12, 32})});
   });
+  const std::string act = "gptq8_act_g32.weight";
+  both(act, [&](model::WeightLoader& ld) { ld.get_weight(act, fx.shape(act), {1, 32, 96}); });
   // The real count is the device bytes of what was kept.
-  auto ld = fx.loader(tail);
-  const ops::Weight w = ld->get_weight(tail, fx.shape(tail));
-  EXPECT_EQ(ld->bytes(), w.device_bytes());
+  for (const std::string& name : fx.cases()) {
+    SCOPED_TRACE(name);
+    auto ld = fx.loader(name);
+    const ops::Weight w = ld->get_weight(name, fx.shape(name));
+    EXPECT_EQ(ld->bytes(), w.device_bytes());
+  }
 }
 
 TEST(Gptq8Weights, BrokenTensorsAreRefusedByName) {
@@ -176,7 +198,7 @@ TEST(Gptq8Weights, BrokenTensorsAreRefusedByName) {
   expect_error([&] { fx.loader("bad8_zeros.weight")->get_weight("bad8_zeros.weight", shape); },
                "bad8_zeros.qzeros is I32[1, 4]; 8-bit GPTQ [16, 64] in groups of 32 needs I32[2, 4]");
   expect_error([&] { fx.loader("bad8_gidx.weight")->get_weight("bad8_gidx.weight", shape); },
-               "bad8_gidx.g_idx[5] = 2 is not a group (0 .. 1)");
+               "bad8_gidx.g_idx[5] = 2 is not a group of 0..1");
   // The model's shape must be the checkpoint's; N and K whole words.
   expect_error([&] { fx.loader("gptq8_sym_g32.weight")->get_weight("gptq8_sym_g32.weight", {40, 64}); },
                "gptq8_sym_g32.qweight is I32[24, 40]");

@@ -56,16 +56,17 @@ __global__ void dequant_scaled_kernel(T* out, ScaledMatrix m) {
     } else {
       bytes[0] = q[row * m.cols + col0];
     }
-    T* o = out + row * m.cols + col0;
+    auto block_at = [&](int64_t col) { return (row / m.block_rows) * block_cols + col / m.block_cols; };
     auto scale_at = [&](int64_t col) {
       return m.layout == ScaleLayout::tensor ? m.scales[0]
              : m.layout == ScaleLayout::row  ? m.scales[row]
-                                             : m.scales[(row / m.block_rows) * block_cols + col / m.block_cols];
+                                             : m.scales[block_at(col)];
     };
+    auto zero_at = [&](int64_t col) { return m.zeros ? m.zeros[block_at(col)] : 0.0f; };
     // Block scales change every block_cols columns: once per run when that is a multiple of R,
     // else looked up per element.
     const bool one_scale = m.layout != ScaleLayout::block || m.block_cols % R == 0;
-    const float run_scale = scale_at(col0);
+    const float run_scale = scale_at(col0), run_zero = zero_at(col0);
 #pragma unroll
     for (int c = 0; c < R; c += (R == 16 ? gpu::kVecWidth<T> : 1)) {
       constexpr int V = R == 16 ? gpu::kVecWidth<T> : 1;
@@ -73,11 +74,17 @@ __global__ void dequant_scaled_kernel(T* out, ScaledMatrix m) {
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         const float scale = one_scale ? run_scale : scale_at(col0 + c + e);
+        const float zero = one_scale ? run_zero : zero_at(col0 + c + e);
         const uint8_t b = bytes[c + e];
-        const float value = m.fp8 ? fp8_e4m3_times_2_pow_minus_120(b, 0) * 0x1p120f : static_cast<float>(static_cast<int8_t>(b));
+        const float value =
+            m.fp8 ? fp8_e4m3_times_2_pow_minus_120(b, 0) * 0x1p120f : static_cast<float>(static_cast<int8_t>(b)) - zero;
         w.v[e] = gpu::from_float<T>(value * scale);
       }
-      gpu::store_vec<V>(o + c, w);
+      if constexpr (R == 1) {
+        out[row * m.cols + (m.col_perm ? m.col_perm[col0 + c] : col0 + c)] = w.v[0];
+      } else {
+        gpu::store_vec<V>(out + row * m.cols + col0 + c, w);
+      }
     }
   }
 }
@@ -162,10 +169,13 @@ void dequantize_scaled(T* out, const ScaledMatrix& m, int warp_size, cudaStream_
   LW_CHECK(m.rows >= 0 && m.cols >= 0, "dequantize_scaled: a matrix of " << m.rows << " x " << m.cols);
   LW_CHECK(m.layout != ScaleLayout::block || (m.block_rows > 0 && m.block_cols > 0),
            "dequantize_scaled: scale blocks of " << m.block_rows << " x " << m.block_cols);
+  LW_CHECK(!m.zeros || (!m.fp8 && m.layout == ScaleLayout::block),
+           "dequantize_scaled: zero points belong to int8 values with block scales");
   if (m.rows == 0 || m.cols == 0) return;
   const int threads = gpu::round_block_size(256, warp_size);
-  // Runs of 16 bytes where every row starts 16-byte aligned in both the bytes and out.
-  const bool vec = m.cols % 16 == 0 && gpu::aligned_to(gpu::kVectorBytes, out) && gpu::aligned_to(16, m.q);
+  // Runs of 16 bytes where every row starts 16-byte aligned in both the bytes and out (and the
+  // columns stay in order).
+  const bool vec = m.cols % 16 == 0 && !m.col_perm && gpu::aligned_to(gpu::kVectorBytes, out) && gpu::aligned_to(16, m.q);
   const int64_t runs = m.rows * (vec ? m.cols / 16 : m.cols);
   const int64_t blocks = std::min<int64_t>((runs + threads - 1) / threads, 8192);
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream};

@@ -30,7 +30,8 @@ void dequantize_blocks(T* out, const void* src, BlockFormat format, int64_t n, i
 // A matrix of 8-bit values with float scales (ops/weight.h's fp8 and int8 formats): value
 // [n, k] = decode(q[n, k]) * scale, decode being FP8 E4M3 (kernels/quant/fp8.h) or a signed
 // byte, and the scale one for the whole matrix, one per row, or one per block of block_rows x
-// block_cols (row-major over ceil(rows / block_rows) x ceil(cols / block_cols) blocks).
+// block_cols (row-major over ceil(rows / block_rows) x ceil(cols / block_cols) blocks). Signed
+// bytes with block scales may have a zero point per block: value = (q - zero) * scale.
 enum class ScaleLayout : uint8_t { tensor, row, block };
 struct ScaledMatrix {
   const void* q;  // rows x cols bytes, row-major, contiguous
@@ -39,6 +40,10 @@ struct ScaledMatrix {
   ScaleLayout layout;
   int64_t rows, cols;
   int64_t block_rows = 0, block_cols = 0;  // ScaleLayout::block only
+  const float* zeros = nullptr;            // int8 with ScaleLayout::block: integers, laid out as the scales
+  // dequantize_scaled: column k of q is the matrix's column col_perm[k] (act-order weights, whose
+  // columns are stored by group). scaled_gemv refuses it: its caller gathers x's columns.
+  const int32_t* col_perm = nullptr;
 };
 
 // out[n * cols + k] = the value in fp32, rounded once to T. Device memory.

@@ -117,6 +117,8 @@ __global__ void scaled_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, S
   const float* scales = block ? w.scales + (col / w.block_rows) * ((w.cols + w.block_cols - 1) / w.block_cols)
                         : w.layout == ScaleLayout::row ? w.scales + col
                                                        : w.scales;
+  // Zero points (int8 with block scales) lie as the scales do.
+  const float* zeros = w.zeros ? w.zeros + (scales - w.scales) : nullptr;
   const int block_cols = block ? static_cast<int>(w.block_cols) : 0;
   const int runs_per_block = block && block_cols % gguf::kRun == 0 ? block_cols / gguf::kRun : 0;
   const float row_scale = block ? 0.0f : scales[0];
@@ -130,6 +132,11 @@ __global__ void scaled_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, S
     for (int i = 0; i < gguf::kRun; ++i) {
       if constexpr (FP8) wv[i] = fp8_e4m3_times_2_pow_minus_120(b.v[i / 4], i % 4) * 0x1p120f;
       else wv[i] = static_cast<float>(static_cast<int8_t>(b.v[i / 4] >> (8 * (i % 4))));
+    }
+    if (!FP8 && zeros) {  // exact: small integers
+#pragma unroll
+      for (int i = 0; i < gguf::kRun; ++i)
+        wv[i] -= runs_per_block > 0 ? zeros[r / runs_per_block] : zeros[(static_cast<int64_t>(r) * gguf::kRun + i) / block_cols];
     }
     if (block && runs_per_block == 0) {  // a scale block boundary inside the run
 #pragma unroll
@@ -281,6 +288,9 @@ void scaled_gemv(T* y, const T* x, const ScaledMatrix& w, const T* bias, int64_t
   LW_CHECK(w.layout != ScaleLayout::block || (w.block_rows > 0 && w.block_cols > 0),
            "scaled_gemv: scale blocks of " << w.block_rows << " x " << w.block_cols);
   LW_CHECK(gpu::aligned_to(gpu::kVectorBytes, w.q), "scaled_gemv: the weights must start 16-byte aligned");
+  LW_CHECK(!w.zeros || (!w.fp8 && w.layout == ScaleLayout::block),
+           "scaled_gemv: zero points belong to int8 values with block scales");
+  LW_CHECK(!w.col_perm, "scaled_gemv: weights with permuted columns need x's columns gathered first (and no col_perm)");
   LW_CHECK(w.cols / gguf::kRun <= 0x7fffffff, "scaled_gemv: K = " << w.cols << " exceeds the kernel's run index");
   if (m == 0 || w.rows == 0) return;
   const int64_t blocks = (w.rows + kWarpsPerBlock - 1) / kWarpsPerBlock, passes = (m + R - 1) / R;

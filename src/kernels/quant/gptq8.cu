@@ -18,10 +18,10 @@ LW_DEVICE_INLINE uint32_t byte_of(int32_t word, int64_t i) { return (static_cast
 // A thread per output byte (grid-stride): consecutive threads take consecutive columns, whose
 // words are four apart in qweight's rows of N.
 __global__ void unpack_kernel(int8_t* out, const int32_t* qweight, int64_t n, int64_t row0, int64_t rows, int64_t col0,
-                              int64_t cols) {
+                              int64_t cols, const int32_t* col_perm) {
   const int64_t total = rows * cols, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += stride) {
-    const int64_t r = row0 + idx / cols, c = col0 + idx % cols;
+    const int64_t r = row0 + idx / cols, c = col_perm ? col_perm[idx % cols] : col0 + idx % cols;
     out[idx] = static_cast<int8_t>(static_cast<int>(byte_of(qweight[(c / 4) * n + r], c)) - 128);
   }
 }
@@ -41,13 +41,15 @@ __global__ void expand_kernel(T* out, Gptq8Words w) {
 }  // namespace
 
 void gptq8_unpack(int8_t* out, const int32_t* qweight, int64_t n, int64_t k, int64_t row0, int64_t rows, int64_t col0,
-                  int64_t cols, cudaStream_t stream) {
+                  int64_t cols, const int32_t* col_perm, cudaStream_t stream) {
   LW_CHECK(n > 0 && k > 0 && n % 4 == 0 && k % 4 == 0 && row0 >= 0 && rows > 0 && row0 + rows <= n && col0 >= 0 &&
                cols > 0 && col0 + cols <= k,
            "gptq8_unpack: rows [" << row0 << ", " << row0 + rows << ") and columns [" << col0 << ", " << col0 + cols
                                   << ") of [" << n << ", " << k << "] (N and K multiples of 4)");
+  LW_CHECK(!col_perm || (col0 == 0 && cols == k), "gptq8_unpack: permuted columns are all K columns, not ["
+                                                     << col0 << ", " << col0 + cols << ")");
   gpu::launch("gptq8_unpack", unpack_kernel, {dim3(static_cast<unsigned>(grid_for(rows * cols))), dim3(kThreads), 0, stream},
-              out, qweight, n, row0, rows, col0, cols);
+              out, qweight, n, row0, rows, col0, cols, col_perm);
 }
 
 template <class T>

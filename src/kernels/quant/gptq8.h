@@ -3,8 +3,9 @@
 //   qzeros  [G, N/4]: the zero point of row n at bits 8 (n % 4) .. of word [g, n / 4] (plus one
 //                     in format "gptq", which stores zero - 1);
 //   w[n, k] = (q - zero[g, n]) * scales[g, n],  g = g_idx[k] (or k / group).
-// Symmetric checkpoints have zero 128 everywhere: their weights are the signed bytes q - 128
-// times the scale (ops::Weight::int8_per_group); the others are expanded.
+// They are kept as the signed bytes q - 128 with the scales, zero points - 128 where a checkpoint
+// has others than 128 (asymmetric), and act-order columns sorted by group (ops::Weight::
+// int8_per_group); gptq8_expand gives the weights in the model's dtype where they cannot stay.
 #pragma once
 #include <cstdint>
 
@@ -13,9 +14,10 @@
 namespace lw::kernels {
 
 // out [rows, cols] (row-major) = q - 128 of the matrix's rows [row0, row0 + rows) and columns
-// [col0, col0 + cols), as signed bytes. qweight holds K/4 x N words.
+// [col0, col0 + cols), as signed bytes. qweight holds K/4 x N words. col_perm (device, i32 [K],
+// or null): out's column j is the matrix's column col_perm[j] (all K columns).
 void gptq8_unpack(int8_t* out, const int32_t* qweight, int64_t n, int64_t k, int64_t row0, int64_t rows, int64_t col0,
-                  int64_t cols, cudaStream_t stream);
+                  int64_t cols, const int32_t* col_perm, cudaStream_t stream);
 
 struct Gptq8Words {
   const int32_t* qweight = nullptr;  // [K/4, N]
