@@ -29,9 +29,10 @@ rounded to their stored dtype first, and likewise give transformers the dequanti
     bf16 [N, K/32], weight_shape), symmetric group strategy: scale amax / 7.5 (llm-compressor's
     rule), q = clamp(rint(w / scale), -8, 7).
   gptq8: AutoGPTQ's 8-bit layout (qweight [K/4, N] and qzeros [K/32, N/4] of bytes, zero - 1
-    stored, scales f16, g_idx [K] in group order), symmetric: scale 2 amax / 255, zero 128
-    (AutoGPTQ's sym), q = clamp(rint(w / scale) + 128, 0, 255); quantization_config {quant_method
-    gptq, bits 8, desc_act false, sym true}: lightwave keeps these as int8 with group scales.
+    stored, scales f16, g_idx [K]), asymmetric with act order as gptq (scale (max - min) / 255,
+    zero in 1..255); quantization_config {quant_method gptq, bits 8, desc_act true, sym false}:
+    lightwave keeps these as int8 with group scales, zero points and a column permutation (its
+    symmetric, in-order case is covered by the st_gptq8 fixtures of the test suite).
 The packed layouts need N a multiple of 8 and K a multiple of the group: a projection that is
 not (every down projection: K = 100, 104, 56 or 48 here; the dense MLPs' gate and up, N = 100)
 stays fp32 as "<p>.weight" in all three formats, and with the router, shared experts and
@@ -225,15 +226,15 @@ def pack_int8(a):
 
 def int4_tensors(quant, w, rng):
     """One [N, K] float32 matrix in a 4-bit format: ({suffix: tensor} replacing its "weight",
-    the dequantised values [N, K] float32). gptq: v1 (zero - 1 stored), asymmetric, act order
-    with a random permutation; awq: asymmetric GEMM layout; w4a16: compressed-tensors
-    pack-quantized, symmetric, bf16 scales."""
+    the dequantised values [N, K] float32). gptq and gptq8 (8-bit): v1 (zero - 1 stored),
+    asymmetric, act order with a random permutation; awq: asymmetric GEMM layout; w4a16:
+    compressed-tensors pack-quantized, symmetric, bf16 scales."""
     n, k = w.shape
     g_idx = np.empty(k, np.int32)
-    g_idx[rng.permutation(k) if quant == "gptq" else np.arange(k)] = np.arange(k) // INT4_GROUP
+    g_idx[rng.permutation(k) if quant in ("gptq", "gptq8") else np.arange(k)] = np.arange(k) // INT4_GROUP
     t = torch.from_numpy
     if quant == "gptq8":
-        q, z, s, deq = int4_quantise(w, g_idx, True, "float16", bits=8)
+        q, z, s, deq = int4_quantise(w, g_idx, False, "float16", zero_min=1, bits=8)
         out = {"qweight": t(np.ascontiguousarray(pack_int8(q).T)), "qzeros": t(pack_int8(z - 1)),
                "scales": t(s).to(torch.float16), "g_idx": t(g_idx)}
     elif quant == "gptq":
@@ -256,7 +257,7 @@ def quantization_config(quant, full_precision):
     if quant == "fp8":
         return {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
     if quant == "gptq8":
-        return {"quant_method": "gptq", "bits": 8, "group_size": INT4_GROUP, "desc_act": False, "sym": True,
+        return {"quant_method": "gptq", "bits": 8, "group_size": INT4_GROUP, "desc_act": True, "sym": False,
                 "checkpoint_format": "gptq"}
     if quant == "gptq":
         return {"quant_method": "gptq", "bits": 4, "group_size": INT4_GROUP, "desc_act": True, "sym": False,
