@@ -101,22 +101,22 @@ struct RegsA {
     "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "  \
     "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
+// The instructions' element type for T (bf16 or f16), spelt into the asm below.
+#define LW_WG_MMA(TYPE, SHAPE) "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " "
+
 // d (64 x 64, four FragCs per warp) = A.B (+ d where accumulate): A K-major in shared memory
 // (descriptor a), B K-major (descriptor b: B's rows are its N columns).
 template <class T>
 LW_DEVICE_INLINE void mma_64x64_ss(mma::FragC (&d)[4], uint64_t a, uint64_t b, bool accumulate) {
   const int scale_d = accumulate ? 1 : 0;
-  if constexpr (std::is_same_v<T, bfloat16>) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LW_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : LW_WG_R8(0), LW_WG_R8(8), LW_WG_R8(16), LW_WG_R8(24)
-                 : "l"(a), "l"(b), "r"(scale_d));
-  } else {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " LW_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : LW_WG_R8(0), LW_WG_R8(8), LW_WG_R8(16), LW_WG_R8(24)
-                 : "l"(a), "l"(b), "r"(scale_d));
-  }
+#define LW_WG_SS(TYPE)                                                                                            \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" LW_WG_MMA(TYPE, "m64n64k16") LW_WG_D32              \
+               ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                                  \
+               : LW_WG_R8(0), LW_WG_R8(8), LW_WG_R8(16), LW_WG_R8(24)                                             \
+               : "l"(a), "l"(b), "r"(scale_d))
+  if constexpr (std::is_same_v<T, bfloat16>) LW_WG_SS("bf16");
+  else LW_WG_SS("f16");
+#undef LW_WG_SS
 }
 
 // d (64 x N, N / 16 FragCs per warp) += A.B: A from registers (the warp's 16 x 16 A fragment
@@ -125,38 +125,29 @@ template <class T, int N>
 LW_DEVICE_INLINE void mma_rs_mn(mma::FragC (&d)[N / 16], const RegsA& a, uint64_t b) {
   static_assert(N == 64 || N == 128, "mma_rs_mn: N of 64 or 128");  // lint: not-a-warp
   const uint32_t a0 = a.r[0], a1 = a.r[1], a2 = a.r[2], a3 = a.r[3];
+#define LW_WG_RS64(TYPE)                                                                                          \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" LW_WG_MMA(TYPE, "m64n64k16") LW_WG_D32              \
+               ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                    \
+               : LW_WG_R8(0), LW_WG_R8(8), LW_WG_R8(16), LW_WG_R8(24)                                             \
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1))
+#define LW_WG_RS128(TYPE)                                                                                         \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" LW_WG_MMA(TYPE, "m64n128k16") LW_WG_D64             \
+               ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                                    \
+               : LW_WG_R8(0), LW_WG_R8(8), LW_WG_R8(16), LW_WG_R8(24), LW_WG_R8(32), LW_WG_R8(40), LW_WG_R8(48), \
+                 LW_WG_R8(56)                                                                                     \
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1))
+  constexpr bool kBf16 = std::is_same_v<T, bfloat16>;
   if constexpr (N == 64) {  // lint: not-a-warp
-    if constexpr (std::is_same_v<T, bfloat16>) {
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LW_WG_D32
-                   ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-                   : LW_WG_R8(0), LW_WG_R8(8), LW_WG_R8(16), LW_WG_R8(24)
-                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
-    } else {
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " LW_WG_D32
-                   ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-                   : LW_WG_R8(0), LW_WG_R8(8), LW_WG_R8(16), LW_WG_R8(24)
-                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
-    }
+    if constexpr (kBf16) LW_WG_RS64("bf16");
+    else LW_WG_RS64("f16");
   } else {
-    if constexpr (std::is_same_v<T, bfloat16>) {
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " LW_WG_D64
-                   ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                   : LW_WG_R8(0), LW_WG_R8(8), LW_WG_R8(16), LW_WG_R8(24), LW_WG_R8(32), LW_WG_R8(40), LW_WG_R8(48),
-                     LW_WG_R8(56)
-                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
-    } else {
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " LW_WG_D64
-                   ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                   : LW_WG_R8(0), LW_WG_R8(8), LW_WG_R8(16), LW_WG_R8(24), LW_WG_R8(32), LW_WG_R8(40), LW_WG_R8(48),
-                     LW_WG_R8(56)
-                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
-    }
+    if constexpr (kBf16) LW_WG_RS128("bf16");
+    else LW_WG_RS128("f16");
   }
+#undef LW_WG_RS64
+#undef LW_WG_RS128
 }
+#undef LW_WG_MMA
 #undef LW_WG_R8
 #undef LW_WG_D32
 #undef LW_WG_D64

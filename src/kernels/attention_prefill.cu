@@ -117,11 +117,11 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
   const uint32_t slot_stride = static_cast<uint32_t>(a.kv_heads * D);
   auto slot_offset = [&](int slot) { return static_cast<uint64_t>(static_cast<uint32_t>(slot)) * slot_stride; };
   // Row r's query row in q and its query head.
-  auto q_row = [&](int r) { return static_cast<int64_t>(row0 + q0 + r / group); };
-  auto q_head = [&](int r) { return kvh * group + r % group; };
+  // Tile row r (a query token and head) is this row of q and out.
+  auto row_at = [&](int r) { return static_cast<int64_t>(row0 + q0 + r / group) * a.q_heads + kvh * group + r % group; };
 
   mma::FragA<T> qa[D / 16];
-  attention_tile::load_q(qa, wr0, rows, [&](int r) { return q + (q_row(r) * a.q_heads + q_head(r)) * D; });
+  attention_tile::load_q(qa, wr0, rows, [&](int r) { return q + row_at(r) * D; });
   mma::FragC o[D / 16];
   float m[mma::kRowSlots], l[mma::kRowSlots];
   attention_tile::start_rows(o, m, l);
@@ -232,12 +232,7 @@ __global__ void LW_PREFILL_BOUNDS prefill_kernel(PrefillAttentionArgs a, const T
     }
   }
 
-  // Fragment row r is block row wr0 + r.
-  attention_tile::write_rows<T>(
-      o, m, l, a.parts, [&](int r) { return wr0 + r < rows; },
-      [&](int r) { return q_row(wr0 + r) * a.q_heads + q_head(wr0 + r); },
-      [&](int r) { return (q_row(wr0 + r) * a.q_heads + q_head(wr0 + r)) * a.parts + part; }, out, part_out, part_max,
-      part_sum);
+  attention_tile::write_tile_rows<T>(o, m, l, wr0, rows, a.parts, part, row_at, out, part_out, part_max, part_sum);
 #else
   __trap();  // no matrix cores in this device compilation: the op never selects this path here
 #endif

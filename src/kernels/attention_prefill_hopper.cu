@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(wg::kThreads, 2)
   const int wr0 = 16 * warp;
   const int32_t* table = block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
   const uint32_t slot_stride = static_cast<uint32_t>(a.kv_heads * D);
-  auto q_row = [&](int r) { return static_cast<int64_t>(row0 + q0 + r / group); };
-  auto q_head = [&](int r) { return kvh * group + r % group; };
+  // Tile row r (a query token and head) is this row of q and out.
+  auto row_at = [&](int r) { return static_cast<int64_t>(row0 + q0 + r / group) * a.q_heads + kvh * group + r % group; };
 
   int key_end = prefix + q0 + tokens;
   int key_begin = a.window > 0 ? max(0, prefix + q0 - a.window + 1) : 0;
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(wg::kThreads, 2)
     for (int e = tid; e < kRows * P; e += wg::kThreads) {
       const int r = e / P, p = e % P;
       const bool in = r < rows;
-      const T* src = q + (q_row(in ? r : 0) * a.q_heads + q_head(in ? r : 0)) * D + p * 8;
+      const T* src = q + row_at(in ? r : 0) * D + p * 8;
       gpu::copy_16_async_or_zero(reinterpret_cast<T*>(buffer(0) + wg::piece_offset(r, p, kRows)), 0, src, in);
     }
     load_tile(k_cache, k_buffer(0), 0);
@@ -235,11 +235,7 @@ __global__ void __launch_bounds__(wg::kThreads, 2)
   for (int j = 0; j + 1 < n; ++j) step(j, std::true_type{});
   if (n > 0) step(n - 1, std::false_type{});
 
-  attention_tile::write_rows<T>(
-      o, m, l, a.parts, [&](int r) { return wr0 + r < rows; },
-      [&](int r) { return q_row(wr0 + r) * a.q_heads + q_head(wr0 + r); },
-      [&](int r) { return (q_row(wr0 + r) * a.q_heads + q_head(wr0 + r)) * a.parts + part; }, out, part_out, part_max,
-      part_sum);
+  attention_tile::write_tile_rows<T>(o, m, l, wr0, rows, a.parts, part, row_at, out, part_out, part_max, part_sum);
 #else
   __trap();  // built without sm_90a code: hopper_prefill_attention is never called here
 #endif

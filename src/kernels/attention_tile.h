@@ -311,4 +311,16 @@ LW_DEVICE_INLINE void write_rows(const mma::FragC (&o)[DT], const float (&m)[mma
   }
 }
 
+// A prefill query tile's output through write_rows: fragment row r of the warp is the tile's row
+// wr0 + r, valid below `rows`, whose row of q and out is row_at(wr0 + r) (its partial slot:
+// that times parts, plus part).
+template <class T, int DT, class RowAt>
+LW_DEVICE_INLINE void write_tile_rows(const mma::FragC (&o)[DT], const float (&m)[mma::kRowSlots],
+                                      const float (&l)[mma::kRowSlots], int wr0, int rows, int parts, int part,
+                                      RowAt row_at, T* out, float* part_out, float* part_max, float* part_sum) {
+  write_rows<T>(
+      o, m, l, parts, [&](int r) { return wr0 + r < rows; }, [&](int r) { return row_at(wr0 + r); },
+      [&](int r) { return row_at(wr0 + r) * parts + part; }, out, part_out, part_max, part_sum);
+}
+
 }  // namespace lw::kernels::attention_tile
