@@ -125,9 +125,10 @@ class WeightLoader {
   // Rows/columns `part` of that projection [N, K] (`shape`): int4 where the storage keeps
   // quantised weights and the part stays whole groups, else expanded to the model dtype.
   ops::Weight int4_weight(const std::string& name, const std::vector<int64_t>& shape, Part part);
-  // The same for 8-bit GPTQ (quantization_.gptq_bits 8): int8_per_group where the storage keeps
-  // quantised weights, the weights are symmetric (every zero point 128), the columns are in
-  // group order and the part keeps whole groups; else expanded to the model dtype.
+  // The same for 8-bit GPTQ (quantization_.gptq_bits 8): int8_per_group (zero points where
+  // they are not all 128, act-order columns sorted by group) where the storage keeps quantised
+  // weights and the part keeps whole groups (a column part of an act-order weight does not);
+  // else expanded to the model dtype.
   ops::Weight gptq8_weight(const std::string& name, const std::vector<int64_t>& shape, Part part);
   // Random 4-bit GPTQ weights of group 128 (random_blocks i32), packed as a checkpoint's are.
   ops::Weight random_int4(const std::string& name, const std::vector<int64_t>& shape, Part part);

@@ -543,8 +543,8 @@ serialize_file(specs, os.path.join(out, "st_int4/model.safetensors"), metadata={
 # / 255, z = clamp(rint(-min / s), 0 or 1 (v1), 255); symmetric (AutoGPTQ's sym) s = 2 amax / 255
 # with zero 128. qweight [K/4, N]: byte i of word [r, n] holds column 4r + i; qzeros [G, N/4]:
 # byte i of word [g, c] holds row 4c + i (z - 1 in format "gptq", z in "gptq_v2"); scales f16
-# [G, N]; g_idx i32 [K]. Unpacked again byte by byte from that description; the symmetric cases
-# in group order load as int8 with group scales, the others expand.
+# [G, N]; g_idx i32 [K]. Unpacked again byte by byte from that description; every case loads as
+# int8 with group scales (zero points where asymmetric, columns sorted by group in act order).
 def pack_bytes(a):
     """a [R, C] of 0..255 -> int32 [R, C/4]: bits 8i..8i+7 of word [r, c] hold a[r, 4c + i]."""
     r, c = a.shape
@@ -597,6 +597,8 @@ gptq8_case("gptq8_sym_channel_v2", 24, 136, -1, sym=True, checkpoint_format="gpt
 gptq8_case("gptq8_sym_g64_tail", 32, 208, 64, sym=True)  # a last group of 16 columns
 gptq8_case("gptq8_asym_g64", 32, 192, 64)
 gptq8_case("gptq8_act_g32", 48, 128, 32, sym=True, desc_act=True)
+# Groups of 40 (zero points and scales change inside a 16-column run), v2 zero points, act order.
+gptq8_case("gptq8_asym_act_g40_v2", 24, 160, 40, desc_act=True, checkpoint_format="gptq_v2")
 gptq8_case("bad8_qweight", 16, 64, 32, sym=True, corrupt=truncate("qweight"))
 gptq8_case("bad8_zeros", 16, 64, 32, sym=True, corrupt=truncate("qzeros"))
 gptq8_case("bad8_gidx", 16, 64, 32, sym=True, corrupt=bad_gidx)

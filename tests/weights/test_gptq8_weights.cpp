@@ -47,7 +47,7 @@ struct Fixture : FixtureCheckpoint {
 
 TEST(Gptq8Weights, EveryCaseLoadsToTheReferenceValues) {
   Fixture fx;
-  ASSERT_EQ(fx.cases().size(), 5u);
+  ASSERT_EQ(fx.cases().size(), 6u);
   for (const std::string& name : fx.cases()) {
     SCOPED_TRACE(name);
     const std::vector<int64_t> shape = fx.shape(name);
@@ -139,6 +139,16 @@ TEST(Gptq8Weights, ShardsAndStackedParts) {
     EXPECT_EQ(stacked_asym.format(), ops::WeightFormat::int8_per_group);
     EXPECT_TRUE(stacked_asym.zeros().defined());
     expect_values(stacked_asym, fx.values(asym), 192, 0, 32, 0, 192);
+    // The stacked weights through the 8-bit GEMV (x's columns gathered for the act-order one).
+    for (const auto& [stacked, which] : {std::pair{stacked_act, act}, std::pair{stacked_asym, asym}}) {
+      SCOPED_TRACE(which);
+      const int64_t n = stacked.out_features(), k = stacked.in_features();
+      const Tensor xh = random_host({2, k}, DType::f32);
+      Tensor out = ctx().empty({2, n}, DType::f32);
+      poison(out);
+      ops::linear(ctx(), ctx().to_device(xh), stacked, Tensor(), out, ops::GemmPath::gemv);
+      expect_linear_near_reference(ctx().to_host(out), xh, Tensor(), fx.values(which), n, k);
+    }
   }
 
   auto ld = fx.loader(name);
