@@ -425,9 +425,12 @@ TEST(PrefillAttention, TileEdgesHeadDimsAndGroups) {
   run_prefill_case(DType::bf16, {4, 2, 128, 16, {130, 2}, {0, 60}});
   run_prefill_case(DType::f16, {2, 1, 256, 16, {40, 3}, {30, 0}});
   run_prefill_case(DType::bf16, {9, 3, 64, 16, {37, 1}, {0, 37}});  // SmolLM2's heads: 21-token tiles
-  // Cache blocks that do not divide a 64-key tile (a tile's keys lie in two or three blocks).
+  // Cache blocks that do not divide a 64-key tile (a tile's keys lie in two or three blocks),
+  // and blocks of half a tile and of two tiles.
   run_prefill_case(DType::bf16, {4, 2, 128, 24, {100, 3}, {20, 70}});
   run_prefill_case(DType::f16, {4, 1, 64, 12, {70, 1}, {30, 5}});
+  run_prefill_case(DType::bf16, {4, 2, 128, 32, {100, 5}, {30, 70}});
+  run_prefill_case(DType::f16, {4, 1, 64, 128, {90, 2}, {100, 0}});
 }
 
 TEST(PrefillAttention, WindowAndSoftCap) {
