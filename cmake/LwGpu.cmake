@@ -47,12 +47,15 @@ else()
   set(LW_GPU_DEFINE LW_TARGET_HOST)
 endif()
 
-# lw_gpu_sources(<target> <file.cu>...): adds kernel sources compiled for this build's GPU target.
+# lw_gpu_sources(<target> <file.cu>...): adds kernel sources compiled for this build's GPU target
+# (on the host target as C++ with the emulator's warp built-ins: LW_DEVICE_CODE, see
+# lw_simt/types.h).
 function(lw_gpu_sources target)
   target_sources(${target} PRIVATE ${ARGN})
   if(LW_GPU STREQUAL "hip")
     set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target} PROPERTIES LANGUAGE HIP)
   elseif(LW_GPU STREQUAL "host")
-    set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++")
+    set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++"
+                                COMPILE_DEFINITIONS LW_DEVICE_CODE)
   endif()
 endfunction()

@@ -56,7 +56,9 @@ namespace lw::gpu {
 // as a kernel template argument: a HIP build compiles the host side once (with the largest
 // size, 64) and the device side once per architecture (64 on gfx9 CDNA, 32 on RDNA).
 #if defined(LW_TARGET_HOST)
+#if LW_SIMT_DEVICE_API  // not in host-only sources (lw_simt/types.h)
 inline constexpr int kWarpSize = LW_WARP_SIZE;
+#endif
 #elif defined(LW_TARGET_HIP)
 #if defined(__GFX9__) || !defined(__HIP_DEVICE_COMPILE__)
 inline constexpr int kWarpSize = 64;
@@ -90,7 +92,9 @@ inline constexpr Target kTarget = Target::cuda;
 inline constexpr bool kEmulator = kTarget == Target::host;
 
 inline constexpr int kMaxBlockThreads = 1024;
+#if !defined(LW_TARGET_HOST) || LW_SIMT_DEVICE_API
 inline constexpr int kMaxWarpsPerBlock = kMaxBlockThreads / kWarpSize;
+#endif
 
 }  // namespace lw::gpu
 

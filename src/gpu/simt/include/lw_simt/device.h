@@ -47,6 +47,7 @@ inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst
 inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline long long clock64() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
 
+#if LW_SIMT_DEVICE_API  // the warp built-ins (types.h)
 namespace lw::simt::detail {
 
 template <class T>
@@ -179,6 +180,8 @@ LW_SIMT_BUILTIN lw::simt::BallotMask __activemask(std::source_location w = std::
   return lw::simt::ballot(false, 0, 1, w);
 }
 inline unsigned __lane_id() { return lw::simt::linear_thread_id() % warpSize; }
+
+#endif  // LW_SIMT_DEVICE_API
 
 // Integer intrinsics
 inline int __popc(unsigned v) { return std::popcount(v); }

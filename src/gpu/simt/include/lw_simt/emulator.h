@@ -19,7 +19,9 @@
 
 namespace lw::simt {
 
+#if LW_SIMT_DEVICE_API
 inline constexpr int kWarpSize = LW_WARP_SIZE;
+#endif
 inline constexpr int kMaxBlockThreads = 1024;
 
 enum class Fault {

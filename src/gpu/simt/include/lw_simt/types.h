@@ -5,7 +5,20 @@
 #ifndef LW_WARP_SIZE
 #error "LW_WARP_SIZE (32 or 64) must be defined when compiling against the lightwave SIMT emulator"
 #endif
-static_assert(LW_WARP_SIZE == 32 || LW_WARP_SIZE == 64, "LW_WARP_SIZE must be 32 or 64");
+#if LW_WARP_SIZE != 32 && LW_WARP_SIZE != 64
+#error "LW_WARP_SIZE must be 32 or 64"
+#endif
+
+// The declarations that depend on the warp size (the warp built-ins, kWarpSize) are left out of
+// sources compiled with LW_SIMT_HOST_ONLY unless they also define LW_DEVICE_CODE: lightwave's
+// own build marks every source but its kernels so, which makes a host-only source's
+// preprocessed text (what ccache keys an object on) the same at warp 32 and 64, and one object
+// serves both builds. Outside code defines neither and sees everything.
+#if !defined(LW_SIMT_HOST_ONLY) || defined(LW_DEVICE_CODE)
+#define LW_SIMT_DEVICE_API 1
+#else
+#define LW_SIMT_DEVICE_API 0
+#endif
 
 struct uint3 {
   unsigned x, y, z;
