@@ -21,6 +21,7 @@
 #                   (`pip wheel .`, `python setup.py bdist_wheel`) installed into a fresh venv;
 #   fuzz            the libFuzzer harness of the request parser and chat templates (clang,
 #                   AddressSanitizer, UBSan; scripts/fuzz.sh) for 60 s: fails on any crash.
+#                   Run beside the python step where both are asked for (its seconds overlap).
 # Options: --only STEP[,STEP...]  run just those steps.   Logs: build/logs/<step>.log
 # Environment: LW_ROCM_ROOT (default /var/cache/lightwave/rocm-root), CCACHE_DIR.
 set -uo pipefail
@@ -158,6 +159,34 @@ python_step() {
       "$test_python" -m pytest -v -rP --durations=0 -p no:cacheprovider tests/python
 }
 
+# The fuzz run (60 s on one core, after a short build) goes beside the python step, whose pytest
+# keeps one core busy: started with python where both are in the list, waited for as its own.
+fuzz_pid= fuzz_done=
+fuzz_beside_python() {
+  [[ " ${steps[*]} " == *" fuzz "* && -z $fuzz_done ]] || return 0
+  (
+    t0=$SECONDS
+    scripts/fuzz.sh 60 > build/logs/fuzz.log 2>&1
+    echo "$? $((SECONDS - t0))" > build/logs/fuzz.status
+  ) &
+  fuzz_pid=$!
+}
+fuzz_step() {
+  fuzz_done=1
+  if [[ -z $fuzz_pid ]]; then run_step fuzz scripts/fuzz.sh 60; return; fi
+  echo "== fuzz (beside python)"
+  wait "$fuzz_pid"
+  local status took
+  read -r status took < build/logs/fuzz.status || status=1
+  seconds[fuzz]=${took:-0}
+  if [[ $status == 0 ]]; then
+    result[fuzz]=pass
+  else
+    result[fuzz]=FAIL
+    tail -40 build/logs/fuzz.log
+  fi
+}
+
 for s in "${steps[@]}"; do
   case $s in
     host32) run_step host32 host_step host32 32 "$smollm2_runs" -DLW_BUILD_BENCH=OFF ;;
@@ -167,8 +196,8 @@ for s in "${steps[@]}"; do
     wmma32) run_step wmma32 wmma_step ;;
     cuda) run_step cuda cuda_step ;;
     hip) run_step hip hip_step ;;
-    python) run_step python python_step ;;
-    fuzz) run_step fuzz scripts/fuzz.sh 60 ;;
+    python) fuzz_beside_python; run_step python python_step ;;
+    fuzz) fuzz_step ;;
     *) echo "unknown step '$s' (host32, host64, asan32, asan64, wmma32, cuda, hip, python, fuzz)"; exit 2 ;;
   esac
   if [[ $s == host* || $s == asan* || $s == wmma* || $s == cuda ]]; then
