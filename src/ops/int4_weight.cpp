@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "kernels/quant/int4.h"
 #include "ops/check.h"
