@@ -238,6 +238,12 @@ ops::Weight WeightLoader::int4_weight(const std::string& name, const std::vector
     bytes_ += static_cast<size_t>(kernels::int4_tile_count(pn, pk) * kernels::kInt4TileBytes + 5 * groups * pn +
                                   (act_order ? 4 * pk : 0));
     kept_format_ = ops::WeightFormat::int4;
+    if (act_order) {  // (a g_idx of uneven groups is refused by the load itself)
+      const weights::TensorRecord& gr = *ckpt_->find(g_idx);
+      std::optional<std::vector<int32_t>> order = ops::act_order_columns(
+          reinterpret_cast<const int32_t*>(gr.data), k, group, (k + group - 1) / group, where + ": " + g_idx);
+      if (order) kept_order_ = std::make_shared<const std::vector<int32_t>>(std::move(*order));
+    }
   } else {
     bytes_ += static_cast<size_t>(pn * pk) * dtype_size(dtype_);
   }
@@ -337,6 +343,9 @@ ops::Weight WeightLoader::gptq8_weight(const std::string& name, const std::vecto
   if (keep) {
     bytes_ += static_cast<size_t>(pn * pk + (symmetric ? 4 : 8) * pn * part_groups + (act_order ? 4 * k : 0));
     kept_format_ = ops::WeightFormat::int8_per_group;
+    if (act_order) kept_order_ = std::make_shared<const std::vector<int32_t>>(*order);
+    kept_zeros_ = !symmetric;
+    kept_zero_bytes_ = symmetric ? static_cast<size_t>(4 * pn * part_groups) : 0;
   } else {
     bytes_ += static_cast<size_t>(pn * pk) * dtype_size(dtype_);
   }
@@ -487,6 +496,9 @@ bool WeightLoader::keeps_blocks(const weights::TensorRecord& rec) const {
 
 ops::Weight WeightLoader::get_weight(const std::string& name, const std::vector<int64_t>& shape, Part part) {
   kept_format_ = ops::WeightFormat::dense;
+  kept_order_.reset();
+  kept_zeros_ = false;
+  kept_zero_bytes_ = 0;
   const size_t before = bytes_;
   ops::Weight w = get_weight_as_stored(name, shape, part);
   if (dry_) {
@@ -494,7 +506,7 @@ ops::Weight WeightLoader::get_weight(const std::string& name, const std::vector<
     for (size_t d = 0; d < shape.size(); ++d)
       elements *= static_cast<int>(d) == part.dim ? part.end - part.start : shape[d];
     const int64_t rows = part.dim == 0 ? part.end - part.start : shape[0];
-    dry_weights_.push_back({kept_format_, elements, rows, bytes_ - before});
+    dry_weights_.push_back({kept_format_, elements, rows, bytes_ - before, kept_order_, kept_zeros_, kept_zero_bytes_});
   }
   return w;
 }
@@ -743,6 +755,8 @@ ops::Weight WeightLoader::fuse_scaled(const std::vector<ops::Weight>& parts) {
         }
         zeros = ops::concat(ctx_, z, 0);
       }
+      // one permutation for all
+      if (parts[0].perm().defined()) bytes_ -= (parts.size() - 1) * parts[0].perm().nbytes();
       return ops::Weight::int8_per_group(q, s, parts[0].group_size(), zeros, parts[0].perm());
     }
     default: return ops::Weight::int8_per_channel(q, s);
@@ -791,6 +805,33 @@ ops::Weight WeightLoader::fuse_weights(const std::vector<ops::Weight>& parts) {
       fused.bytes += it->bytes;
     }
     fused.format = stacked_format(formats, quantization_.block_rows);
+    if (fused.format == ops::WeightFormat::int4 || fused.format == ops::WeightFormat::int8_per_group) {
+      // Parts of different column orders expand (ops::same_column_order); parts of one keep it
+      // once; 8-bit parts without zero points get zeros where others have them (fuse_scaled).
+      bool same = true, zeros = false;
+      for (auto it = first; it != dry_weights_.end(); ++it) {
+        same = same && (it->order == first->order ||
+                        (it->order && first->order && *it->order == *first->order));
+        zeros = zeros || it->zeros;
+      }
+      if (!same) {
+        fused.format = ops::WeightFormat::dense;
+      } else {
+        fused.order = first->order;
+        if (first->order) {
+          const size_t shared = (parts.size() - 1) * 4 * first->order->size();
+          bytes_ -= shared;
+          fused.bytes -= shared;
+        }
+        if (fused.format == ops::WeightFormat::int8_per_group && zeros) {
+          for (auto it = first; it != dry_weights_.end(); ++it) {
+            bytes_ += it->zero_bytes;
+            fused.bytes += it->zero_bytes;
+          }
+          fused.zeros = true;
+        }
+      }
+    }
     if (fused.format == ops::WeightFormat::fp8_e4m3_per_channel) {  // one byte per value and a scale per row
       const size_t bytes = static_cast<size_t>(fused.elements + 4 * fused.rows);
       bytes_ += bytes - fused.bytes;
@@ -824,7 +865,11 @@ ops::Weight WeightLoader::fuse_weights(const std::vector<ops::Weight>& parts) {
   }
   if (same && format == ops::WeightFormat::int4) {
     ops::Weight w = ops::int4_stack_rows(ctx_, parts);
-    if (w.defined()) return w;
+    if (w.defined()) {
+      // one permutation for all
+      if (parts[0].perm().defined()) bytes_ -= (parts.size() - 1) * parts[0].perm().nbytes();
+      return w;
+    }
   }
   if (same && ops::is_gguf_block_format(format))  // whole rows of blocks: the bytes one after another
     return ops::Weight::gguf(format, n, k, stack_bytes(ctx_, data, n, data[0].numel() / parts[0].out_features()));

@@ -3,6 +3,7 @@
 // and only adds up the bytes the weights will take; the real run draws a progress bar.
 #pragma once
 #include <map>
+#include <memory>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -147,15 +148,24 @@ class WeightLoader {
   bool keep_quantized_;
   bool drawn_ = false;
   size_t bytes_ = 0;
+  using ColumnOrder = std::shared_ptr<const std::vector<int32_t>>;
   // What the dry run's get_weight calls would have returned, newest last: fuse_weights adds what
-  // expanding parts of mixed formats will take (its parts are undefined in a dry run).
+  // expanding parts of mixed formats will take (its parts are undefined in a dry run), and
+  // takes off a column permutation the stacked parts share.
   struct DryWeight {
     ops::WeightFormat format;
     int64_t elements, rows;
     size_t bytes;
+    ColumnOrder order;  // int4, int8_per_group: the permutation kept (null: none)
+    bool zeros = false;     // int8_per_group: zero points kept
+    size_t zero_bytes = 0;  // int8_per_group without zero points: what stacking with some adds
   };
   std::vector<DryWeight> dry_weights_;
-  ops::WeightFormat kept_format_ = ops::WeightFormat::dense;  // of the last get_weight
+  // Of the last get_weight: its format and, as DryWeight, its permutation and zero points.
+  ops::WeightFormat kept_format_ = ops::WeightFormat::dense;
+  ColumnOrder kept_order_;
+  bool kept_zeros_ = false;
+  size_t kept_zero_bytes_ = 0;
   WeightQuantization quantization_;
   bool logged_w8a16_ = false;
   bool logged_expanded_8bit_ = false;

@@ -599,6 +599,10 @@ gptq8_case("gptq8_asym_g64", 32, 192, 64)
 gptq8_case("gptq8_act_g32", 48, 128, 32, sym=True, desc_act=True)
 # Groups of 40 (zero points and scales change inside a 16-column run), v2 zero points, act order.
 gptq8_case("gptq8_asym_act_g40_v2", 24, 160, 40, desc_act=True, checkpoint_format="gptq_v2")
+# Stacking partners: symmetric beside gptq8_asym_g64 (zero points for one part only), another
+# column order beside gptq8_act_g32 (parts that cannot share one).
+gptq8_case("gptq8_sym_g64", 16, 192, 64, sym=True)
+gptq8_case("gptq8_act2_g32", 16, 128, 32, sym=True, desc_act=True)
 gptq8_case("bad8_qweight", 16, 64, 32, sym=True, corrupt=truncate("qweight"))
 gptq8_case("bad8_zeros", 16, 64, 32, sym=True, corrupt=truncate("qzeros"))
 gptq8_case("bad8_gidx", 16, 64, 32, sym=True, corrupt=bad_gidx)

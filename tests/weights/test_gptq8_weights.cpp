@@ -47,7 +47,7 @@ struct Fixture : FixtureCheckpoint {
 
 TEST(Gptq8Weights, EveryCaseLoadsToTheReferenceValues) {
   Fixture fx;
-  ASSERT_EQ(fx.cases().size(), 6u);
+  ASSERT_EQ(fx.cases().size(), 8u);
   for (const std::string& name : fx.cases()) {
     SCOPED_TRACE(name);
     const std::vector<int64_t> shape = fx.shape(name);
@@ -197,6 +197,36 @@ TEST(Gptq8Weights, TheDryRunCountsWhatTheLoadKeeps) {
     auto ld = fx.loader(name);
     const ops::Weight w = ld->get_weight(name, fx.shape(name));
     EXPECT_EQ(ld->bytes(), w.device_bytes());
+  }
+  // Stacked parts, counted by the dry run as the load keeps them, which is what the device
+  // holds: one shared column order once, zero points added for the part without them, parts of
+  // two column orders expanded.
+  const std::string asym = "gptq8_asym_g64.weight", sym = "gptq8_sym_g64.weight", act2 = "gptq8_act2_g32.weight";
+  const std::vector<std::pair<std::string, std::function<ops::Weight(model::WeightLoader&)>>> stacks = {
+      {act, [&](model::WeightLoader& ld) {
+         return ld.fuse_weights({ld.get_weight(act, fx.shape(act), {0, 0, 16}),
+                                 ld.get_weight(act, fx.shape(act), {0, 16, 32}),
+                                 ld.get_weight(act, fx.shape(act), {0, 32, 48})});
+       }},
+      {asym, [&](model::WeightLoader& ld) {
+         return ld.fuse_weights({ld.get_weight(sym, fx.shape(sym)), ld.get_weight(asym, fx.shape(asym))});
+       }},
+      {act, [&](model::WeightLoader& ld) {
+         return ld.fuse_weights({ld.get_weight(act, fx.shape(act)), ld.get_weight(act2, fx.shape(act2))});
+       }},
+  };
+  const ops::WeightFormat want[] = {ops::WeightFormat::int8_per_group, ops::WeightFormat::int8_per_group,
+                                    ops::WeightFormat::dense};
+  for (size_t i = 0; i < stacks.size(); ++i) {
+    const auto& [config, stack] = stacks[i];
+    SCOPED_TRACE(i);
+    auto real = fx.loader(config);
+    auto dry = fx.loader(config, "quantized", true);
+    stack(*dry);
+    const ops::Weight w = stack(*real);
+    ASSERT_EQ(w.format(), want[i]);
+    EXPECT_EQ(dry->bytes(), real->bytes());
+    EXPECT_EQ(real->bytes(), w.device_bytes());
   }
 }
 

@@ -537,7 +537,8 @@ TEST(Int4Weights, SplitsFillWholeWaves) {
 }
 
 // The dry run counts what the load keeps: whole, a rank's rows, columns of an act-order weight
-// (expanded), parts stacked in whole tiles (4-bit) and not (expanded).
+// (expanded), parts stacked in whole tiles (4-bit; act-order ones with one column order) and not
+// (expanded).
 TEST(Int4Weights, TheDryRunCountsWhatTheLoadKeeps) {
   Fixture fx;
   auto both = [&](const std::string& name, const std::function<void(model::WeightLoader&)>& load) {
@@ -565,10 +566,21 @@ TEST(Int4Weights, TheDryRunCountsWhatTheLoadKeeps) {
       ld.fuse_weights({ld.get_weight(g128, fx.shape(g128), {0, 0, cut}), ld.get_weight(g128, fx.shape(g128), {0, cut, 48})});
     });
   }
+  // Stacked act-order rows keep their one column order once.
+  auto stack_act = [&](model::WeightLoader& ld) {
+    return ld.fuse_weights(
+        {ld.get_weight(act, fx.shape(act), {0, 0, 16}), ld.get_weight(act, fx.shape(act), {0, 16, 64})});
+  };
+  both(act, [&](model::WeightLoader& ld) { stack_act(ld); });
   // The real count is the device bytes of what was kept.
   auto ld = fx.loader(g128);
   const ops::Weight w = ld->get_weight(g128, fx.shape(g128));
   EXPECT_EQ(ld->bytes(), w.device_bytes());
+  auto la = fx.loader(act);
+  const ops::Weight stacked = stack_act(*la);
+  ASSERT_EQ(stacked.format(), ops::WeightFormat::int4);
+  ASSERT_TRUE(stacked.perm().defined());
+  EXPECT_EQ(la->bytes(), stacked.device_bytes());
 }
 
 TEST(Int4Weights, BrokenTensorsAreRefusedByName) {
