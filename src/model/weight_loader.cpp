@@ -238,7 +238,7 @@ ops::Weight WeightLoader::int4_weight(const std::string& name, const std::vector
     bytes_ += static_cast<size_t>(kernels::int4_tile_count(pn, pk) * kernels::kInt4TileBytes + 5 * groups * pn +
                                   (act_order ? 4 * pk : 0));
     kept_format_ = ops::WeightFormat::int4;
-    if (act_order) {  // (a g_idx of uneven groups is refused by the load itself)
+    if (act_order && dry_) {  // for fuse_weights' count (a g_idx of uneven groups is refused by the load)
       const weights::TensorRecord& gr = *ckpt_->find(g_idx);
       std::optional<std::vector<int32_t>> order = ops::act_order_columns(
           reinterpret_cast<const int32_t*>(gr.data), k, group, (k + group - 1) / group, where + ": " + g_idx);
@@ -343,7 +343,7 @@ ops::Weight WeightLoader::gptq8_weight(const std::string& name, const std::vecto
   if (keep) {
     bytes_ += static_cast<size_t>(pn * pk + (symmetric ? 4 : 8) * pn * part_groups + (act_order ? 4 * k : 0));
     kept_format_ = ops::WeightFormat::int8_per_group;
-    if (act_order) kept_order_ = std::make_shared<const std::vector<int32_t>>(*order);
+    if (act_order && dry_) kept_order_ = std::make_shared<const std::vector<int32_t>>(*order);  // fuse_weights' count
     kept_zeros_ = !symmetric;
     kept_zero_bytes_ = symmetric ? static_cast<size_t>(4 * pn * part_groups) : 0;
   } else {

@@ -161,7 +161,8 @@ class WeightLoader {
     size_t zero_bytes = 0;  // int8_per_group without zero points: what stacking with some adds
   };
   std::vector<DryWeight> dry_weights_;
-  // Of the last get_weight: its format and, as DryWeight, its permutation and zero points.
+  // Of the last get_weight: its format and, as DryWeight, its permutation (dry run only) and
+  // zero points.
   ops::WeightFormat kept_format_ = ops::WeightFormat::dense;
   ColumnOrder kept_order_;
   bool kept_zeros_ = false;
