@@ -14,7 +14,8 @@
 #                   visible (otherwise compile and link only);
 #   hip             build the HIP target for gfx90a, gfx942 and gfx1100 inside the ROCm 7
 #                   toolchain root (scripts/rocm_root.sh makes it once, needs root, in the
-#                   background from the start of the run), and its wheel (setup.py bdist_wheel);
+#                   background from the start of the run): the library, the command, the tests'
+#                   device code, test_primitives and test_vendor, and the wheel (setup.py bdist_wheel);
 #                   compile and link only;
 #   python          the Python package: the module in build/host32 under pytest (tests/python:
 #                   the API against the CLI on SmolLM2, streaming, errors), then the wheel
@@ -138,9 +139,12 @@ hip_step() {
     hipcxx=$(sed -n "s/^set(CMAKE_HIP_COMPILER \"\([^\"]*\)\".*/\1/p" /etc/lightwave-rocm.cmake)
     cmake -C /etc/lightwave-rocm.cmake -S /src -B /src/build/hip -G Ninja -DLW_GPU=hip \
       -DCMAKE_CXX_COMPILER="$hipcxx" -DCMAKE_HIP_ARCHITECTURES="gfx90a;gfx942;gfx1100" -DLW_BUILD_BENCH=OFF
-    cmake --build /src/build/hip -j'"$jobs"'
+    # The library and the command, the device code of the tests and one test program linked
+    # against them: the other test programs are sources of the host builds, which no machine
+    # runs here.
+    cmake --build /src/build/hip -j'"$jobs"' --target lightwave lw_test_kernels test_primitives test_vendor
     echo "HIP target compiled and linked for gfx90a, gfx942 and gfx1100:"
-    ls -l /src/build/hip/src/app/lightwave /src/build/hip/tests/test_norm
+    ls -l /src/build/hip/src/app/lightwave /src/build/hip/tests/test_primitives
     # The ROCm wheel as `python setup.py bdist_wheel` makes it (its objects come from ccache).
     rm -rf /src/build/dist-hip
     TESTING=0 CMAKE_BUILD_PARALLEL_LEVEL='"$jobs"' \
