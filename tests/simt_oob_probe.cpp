@@ -5,8 +5,6 @@
 // thread that made the store.
 //     simt_oob_probe broken | fixed | stack
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "gpu/launch.h"
@@ -35,20 +33,23 @@ __global__ void oob_stack_broken(float* out, int n, int index) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string mode = argc > 1 ? argv[1] : "fixed";
-  const bool broken = mode != "fixed";
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode != "broken" && mode != "fixed" && mode != "stack") {
+    std::fprintf(stderr, "usage: simt_oob_probe broken | fixed | stack\n");
+    return 2;
+  }
   const int n = 1000;
   float* buf = nullptr;
   LW_CUDA_CHECK(cudaMalloc(&buf, n * sizeof(float)));
   const lw::gpu::LaunchConfig cfg{dim3(4), dim3(256), 0, nullptr};  // the emulator runs synchronously
   if (mode == "stack") {
-    lw::gpu::launch("oob_stack_broken", oob_stack_broken, cfg, buf, n, argc > 2 ? std::atoi(argv[2]) : 8);
-  } else if (broken) {
+    lw::gpu::launch("oob_stack_broken", oob_stack_broken, cfg, buf, n, 8);
+  } else if (mode == "broken") {
     lw::gpu::launch("oob_store_broken", oob_store_broken, cfg, buf, n);
   } else {
     lw::gpu::launch("oob_store_fixed", oob_store_fixed, cfg, buf, n);
   }
   LW_CUDA_CHECK(cudaFree(buf));
-  std::printf("%s kernel ran to the end\n", broken ? "broken" : "fixed");
+  std::printf("%s kernel ran to the end\n", mode.c_str());
   return 0;
 }
