@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "core/stream.h"
 #if defined(LW_TARGET_HOST)
@@ -789,6 +790,66 @@ TEST(Engine, PreemptionWhenBlocksRunOutStillCompletesEveryRequest) {
     EXPECT_EQ(together[i].tokens, run_alone(reqs[i]).tokens);
   }
   EXPECT_EQ(e.blocks().available_blocks(), opt.num_blocks);
+}
+
+// The penalties read each sequence's own tokens, prompt and output, also beside requests without
+// penalties (the engine hands histories over only where some request of the step needs them).
+TEST(Engine, PenaltiesSeeEachSequencesOwnTokens) {
+  std::mt19937_64& g = rng();
+  const Request plain = make_request(g, 12, 40, tiny().config.vocab);
+  Request penalised = plain;
+  penalised.sampling.presence_penalty = 1e4f;  // greedy never takes a token it has seen
+  const Result alone = run_alone(plain);
+  const std::set<int32_t> seen_alone(alone.tokens.begin(), alone.tokens.end());
+  ASSERT_LT(seen_alone.size(), alone.tokens.size()) << "the unpenalised greedy run repeats a token (else nothing to test)";
+
+  Engine e(ctx(), *tiny().model, nullptr, {}, deterministic_options(64, 4));
+  const std::vector<Result> both = run_all(e, {plain, penalised});
+  EXPECT_EQ(both[0].tokens, alone.tokens);
+  std::set<int32_t> seen(penalised.prompt.begin(), penalised.prompt.end());
+  for (int32_t t : both[1].tokens) EXPECT_TRUE(seen.insert(t).second) << "token " << t << " taken again";
+  EXPECT_EQ(both[1].tokens.size(), 40u);
+}
+
+TEST(Engine, StepTimesCountEveryStepAndItsTokens) {
+  std::mt19937_64& g = rng();
+  std::vector<Request> reqs;
+  int64_t prompt_tokens = 0, later_tokens = 0;
+  for (int i = 0; i < 6; ++i) {
+    reqs.push_back(make_request(g, 5 + 7 * i, 3 + i, tiny().config.vocab));  // prompts up to 40 tokens
+    prompt_tokens += static_cast<int64_t>(reqs.back().prompt.size());
+    later_tokens += reqs.back().max_tokens - 1;  // the first comes from the prompt's last chunk
+  }
+  EngineOptions opt;
+  opt.num_blocks = 128;
+  opt.block_size = 4;
+  opt.max_batch_tokens = 16;  // steps of prompt chunks that sample nothing (their events are read later)
+  opt.prefix_caching = false;
+  opt.time_steps = true;
+  Engine e(ctx(), *tiny().model, nullptr, {}, opt);
+  run_all(e, reqs);
+  const engine::StepTimes t = e.step_times();
+  EXPECT_EQ(t.steps, e.stats().steps);
+  EXPECT_EQ(t.decode_steps + t.prefill_steps, t.steps);  // every step had work
+  EXPECT_GT(t.decode_steps, 0);
+  EXPECT_GT(t.prefill_steps, 0);
+  EXPECT_EQ(t.prefill_tokens, prompt_tokens);  // no preemption, no prefix hits
+  EXPECT_GE(t.decode_rows, t.decode_steps);
+  EXPECT_LE(t.decode_rows, later_tokens);  // the rest ran beside prompt chunks
+  EXPECT_GT(t.decode_forward_ms, 0.0);
+  EXPECT_GT(t.prefill_forward_ms, 0.0);
+  for (double ms : {t.sampling_ms, t.schedule_ms, t.forward_call_ms, t.outputs_ms, t.wall_ms}) EXPECT_GE(ms, 0.0);
+  e.reset_step_times();
+  EXPECT_EQ(e.step_times().steps, 0);
+  EXPECT_EQ(e.step_times().decode_forward_ms, 0.0);
+
+  Engine untimed(ctx(), *tiny().model, nullptr, {}, deterministic_options(64, 4));
+  try {
+    untimed.step_times();
+    ADD_FAILURE() << "step_times() without EngineOptions::time_steps";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("time_steps"), std::string::npos) << err.what();
+  }
 }
 
 TEST(Engine, CancellationFreesEveryBlock) {

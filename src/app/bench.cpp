@@ -29,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 struct BenchArgs {
   std::string model, shape, dtype = "bf16", json, weights = "dense", kv_cache_dtype = "auto";
   int requests = 64, input_len = 512, output_len = 256;
-  int64_t max_batch_tokens = 2048;
+  int64_t max_batch_tokens = 2048, max_sequences = 256;
   double kv_fraction = 0.9;
   uint64_t seed = 1;
   bool skip_latency = false, skip_throughput = false, deterministic = false;
@@ -55,6 +55,36 @@ weights::FileDType random_weight_type(const std::string& name) {
 }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Where a run's steps went (engine::StepTimer), printed and as JSON.
+nlohmann::json report_steps(const char* run, const engine::StepTimes& s) {
+  auto per = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
+  const double accounted = s.schedule_ms + s.decode_forward_ms + s.prefill_forward_ms + s.sampling_ms + s.outputs_ms;
+  std::printf("%s: %lld steps, %.1f ms of host wall in them\n"
+              "  decode-only steps  %6lld, mean %.1f sequences: forward %.1f ms (%.3f ms a step)\n"
+              "  steps with prompts %6lld, %lld tokens:       forward %.1f ms (%.3f ms a step)\n"
+              "  sampling (the forward pass's end to the tokens on the host) %.1f ms (%.3f ms a step)\n"
+              "  host: scheduling %.1f ms, outputs and retirement %.1f ms; forward calls %.1f ms (within the forward "
+              "windows); the rest of the wall %.1f ms\n",
+              run, static_cast<long long>(s.steps), s.wall_ms, static_cast<long long>(s.decode_steps),
+              per(static_cast<double>(s.decode_rows), s.decode_steps), s.decode_forward_ms,
+              per(s.decode_forward_ms, s.decode_steps), static_cast<long long>(s.prefill_steps),
+              static_cast<long long>(s.prefill_tokens), s.prefill_forward_ms, per(s.prefill_forward_ms, s.prefill_steps),
+              s.sampling_ms, per(s.sampling_ms, s.decode_steps + s.prefill_steps), s.schedule_ms, s.outputs_ms,
+              s.forward_call_ms, s.wall_ms - accounted);
+  return {{"steps", s.steps},
+          {"decode_steps", s.decode_steps},
+          {"decode_rows", s.decode_rows},
+          {"prefill_steps", s.prefill_steps},
+          {"prefill_tokens", s.prefill_tokens},
+          {"decode_forward_ms", s.decode_forward_ms},
+          {"prefill_forward_ms", s.prefill_forward_ms},
+          {"sampling_ms", s.sampling_ms},
+          {"schedule_ms", s.schedule_ms},
+          {"forward_call_ms", s.forward_call_ms},
+          {"outputs_ms", s.outputs_ms},
+          {"wall_ms", s.wall_ms}};
+}
 
 // Device-to-device copy bandwidth (bytes read + written), the roofline's reference.
 double copy_gbs(Context& ctx) {
@@ -166,6 +196,8 @@ int run() {
   engine::EngineOptions opt;
   opt.memory_fraction = args.kv_fraction;
   opt.max_batch_tokens = args.max_batch_tokens;
+  opt.max_sequences = args.max_sequences;
+  opt.time_steps = true;
   opt.prefix_caching = false;  // random prompts share nothing; keep the measurement pure
   opt.deterministic = args.deterministic;
   opt.kv_cache_format = ops::parse_kv_cache_format(args.kv_cache_dtype);
@@ -191,6 +223,7 @@ int run() {
   }
 
   if (!args.skip_latency) {
+    e.reset_step_times();
     const std::vector<Timing> t = run_requests(e, 1, c.vocab, rng, wall);
     const double ttft = std::chrono::duration<double>(t[0].first - t[0].added).count();
     const double tpot = std::chrono::duration<double>(t[0].last - t[0].first).count() / std::max(1, t[0].tokens - 1);
@@ -216,9 +249,11 @@ int run() {
     out["latency"] = {{"ttft_ms", ttft * 1e3}, {"tpot_ms", tpot * 1e3}, {"tokens_per_s", 1.0 / tpot},
                       {"roofline_tokens_per_s", roofline}, {"roofline_percent", 100.0 / tpot / roofline},
                       {"bytes_per_step", step_bytes}, {"forward_ms", forward * 1e3}};
+    out["latency"]["steps"] = report_steps("batch 1 steps", e.step_times());
   }
   if (!args.skip_throughput) {
     const auto steps0 = e.stats().steps;
+    e.reset_step_times();
     const std::vector<Timing> t = run_requests(e, args.requests, c.vocab, rng, wall);
     double ttft = 0, tpot = 0;
     int64_t generated = 0;
@@ -236,6 +271,7 @@ int run() {
     out["throughput"] = {{"requests", args.requests}, {"seconds", wall}, {"output_tokens_per_s", generated / wall},
                          {"total_tokens_per_s", total / wall}, {"mean_ttft_ms", ttft / n * 1e3},
                          {"mean_tpot_ms", tpot / n * 1e3}, {"preemptions", e.stats().preemptions}};
+    out["throughput"]["steps"] = report_steps("throughput steps", e.step_times());
   }
   if (!args.json.empty()) std::ofstream(args.json) << out.dump(2) << "\n";
   return 0;
@@ -254,6 +290,7 @@ void add_bench_command(CLI::App& app) {
   b->add_option("--input-len", args.input_len, "Prompt tokens per request")->check(CLI::PositiveNumber);
   b->add_option("--output-len", args.output_len, "Generated tokens per request")->check(CLI::PositiveNumber);
   b->add_option("--max-batch-tokens", args.max_batch_tokens, "Tokens per engine step")->check(CLI::PositiveNumber);
+  b->add_option("--max-sequences", args.max_sequences, "Running sequences per engine step")->check(CLI::PositiveNumber);
   b->add_option("--kv-fraction", args.kv_fraction, "Fraction of free device memory for the KV cache")->check(CLI::Range(0.01, 1.0));
   b->add_option("--seed", args.seed, "Seed of the random weights and prompts");
   b->add_option("--weights", args.weights,

@@ -33,6 +33,17 @@ void Engine::init() {
   runner_.allocate_cache(blocks, options.block_size, options.kv_cache_format);
   blocks_ = std::make_unique<BlockManager>(blocks, options.block_size, options.prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(*blocks_, SchedulerLimits{options.max_batch_tokens, options.max_sequences});
+  if (options.time_steps) timer_ = std::make_unique<StepTimer>(runner_.context());
+}
+
+StepTimes Engine::step_times() {
+  LW_CHECK(timer_, "engine: step times are kept only with EngineOptions::time_steps");
+  return timer_->totals();
+}
+
+void Engine::reset_step_times() {
+  LW_CHECK(timer_, "engine: step times are kept only with EngineOptions::time_steps");
+  timer_->reset();
 }
 
 Engine::~Engine() = default;
@@ -98,26 +109,35 @@ int64_t Engine::running() const {
 
 bool Engine::step() {
   if (sequences_.empty()) return false;
+  if (timer_) timer_->begin_step();
   const ScheduledStep step = scheduler_->schedule(sequences_);
+  if (timer_) timer_->scheduled();
   stats_.preemptions += step.preemptions;
   stats_.prefix_hit_tokens += step.prefix_hit_tokens;
   if (step.outgrown) outputs_.finish(*step.outgrown, "length");
   if (!step.chunks.empty()) execute(step);
   deliver_and_retire();
+  if (timer_) timer_->end_step();
   return true;
 }
 
 void Engine::execute(const ScheduledStep& step) {
   std::vector<model::SequenceChunk> chunks;
   std::vector<Sequence*> sampled;  // the sequences whose last token this step computes
+  int64_t decode_rows = 0, other_tokens = 0;  // generated tokens alone; prompt chunks and recomputation
   for (const ScheduledChunk& c : step.chunks) {
     Sequence& s = *c.seq;
     const bool last = s.computed + c.tokens == static_cast<int64_t>(s.tokens.size());
     chunks.push_back({std::span<const int32_t>(s.tokens.data() + s.computed, static_cast<size_t>(c.tokens)), s.computed,
                       s.blocks.ids, last ? model::SequenceChunk::Logits::last : model::SequenceChunk::Logits::none});
     if (last) sampled.push_back(&s);
+    const bool decode = c.tokens == 1 && last && s.computed >= static_cast<int64_t>(s.req.prompt.size());
+    if (decode) ++decode_rows;
+    else other_tokens += c.tokens;
   }
+  if (timer_) timer_->begin_forward(decode_rows, other_tokens);
   const Tensor logits = runner_.forward(chunks);
+  if (timer_) timer_->end_forward();
   ++stats_.steps;
   for (const ScheduledChunk& c : step.chunks) {
     Sequence& s = *c.seq;
@@ -129,16 +149,20 @@ void Engine::execute(const ScheduledStep& step) {
   if (sampled.empty()) return;
 
   std::vector<ops::SamplingOptions> options;
-  std::vector<std::vector<int32_t>> history;
+  std::vector<std::vector<int32_t>> history;  // copied only where a penalty reads it
   int top = 0;
+  bool penalties = false;
   for (Sequence* s : sampled) {
     ops::SamplingOptions o = s->req.sampling;
     o.step = static_cast<uint64_t>(s->generated);
+    penalties = penalties || ops::uses_history(o);
     options.push_back(o);
-    history.push_back(s->tokens);
     top = std::max(top, s->req.top_logprobs);
   }
+  if (penalties)
+    for (Sequence* s : sampled) history.push_back(s->tokens);
   const ops::SampleResult r = ops::sample(runner_.context(), logits, options, history, top);
+  if (timer_) timer_->end_sampling();
   for (size_t i = 0; i < sampled.size(); ++i) {
     std::vector<std::pair<int32_t, float>> tl;
     for (int j = 0; j < sampled[i]->req.top_logprobs; ++j) tl.emplace_back(r.top_ids[i][j], r.top_logprobs[i][j]);

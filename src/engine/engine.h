@@ -22,6 +22,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/step_timer.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "ops/sampling.h"
@@ -43,6 +44,9 @@ struct EngineOptions {
   // Batch-invariant execution (Context::deterministic): a request's logits, hence its greedy and
   // seeded tokens, do not depend on the other requests of a step, prefix-cache hits or chunking.
   bool deterministic = false;
+  // Time each step's phases (StepTimer: device events around the forward pass and sampling,
+  // host clocks around the rest), read by step_times(). For benchmarks; a few events a step.
+  bool time_steps = false;
 };
 
 struct EngineStats {
@@ -80,6 +84,10 @@ class Engine {
   bool idle() const { return sequences_.empty(); }
 
   const EngineStats& stats() const { return stats_; }
+  // The steps' times since the engine began or reset_step_times(), waiting for the device where
+  // the last steps' are pending; EngineOptions::time_steps must be on.
+  StepTimes step_times();
+  void reset_step_times();
   const BlockManager& blocks() const { return *blocks_; }
   int64_t num_blocks() const { return runner_.cache_blocks(); }
 
@@ -100,6 +108,7 @@ class Engine {
   SequenceTable sequences_;  // by id: arrival order
   int64_t next_id_ = 1;
   EngineStats stats_;
+  std::unique_ptr<StepTimer> timer_;  // with EngineOptions::time_steps
 };
 
 }  // namespace lw::engine

@@ -10,14 +10,27 @@ namespace lw::ops {
 
 namespace {
 
+// Byte offsets of the sampling kernel's inputs in one buffer (each 8-byte aligned), so that a step
+// copies them to the device at once rather than a copy per field.
+struct PackLayout {
+  size_t bytes = 0;
+  size_t place(size_t count, size_t size) {
+    const size_t at = (bytes + 7) / 8 * 8;
+    bytes = at + count * size;
+    return at;
+  }
+};
+
 template <class V>
-Tensor column(Context& ctx, const std::vector<SamplingOptions>& options, DType dt, V SamplingOptions::*field) {
-  Tensor h = Tensor::empty_host({static_cast<int64_t>(options.size())}, dt);
-  for (size_t i = 0; i < options.size(); ++i) static_cast<V*>(h.data_ptr())[i] = options[i].*field;
-  return ctx.to_device(h);
+V* at(void* base, size_t offset) {
+  return reinterpret_cast<V*>(static_cast<char*>(base) + offset);
 }
 
 }  // namespace
+
+bool uses_history(const SamplingOptions& o) {
+  return o.repetition_penalty != 1.0f || o.presence_penalty != 0.0f || o.frequency_penalty != 0.0f;
+}
 
 void check_sampling_options(const SamplingOptions& o, int64_t vocab, const std::string& where) {
   LW_CHECK(std::isfinite(o.temperature) && o.temperature >= 0,
@@ -51,54 +64,60 @@ SampleResult sample(Context& ctx, const Tensor& logits, const std::vector<Sampli
   for (size_t i = 0; i < options.size(); ++i)
     check_sampling_options(options[i], vocab, "sample: sequence " + std::to_string(i));
   if (seqs == 0) return {};
+  // The histories only matter to penalties (the kernel reads them for rows with one).
+  const bool penalties = std::any_of(options.begin(), options.end(), uses_history);
   size_t longest = 0;
-  for (const auto& h : history) longest = std::max(longest, h.size());
-  Tensor hist_h = Tensor::empty_host({seqs, static_cast<int64_t>(longest)}, DType::i32);
-  for (int64_t s = 0; s < seqs && longest > 0; ++s) {
-    int32_t* row = hist_h.data<int32_t>() + s * static_cast<int64_t>(longest);
-    std::fill(row, row + longest, -1);
-    std::copy(history[s].begin(), history[s].end(), row);
-  }
-  Tensor hist = longest > 0 ? ctx.to_device(hist_h) : Tensor();
+  if (penalties)
+    for (const auto& h : history) longest = std::max(longest, h.size());
   size_t biases = 0;
   for (const SamplingOptions& o : options) biases = std::max(biases, o.logit_bias.size());
-  Tensor bias_ids, bias_values;
-  if (biases > 0) {
-    Tensor ids_h = Tensor::empty_host({seqs, static_cast<int64_t>(biases)}, DType::i32);
-    Tensor values_h = Tensor::empty_host({seqs, static_cast<int64_t>(biases)}, DType::f32);
-    for (int64_t s = 0; s < seqs; ++s) {
-      int32_t* ids = ids_h.data<int32_t>() + s * static_cast<int64_t>(biases);
-      float* values = values_h.data<float>() + s * static_cast<int64_t>(biases);
-      std::fill(ids, ids + biases, -1);
-      std::fill(values, values + biases, 0.0f);
-      const auto& lb = options[static_cast<size_t>(s)].logit_bias;
-      for (size_t b = 0; b < lb.size(); ++b) ids[b] = lb[b].first, values[b] = lb[b].second;
+
+  const auto rows = static_cast<size_t>(seqs);
+  PackLayout layout;
+  const size_t seed_at = layout.place(rows, 8), step_at = layout.place(rows, 8), temperature_at = layout.place(rows, 4),
+               top_k_at = layout.place(rows, 4), top_p_at = layout.place(rows, 4), min_p_at = layout.place(rows, 4),
+               rep_at = layout.place(rows, 4), pres_at = layout.place(rows, 4), freq_at = layout.place(rows, 4),
+               bias_ids_at = layout.place(rows * biases, 4), bias_values_at = layout.place(rows * biases, 4),
+               hist_at = layout.place(rows * longest, 4);
+  Tensor packed_h = Tensor::empty_host({static_cast<int64_t>((layout.bytes + 7) / 8)}, DType::i64);
+  void* host = packed_h.data_ptr();
+  for (size_t s = 0; s < rows; ++s) {
+    const SamplingOptions& o = options[s];
+    at<uint64_t>(host, seed_at)[s] = o.seed;
+    at<uint64_t>(host, step_at)[s] = o.step;
+    at<float>(host, temperature_at)[s] = o.temperature;
+    at<int32_t>(host, top_k_at)[s] = o.top_k;
+    at<float>(host, top_p_at)[s] = o.top_p;
+    at<float>(host, min_p_at)[s] = o.min_p;
+    at<float>(host, rep_at)[s] = o.repetition_penalty;
+    at<float>(host, pres_at)[s] = o.presence_penalty;
+    at<float>(host, freq_at)[s] = o.frequency_penalty;
+    int32_t* ids = at<int32_t>(host, bias_ids_at) + s * biases;
+    float* values = at<float>(host, bias_values_at) + s * biases;
+    std::fill(ids, ids + biases, -1);
+    std::fill(values, values + biases, 0.0f);
+    for (size_t b = 0; b < o.logit_bias.size(); ++b) ids[b] = o.logit_bias[b].first, values[b] = o.logit_bias[b].second;
+    if (longest > 0) {
+      int32_t* row = at<int32_t>(host, hist_at) + s * longest;
+      std::fill(row, row + longest, -1);
+      std::copy(history[s].begin(), history[s].end(), row);
     }
-    bias_ids = ctx.to_device(ids_h);
-    bias_values = ctx.to_device(values_h);
   }
-  Tensor temperature = column(ctx, options, DType::f32, &SamplingOptions::temperature);
-  Tensor top_k = column(ctx, options, DType::i32, &SamplingOptions::top_k);
-  Tensor top_p = column(ctx, options, DType::f32, &SamplingOptions::top_p);
-  Tensor min_p = column(ctx, options, DType::f32, &SamplingOptions::min_p);
-  Tensor rep = column(ctx, options, DType::f32, &SamplingOptions::repetition_penalty);
-  Tensor pres = column(ctx, options, DType::f32, &SamplingOptions::presence_penalty);
-  Tensor freq = column(ctx, options, DType::f32, &SamplingOptions::frequency_penalty);
-  Tensor seed = column(ctx, options, DType::i64, &SamplingOptions::seed);
-  Tensor step = column(ctx, options, DType::i64, &SamplingOptions::step);
-  const kernels::SamplingParams params{temperature.data<float>(),
-                                       top_k.data<int32_t>(),
-                                       top_p.data<float>(),
-                                       min_p.data<float>(),
-                                       rep.data<float>(),
-                                       pres.data<float>(),
-                                       freq.data<float>(),
-                                       static_cast<const uint64_t*>(seed.data_ptr()),
-                                       static_cast<const uint64_t*>(step.data_ptr()),
-                                       longest > 0 ? hist.data<int32_t>() : nullptr,
+  Tensor packed = ctx.to_device(packed_h);
+  void* dev = packed.data_ptr();
+  const kernels::SamplingParams params{at<const float>(dev, temperature_at),
+                                       at<const int32_t>(dev, top_k_at),
+                                       at<const float>(dev, top_p_at),
+                                       at<const float>(dev, min_p_at),
+                                       at<const float>(dev, rep_at),
+                                       at<const float>(dev, pres_at),
+                                       at<const float>(dev, freq_at),
+                                       at<const uint64_t>(dev, seed_at),
+                                       at<const uint64_t>(dev, step_at),
+                                       longest > 0 ? at<const int32_t>(dev, hist_at) : nullptr,
                                        static_cast<int64_t>(longest),
-                                       biases > 0 ? bias_ids.data<int32_t>() : nullptr,
-                                       biases > 0 ? bias_values.data<float>() : nullptr,
+                                       biases > 0 ? at<const int32_t>(dev, bias_ids_at) : nullptr,
+                                       biases > 0 ? at<const float>(dev, bias_values_at) : nullptr,
                                        static_cast<int64_t>(biases)};
   Tensor workspace = ctx.empty({seqs, vocab}, DType::f32);
   Tensor tokens = ctx.empty({seqs}, DType::i32), logprobs = ctx.empty({seqs}, DType::f32);

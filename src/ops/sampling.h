@@ -32,6 +32,10 @@ struct SamplingOptions {
 // fails a step that others share.
 void check_sampling_options(const SamplingOptions& o, int64_t vocab, const std::string& where);
 
+// Whether sample() reads a sequence's history for these options (a penalty is on); where no
+// sequence of a call needs it, the histories may be left out.
+bool uses_history(const SamplingOptions& o);
+
 struct SampleResult {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;  // of each chosen token under the raw logits' softmax
