@@ -25,9 +25,28 @@ if(LW_DEPS_DIR)
   endif()
 else()
   find_package(spdlog REQUIRED)
-  # The header-only form: a distribution's compiled spdlog can lag its fmt headers (Debian
-  # sid's spdlog 1.15 was built against fmt 11 while libfmt-dev ships fmt 12).
-  if(TARGET spdlog::spdlog_header_only)
+  # The compiled library where a program using it links: a source that includes spdlog.h then
+  # compiles its declarations only (about 4 s less each on the 2-core CI machine, a few dozen
+  # sources per build). A distribution's compiled spdlog can lag its fmt headers (Debian sid's
+  # spdlog 1.15 was built against fmt 11 while libfmt-dev ships fmt 12): then the header-only form.
+  if(TARGET spdlog::spdlog AND NOT DEFINED CACHE{LW_SPDLOG_COMPILED_LINKS})
+    try_compile(LW_SPDLOG_COMPILED_LINKS
+                SOURCE_FROM_CONTENT spdlog_probe.cpp
+                [=[#include <spdlog/sinks/stdout_color_sinks.h>
+                   #include <spdlog/spdlog.h>
+                   int main() {
+                     auto l = spdlog::stderr_color_mt("probe");
+                     l->set_level(spdlog::level::from_str("off"));
+                     l->info("{} {:.3f} {}", 1, 2.5, "x");
+                     return 0;
+                   }]=]
+                LINK_LIBRARIES spdlog::spdlog
+                CXX_STANDARD 20)
+    message(STATUS "lightwave: the compiled spdlog links: ${LW_SPDLOG_COMPILED_LINKS}")
+  endif()
+  if(LW_SPDLOG_COMPILED_LINKS)
+    set(LW_SPDLOG spdlog::spdlog)
+  elseif(TARGET spdlog::spdlog_header_only)
     set(LW_SPDLOG spdlog::spdlog_header_only)
   else()
     set(LW_SPDLOG spdlog::spdlog)
