@@ -42,9 +42,13 @@ export CCACHE_BASEDIR=$repo CCACHE_NOHASHDIR=1
 export CC=${CC:-cc} CXX=${CXX:-c++}
 mkdir -p build/logs "$CCACHE_DIR"
 [[ -d /usr/local/cuda/bin ]] && export PATH=/usr/local/cuda/bin:$PATH
-# OpenBLAS's Haswell kernels whatever the CPU, as ctest's runs get them (tests/CMakeLists.txt:
-# its kernels and blocking, and so the host target's fp32 sums, differ between CPUs).
-export OPENBLAS_CORETYPE=Haswell
+# OpenBLAS's Haswell kernels and one thread whatever the machine, as ctest's runs get them
+# (tests/CMakeLists.txt: its kernels, blocking and row split between threads, and so the host
+# target's fp32 sums, differ between machines; SmolLM2's bf16 answer to a bare "What is the
+# capital of France?" is Paris at two threads and French prose at one). One thread also stops its
+# idle workers spinning (sched_yield) between calls: the SmolLM2 server and model tests took 299
+# CPU s at two threads, 227 at one.
+export OPENBLAS_CORETYPE=Haswell OPENBLAS_NUM_THREADS=1
 
 # The ROCm toolchain root is mostly downloads: made in the background while the host steps
 # compile (a no-op when a previous run left it).

@@ -30,7 +30,10 @@ void run(const VendorGemm& g) {
   // Extent of one batch's operand in elements, for widening just what is read.
   const int64_t a_span = (g.m - 1) * g.lda + g.k;
   const int64_t b_span = g.b_kn ? (g.k - 1) * g.ldb + g.n : (g.n - 1) * g.ldb + g.k;
-  std::vector<float> a_buf, b_buf, c_buf(static_cast<size_t>(g.m * g.n));
+  // The thread's buffers, kept between calls: fresh ones of this size would be mapped and
+  // page-faulted in again on every call (a tenth of an emulated SmolLM2 prefill, perf).
+  thread_local std::vector<float> a_buf, b_buf, c_buf;
+  c_buf.resize(static_cast<size_t>(g.m * g.n));
   for (int z = 0; z < g.batch; ++z) {
     const float* a = as_float<T>(static_cast<const T*>(g.a) + z * g.stride_a, a_span, a_buf);
     const float* b = as_float<T>(static_cast<const T*>(g.b) + z * g.stride_b, b_span, b_buf);
