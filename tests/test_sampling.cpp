@@ -257,6 +257,9 @@ TEST(Sampling, RejectsMisuse) {
   bad[0].repetition_penalty = 0;
   EXPECT_THROW(ops::sample(ctx(), l, bad), Error);
   bad = two;
+  bad[1].frequency_penalty = 0.5f;  // valid, but nothing to count without the histories
+  EXPECT_CONTAINS(error_of([&] { ops::sample(ctx(), l, bad); }), "no token histories");
+  bad = two;
   bad[1].logit_bias = {{10, 1.0f}};  // outside the vocabulary of 10
   EXPECT_CONTAINS(error_of([&] { ops::sample(ctx(), l, bad); }), "logit_bias token 10");
   bad[1].logit_bias = {{3, 1.0f}, {3, 2.0f}};

@@ -56,7 +56,8 @@ weights::FileDType random_weight_type(const std::string& name) {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Where a run's steps went (engine::StepTimer), printed and as JSON.
+// Where a run's steps went (engine::StepTimer), printed and as JSON. The rest of the wall is
+// what no window covers (negative where a step without sampling ran on while the host went on).
 nlohmann::json report_steps(const char* run, const engine::StepTimes& s) {
   auto per = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
   const double accounted = s.schedule_ms + s.decode_forward_ms + s.prefill_forward_ms + s.sampling_ms + s.outputs_ms;

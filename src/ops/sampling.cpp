@@ -64,8 +64,11 @@ SampleResult sample(Context& ctx, const Tensor& logits, const std::vector<Sampli
   for (size_t i = 0; i < options.size(); ++i)
     check_sampling_options(options[i], vocab, "sample: sequence " + std::to_string(i));
   if (seqs == 0) return {};
-  // The histories only matter to penalties (the kernel reads them for rows with one).
+  // The histories only matter to penalties (the kernel reads them for rows with one); a penalty
+  // without them would silently do nothing.
   const bool penalties = std::any_of(options.begin(), options.end(), uses_history);
+  LW_CHECK(!penalties || !history.empty(), "sample: a sequence has a repetition, presence or frequency penalty "
+                                           "but no token histories were given");
   size_t longest = 0;
   if (penalties)
     for (const auto& h : history) longest = std::max(longest, h.size());

@@ -33,7 +33,8 @@ struct SamplingOptions {
 void check_sampling_options(const SamplingOptions& o, int64_t vocab, const std::string& where);
 
 // Whether sample() reads a sequence's history for these options (a penalty is on); where no
-// sequence of a call needs it, the histories may be left out.
+// sequence of a call needs it, the histories may be left out (where one does, sample() refuses
+// a call without them).
 bool uses_history(const SamplingOptions& o);
 
 struct SampleResult {
@@ -46,10 +47,10 @@ struct SampleResult {
 };
 
 // logits [seqs, vocab] (f32/f16/bf16, on the device, contiguous); options: one per sequence;
-// history: the token ids each sequence's penalties look at (may be empty). Returns the chosen
-// tokens. Penalties apply once per distinct token, then the logit biases; top-k, then top-p over what top-k kept,
-// then min-p; ties at a cut are kept. The same seed and step give the same token on every
-// target (CUDA, HIP, the emulator at either warp size).
+// history: the token ids each sequence's penalties look at (may be empty where no sequence has a
+// penalty). Returns the chosen tokens. Penalties apply once per distinct token, then the logit
+// biases; top-k, then top-p over what top-k kept, then min-p; ties at a cut are kept. The same
+// seed and step give the same token on every target (CUDA, HIP, the emulator at either warp size).
 SampleResult sample(Context& ctx, const Tensor& logits, const std::vector<SamplingOptions>& options,
                     const std::vector<std::vector<int32_t>>& history = {}, int top_logprobs = 0);
 
