@@ -4,7 +4,9 @@
 // device-to-device copy measured in the same run), for each attention path the
 // device has. Llama-3-8B heads: 32 query, 8 key/value, 128 dims, bf16, 16-token cache blocks;
 // the cache in bf16 or 8-bit codes (--kv-cache-dtype: GB/s then count the codes and scales).
-//     bench_attention [--repeats N] [--prefill 512,2048,8192] [--kv-cache-dtype auto|fp8|int8] [--json FILE]
+//     bench_attention [--repeats N] [--prefill 512,2048,8192] [--decode 1x4096,16x4096,64x640,128x2048]
+//                     [--kv-cache-dtype auto|fp8|int8] [--json FILE]
+// --decode: SEQUENCESxCONTEXT cases (the batch-1 decode step at 8k context is 1x8192).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -42,6 +45,24 @@ double median_ms(lw::Context& ctx, int repeats, const std::function<void()>& run
   return t[t.size() / 2];
 }
 
+// "16x4096" -> {16, 4096}; anything else is refused with the case named.
+std::pair<int, int> parse_decode_case(const std::string& s) {
+  const size_t x = s.find('x');
+  size_t used_seqs = 0, used_ctx = 0;
+  int seqs = 0, context = 0;
+  try {
+    if (x != std::string::npos) {
+      seqs = std::stoi(s.substr(0, x), &used_seqs);
+      context = std::stoi(s.substr(x + 1), &used_ctx);
+    }
+  } catch (const std::exception&) {
+    seqs = 0;
+  }
+  if (x == std::string::npos || used_seqs != x || used_ctx != s.size() - x - 1 || seqs < 1 || context < 1)
+    throw std::invalid_argument("--decode case '" + s + "': expected SEQUENCESxCONTEXT with both positive, e.g. 16x4096");
+  return {seqs, context};
+}
+
 struct Row {
   std::string what, path;
   double ms, tflops, gbs;
@@ -53,13 +74,17 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_attention: prefill and decode attention, every path"};
   int repeats = 20;
   std::vector<int> prefill = {512, 2048, 8192};
+  std::vector<std::string> decode = {"1x4096", "16x4096", "64x640", "128x2048"};
   std::string json_path, kv_dtype = "auto";
   app.add_option("--repeats", repeats, "timed runs per case")->check(CLI::PositiveNumber);
   app.add_option("--kv-cache-dtype", kv_dtype, "the cache's format: auto (bf16), fp8 or int8");
   app.add_option("--prefill", prefill, "prompt lengths of the prefill cases")->delimiter(',');
+  app.add_option("--decode", decode, "decode cases, SEQUENCESxCONTEXT (one new token per sequence)")->delimiter(',');
   app.add_option("--json", json_path, "also write the results as JSON");
   CLI11_PARSE(app, argc, argv);
   try {
+    std::vector<std::pair<int, int>> decode_cases;  // checked before any device work
+    for (const std::string& d : decode) decode_cases.push_back(parse_decode_case(d));
     const DType dt = DType::bf16;
     const int qh = 32, kh = 8, hd = 128, bs = 16;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -140,7 +165,7 @@ int main(int argc, char** argv) {
                         flops / (ms * 1e9), 0});
       }
     }
-    for (auto [seqs, context] : std::vector<std::pair<int, int>>{{1, 4096}, {16, 4096}, {64, 640}, {128, 2048}}) {
+    for (auto [seqs, context] : decode_cases) {
       Cache c = make_cache(seqs, context);
       Tensor q = random({seqs, qh, hd}), out = ctx.empty({seqs, qh, hd}, dt);
       const double bytes = seqs * double(context) * token_bytes;

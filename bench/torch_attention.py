@@ -54,7 +54,7 @@ def flashinfer_rows(a, copy_gbs, qh, kh, hd, dt):
         flops = 4.0 * n * n * hd * qh / 2
         print(f"{'prefill causal 1x' + str(n):24} {name:9} {ms:10.4f} {flops / (ms * 1e9):9.1f} {0:9.0f} {0:7.1f}%",
               flush=True)
-    for seqs, ctx in [(1, 4096), (16, 4096), (64, 640), (128, 2048)]:
+    for seqs, ctx in a.decode:
         kv, indptr, indices, last = paged_cache(seqs, ctx, kh, hd, dt)
         q = torch.randn(seqs, qh, hd, device="cuda", dtype=dt)
         for tc in (False, True):
@@ -67,10 +67,23 @@ def flashinfer_rows(a, copy_gbs, qh, kh, hd, dt):
                   f"{100 * gbs / copy_gbs:7.1f}%", flush=True)
 
 
+def decode_cases(text):
+    """'1x4096,16x4096' -> [(1, 4096), (16, 4096)], as bench_attention's --decode."""
+    cases = []
+    for item in text.split(","):
+        parts = item.split("x")
+        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise argparse.ArgumentTypeError(f"decode case '{item}': expected SEQUENCESxCONTEXT, both positive")
+        cases.append((int(parts[0]), int(parts[1])))
+    return cases
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--prefill", default="512,2048,8192")
+    ap.add_argument("--decode", type=decode_cases, default=decode_cases("1x4096,16x4096,64x640,128x2048"),
+                    help="decode cases, SEQUENCESxCONTEXT")
     a = ap.parse_args()
     dt, qh, kh, hd = torch.bfloat16, 32, 8, 128
     src = torch.empty(1 << 29, device="cuda", dtype=dt)
@@ -87,7 +100,7 @@ def main():
         ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), a.repeats)
         flops = 4.0 * n * n * hd * qh / 2
         print(f"{'prefill causal 1x' + str(n):24} {'sdpa':9} {ms:10.4f} {flops / (ms * 1e9):9.1f} {0:9.0f} {0:7.1f}%")
-    for seqs, ctx in [(1, 4096), (16, 4096), (64, 640), (128, 2048)]:
+    for seqs, ctx in a.decode:
         q = torch.randn(seqs, qh, 1, hd, device="cuda", dtype=dt)
         k = torch.randn(seqs, kh, ctx, hd, device="cuda", dtype=dt)
         v = torch.randn(seqs, kh, ctx, hd, device="cuda", dtype=dt)

@@ -475,6 +475,11 @@ TEST(PrefillAttention, FewNewTokensOnTheDecodeKernelAndInQueryTiles) {
     run_prefill_case(DType::f16, {16, 1, 80, 8, {1, 1}, {300, 17}});               // group 16: one token
     run_prefill_case(DType::bf16, {2, 2, 256, 16, {3, 8}, {40, 33}, {.window = 20}});
     run_prefill_case(DType::f16, {4, 4, 96, 16, {16, 1}, {1, 150}, {.window = 0, .softcap = 8.0f}});
+    // Cache blocks smaller than a key tile, of sizes that straddle its edges: a tile's slots
+    // come from several table entries, and the decode kernel's table window moves every few
+    // tiles.
+    run_prefill_case(DType::bf16, {8, 2, 64, 3, {1, 2}, {200, 75}});
+    run_prefill_case(DType::f16, {4, 1, 128, 1, {1}, {90}});
   }
 }
 

@@ -1,6 +1,9 @@
 // RMSNorm and LayerNorm, plain and fused with the residual add, against float64 references.
 #include <cmath>
 
+#include <cstdlib>
+
+#include "kernels/row_plan.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "round_to.h"
@@ -88,6 +91,24 @@ TEST(Norm, LayerNormWithAndWithoutBias) {
       run_case({true, false, false}, dt, 2, h);
       run_case({true, true, true}, dt, 2, h);
     }
+}
+
+TEST(RowPlan, OneVectorAThreadForFewRowsFourForMany) {
+  if (std::getenv("LW_ROW_VECS_PER_THREAD")) GTEST_SKIP() << "LW_ROW_VECS_PER_THREAD sets the plan";
+  using kernels::row_threads;
+  EXPECT_EQ(row_threads(512, 1, 32), 512);    // one 4096-wide bf16 row
+  EXPECT_EQ(row_threads(512, 256, 64), 512);  // 2^17 vectors: still one each
+  EXPECT_EQ(row_threads(512, 257, 32), 128);  // past it: four each
+  EXPECT_EQ(row_threads(5000, 1, 32), 1024);  // at most 1024 threads
+  EXPECT_EQ(row_threads(7, 1, 64), 64);       // at least a warp
+  EXPECT_EQ(row_threads(2250, 70, 32), 576);  // 2250 / 4 rounded up to the warp
+}
+
+// Launches past the few-vector plan's 2^17 vectors, where threads take several vectors each
+// (the other cases above all take one).
+TEST(Norm, ManyRowsTakeSeveralVectorsAThread) {
+  run_case({false, true, false}, DType::bf16, 260, 4096);
+  run_case({true, false, true}, DType::f32, 70, 9000);
 }
 
 TEST(Norm, FusedEqualsUnfusedBitForBit) {

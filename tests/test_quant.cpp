@@ -78,6 +78,18 @@ TEST(Quant, PerTokenQuantiseAndDequantise) {
   }
 }
 
+// Past the row plan's 2^17 vectors (kernels/row_plan.h) threads take several vectors each; the
+// cases above take one.
+TEST(Quant, PerTokenQuantiseManyRows) {
+  const int64_t rows = 140, cols = 8192;
+  Tensor xh = random_rows(rows, cols, DType::bf16);
+  Tensor q = ctx().empty({rows, cols}, DType::i8), s = ctx().empty({rows}, DType::f32);
+  poison(q);
+  poison(s);
+  ops::quantize_per_token(ctx(), ctx().to_device(xh), q, s);
+  check_quantized(xh, ctx().to_host(q), ctx().to_host(s), cols);
+}
+
 TEST(Quant, PerGroupQuantiseAndDequantise) {
   for (DType dt : kFloatTypes) {
     for (int group : {32, 64, 128}) {

@@ -73,6 +73,13 @@ TEST(Softmax, LogSoftmax) {
     }
 }
 
+// Launches past the row plan's 2^17 vectors (kernels/row_plan.h), where threads take several
+// vectors each; the cases above take one.
+TEST(Softmax, ManyRowsTakeSeveralVectorsAThread) {
+  run_case(DType::f16, DType::f16, false, 1.0f, 65, 16384);
+  run_case(DType::f32, DType::f32, true, 1.3f, 40, 14000);
+}
+
 TEST(Softmax, RowsSumToOne) {
   Tensor xh = random_host({4, 50000}, DType::bf16, -20, 20);
   Tensor x = ctx().to_device(xh), out = ctx().empty({4, 50000}, DType::f32);

@@ -141,14 +141,28 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
   const int tile_begin = min(all_tiles, warp * per_warp);
   const int tiles = min(all_tiles, tile_begin + per_warp);
 
+  // The block table in windows one warp wide: lane i holds entry window_block + i, and a tile's
+  // slots come from a shuffle, so that the table is read once per kWarpSize cache blocks
+  // instead of once per tile before the tile's copies (which wait for it). A tile's 16 keys
+  // span at most 16 blocks, so one window always holds them. Tiles come in increasing order.
+  int window_block = -gpu::kWarpSize, window_entry = -1;
+  const int seq_blocks = (key_end + a.block_size - 1) / a.block_size;
   // Tile t's K and V into ring entry t % R (8-bit caches: with the keys' scales), in the
   // background where the target can; always one commit, so that the wait below counts tiles.
   // Keys past the end are zeros.
   auto load_tile = [&](int t) {
     if (t < tiles) {
       const int kv0 = first + t * kKeys;
+      const int last_block = (min(kv0 + kKeys, key_end) - 1) / a.block_size;
+      if (last_block >= window_block + gpu::kWarpSize) {
+        window_block = kv0 / a.block_size;
+        const int b = window_block + lane;
+        window_entry = b < seq_blocks ? table[b] : -1;
+      }
       const int key = kv0 + lane % kKeys;
-      const int my_slot = key < key_end ? table[key / a.block_size] * a.block_size + key % a.block_size : -1;
+      const int in_window = key < key_end ? key / a.block_size - window_block : 0;
+      const int entry = gpu::shfl_idx(window_entry, in_window);
+      const int my_slot = key < key_end ? entry * a.block_size + key % a.block_size : -1;
       const auto k_dst = ring + (t % R) * kTile;
       const auto v_dst = k_dst + kKeys * CS;
 #pragma unroll

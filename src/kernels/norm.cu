@@ -99,7 +99,7 @@ void launch_norm(T* out, const T* x, const T* w, const T* b, T* residual, float 
   const bool vec = hidden % V == 0 && gpu::aligned_to(gpu::kVectorBytes, out, x, w) &&
                    (!b || gpu::aligned_to(gpu::kVectorBytes, b)) && (!residual || gpu::aligned_to(gpu::kVectorBytes, residual));
   const int64_t nvec = vec ? hidden / V : hidden;
-  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows)), dim3(row_threads(nvec, warp_size)), 0, stream,
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows)), dim3(row_threads(nvec, rows, warp_size)), 0, stream,
                               gpu::kOverlapsPrior};
   const char* name = Layer ? "layer_norm" : "rms_norm";
   if (vec) gpu::launch(name, norm_kernel<T, V, Layer>, cfg, out, x, w, b, residual, eps, hidden);

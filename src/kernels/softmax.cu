@@ -68,7 +68,7 @@ void softmax(TOut* out, const TIn* x, float temperature, bool log, int64_t rows,
   const bool vec = cols % V == 0 && gpu::aligned_to(gpu::kVectorBytes, out, x);
   const int64_t nvec = vec ? cols / V : cols;
   const float inv_temp = 1.0f / temperature;
-  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows)), dim3(row_threads(nvec, warp_size)), 0, stream};
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows)), dim3(row_threads(nvec, rows, warp_size)), 0, stream};
   if (vec) gpu::launch("softmax", softmax_kernel<TOut, TIn, V>, cfg, out, x, inv_temp, log, cols);
   else gpu::launch("softmax", softmax_kernel<TOut, TIn, 1>, cfg, out, x, inv_temp, log, cols);
 }

@@ -190,7 +190,7 @@ void quantize_per_token(const T* x, int8_t* q, float* scales, int64_t rows, int6
   constexpr int V = gpu::kVecWidth<T>;
   const bool vec = cols % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x) && gpu::aligned_to(V, q);
   const int64_t nvec = vec ? cols / V : cols;
-  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows)), dim3(row_threads(nvec, warp_size)), 0, stream};
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows)), dim3(row_threads(nvec, rows, warp_size)), 0, stream};
   const Int8Groups enc{q, scales};
   const int c = static_cast<int>(cols);
   if (vec) gpu::launch("quantize_per_token", quantize_row_group_kernel<T, V, Int8Groups>, cfg, x, enc, cols, c);
@@ -240,7 +240,7 @@ void quantize_fp8(const T* x, uint8_t* q, float* scales, int64_t scale_ld, int64
                     warp_size, stream))
     return;
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(rows), static_cast<unsigned>(cols / group)),
-                              dim3(row_threads(nvec, warp_size)), 0, stream};
+                              dim3(row_threads(nvec, rows * (cols / group), warp_size)), 0, stream};
   const int g = static_cast<int>(group);
   const Fp8Groups enc{q, scales, cols / group, scale_ld};
   if (vec) gpu::launch("quantize_fp8", quantize_row_group_kernel<T, V, Fp8Groups>, cfg, x, enc, cols, g);
