@@ -18,6 +18,8 @@
 // by ops::int4_weight), where "gemv" is the fused matrix-fragment kernel (up to 64 rows) and
 // "vendor" the expansion followed by the vendor GEMM; up to 8 rows, "ring" times the fused
 // kernel's ring variant (kernels::Int4GemmKernel::ring) where "gemv" runs the streamed one.
+// --act-order (int4): a random g_idx, so that x's columns are permuted: gathered by the streamed
+// kernel as it stages x, or into a copy first above 8 rows ("ring" times the kernel alone).
 // --paths vendor,gemv,... times only the paths named (vendor, gemv, automatic, deterministic, ring);
 // --shapes 14336x4096,... only these weight shapes (N x K).
 // --experts E [--top-k 8]: grouped_linear (mixture-of-experts) instead, dense weights [E, N, K]:
@@ -173,6 +175,8 @@ int main(int argc, char** argv) {
                  "block format (gguf_q4_0 ... gguf_q6_k)");
   std::vector<std::string> shape_names = {"4096x4096", "14336x4096", "4096x14336", "128256x4096"};
   app.add_option("--shapes", shape_names, "weight shapes N x K (default: Llama-3-8B's)")->delimiter(',');
+  bool act_order = false;
+  app.add_flag("--act-order", act_order, "with --weights int4: GPTQ act order (a random g_idx, x's columns permuted)");
   int64_t experts = 0, top_k = 8;
   app.add_option("--experts", experts, "time grouped_linear over this many experts' dense weights")
       ->check(CLI::Range(int64_t{1}, int64_t{65535}));
@@ -232,6 +236,8 @@ int main(int argc, char** argv) {
     }
     if (!format)
       throw std::runtime_error("--weights " + weights_name + " is not dense, int4, an 8-bit format or a GGUF block format");
+    if (act_order && *format != lw::ops::WeightFormat::int4)
+      throw std::runtime_error("--act-order needs --weights int4, not " + weights_name);
     const bool grouped = *format == lw::ops::WeightFormat::int8_per_group;
     const bool int8 = *format == lw::ops::WeightFormat::int8_per_channel;
     auto random_weight = [&](int64_t n, int64_t k) {
@@ -250,6 +256,14 @@ int main(int argc, char** argv) {
         Tensor sc = Tensor::empty_host({(k + group - 1) / group, n}, DType::f32);
         for (int64_t i = 0; i < sc.numel(); ++i) sc.data<float>()[i] = (1.0f + 0.5f * dist(rng)) / 64.0f;
         t.scales = ctx.to_device(sc);
+        if (act_order) {  // every group `group` columns, scattered over K
+          std::vector<int64_t> cols(static_cast<size_t>(k));
+          std::iota(cols.begin(), cols.end(), 0);
+          std::shuffle(cols.begin(), cols.end(), rng);
+          Tensor g = Tensor::empty_host({k}, DType::i32);
+          for (int64_t i = 0; i < k; ++i) g.data<int32_t>()[cols[static_cast<size_t>(i)]] = static_cast<int32_t>(i / group);
+          t.g_idx = ctx.to_device(g);
+        }
         return lw::ops::int4_weight(ctx, t);
       }
       if (lw::ops::is_scaled_8bit_format(*format)) {

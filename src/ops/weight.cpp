@@ -511,9 +511,13 @@ void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
     linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, sel.forced() ? sel.path : GemmPath::automatic);
     return;
   }
-  const Tensor xs = w.perm().defined() ? gather_columns(ctx, x.view({rows, k}), w.perm()) : x.view({rows, k});
   // Rows beyond the kernel's tiles of x run in passes of kInt4GemmMaxRows (the forced path).
   const int splits = kernels::int4_gemm_splits(m, caps.multiprocessors);
+  // Act order: the streamed kernel (a decode step's few rows) gathers x's columns as it stages
+  // them; more rows are gathered into a copy first.
+  const bool perm_in_kernel = w.perm().defined() && kernels::int4_gemv_serves(m, rows, splits);
+  const Tensor xs = w.perm().defined() && !perm_in_kernel ? gather_columns(ctx, x.view({rows, k}), w.perm()) : x.view({rows, k});
+  const int32_t* x_perm = perm_in_kernel ? w.perm().data<int32_t>() : nullptr;
   Tensor workspace = splits > 1 ? ctx.empty({splits * std::min(rows, kernels::kInt4GemmMaxRows) * n}, DType::f32) : Tensor();
   // The splits are added by their last block up to 4 rows of x (one pass of its threads, as at
   // one row, where it measured as fast as the second launch); more rows take the second launch,
@@ -528,7 +532,7 @@ void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
     auto run = [&]<class T>() {
       kernels::int4_gemm<T>(ys.data<T>() + r0 * n, xs.data<T>() + r0 * k, m, bias.defined() ? bias.data<T>() : nullptr,
                             count, k, n, splits, splits > 1 ? workspace.data<float>() : nullptr, counters,
-                            ctx.warp_size(), ctx.stream().get());
+                            ctx.warp_size(), ctx.stream().get(), kernels::Int4GemmKernel::automatic, x_perm);
     };
     if (x.dtype() == DType::bf16) run.operator()<bfloat16>();
     else run.operator()<half>();

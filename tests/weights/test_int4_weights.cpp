@@ -4,6 +4,7 @@
 // exactly the reference values; linear on the fused matrix-fragment kernel and on the expansion
 // matches a float64 reference; shards and stacked parts keep (or expand) what they should; and
 // broken tensors are refused by name.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -511,6 +512,69 @@ TEST(Int4Weights, StreamedKernelGivesTheRingKernelsBits) {
                                      ctx().warp_size(), ctx().stream().get(), kernels::Int4GemmKernel::streamed);
       },
       "the streamed kernel does not serve 1 rows");
+}
+
+// Act order inside the streamed kernel: x's columns gathered through a permutation as x is
+// staged give the bits of the same kernel over a copy of x gathered on the host, at 1-8 rows,
+// one and several k splits, counters or a second launch, rows of x padded past K; where the
+// streamed kernel does not serve (9 rows, or the ring kernel asked for) the permutation is
+// refused.
+TEST(Int4Weights, StreamedKernelGathersActOrderColumns) {
+  std::mt19937_64& gen = rng();
+  const int64_t n = 72, k = 1024, group = 128;
+  const ops::Weight w = ops::int4_weight(ctx(), random_gptq(n, k, group));
+  const kernels::Int4Matrix km = int4_matrix_of(w, group);
+  std::vector<int32_t> perm(static_cast<size_t>(k));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), gen);
+  Tensor perm_h = Tensor::empty_host({k}, DType::i32);
+  std::copy(perm.begin(), perm.end(), perm_h.data<int32_t>());
+  const Tensor perm_d = ctx().to_device(perm_h);
+  for (int splits : {1, 3}) {
+    for (int64_t m = 1; m <= 8; ++m) {
+      const DType dt = m % 2 == 0 ? DType::f16 : DType::bf16;
+      const bool counted = m % 3 != 0;
+      const int64_t ldx = k + 6;
+      SCOPED_TRACE(::testing::Message() << splits << " splits, " << m << " rows, " << dtype_name(dt) << (counted ? ", counters" : ""));
+      ASSERT_TRUE(kernels::int4_gemv_serves(km, m, splits));
+      const Tensor xh = random_host({m, ldx}, dt);
+      Tensor gathered = Tensor::empty_host({m, k}, dt);
+      const size_t es = dtype_size(dt);
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = 0; j < k; ++j)
+          std::memcpy(static_cast<char*>(gathered.data_ptr()) + (r * k + j) * es,
+                      static_cast<const char*>(xh.data_ptr()) + (r * ldx + perm[static_cast<size_t>(j)]) * es, es);
+      const Tensor x = ctx().to_device(xh), xg = ctx().to_device(gathered);
+      Tensor ws = ctx().empty({splits * m * n}, DType::f32);
+      Tensor counters = ctx().to_device(Tensor::empty_host({kernels::int4_gemm_counters(km, m)}, DType::i32));
+      LW_CUDA_CHECK(cudaMemsetAsync(counters.data_ptr(), 0, counters.nbytes(), ctx().stream().get()));
+      auto run = [&](const Tensor& from, int64_t ld, const int32_t* x_perm) {
+        Tensor y = ctx().empty({m, n}, dt);
+        poison(y);
+        ops::dispatch_float(dt, "test", [&]<class T>() {
+          if constexpr (!std::is_same_v<T, float>)
+            kernels::int4_gemm<T>(y.data<T>(), from.data<T>(), km, nullptr, m, ld, n, splits,
+                                  splits > 1 ? ws.data<float>() : nullptr, counted ? counters.data<int32_t>() : nullptr,
+                                  ctx().warp_size(), ctx().stream().get(), kernels::Int4GemmKernel::streamed, x_perm);
+        });
+        return ctx().to_host(y);
+      };
+      const Tensor in_kernel = run(x, ldx, perm_d.data<int32_t>()), on_copy = run(xg, k, nullptr);
+      EXPECT_TRUE(bitwise_equal(in_kernel, on_copy));
+      for (double v : to_doubles(in_kernel)) ASSERT_TRUE(std::isfinite(v)) << "an unwritten or non-finite output";
+    }
+  }
+  const Tensor x = ctx().to_device(random_host({9, k}, DType::bf16));
+  Tensor y = ctx().empty({9, n}, DType::bf16);
+  for (auto [rows, kernel] : {std::pair<int64_t, kernels::Int4GemmKernel>{9, kernels::Int4GemmKernel::automatic},
+                              {1, kernels::Int4GemmKernel::ring}}) {
+    expect_error(
+        [&] {
+          kernels::int4_gemm<bfloat16>(y.data<bfloat16>(), x.data<bfloat16>(), km, nullptr, rows, k, n, 1, nullptr, nullptr,
+                                       ctx().warp_size(), ctx().stream().get(), kernel, perm_d.data<int32_t>());
+        },
+        "a column permutation of x is taken by the streamed kernel only");
+  }
 }
 
 // The fused kernel's splits on a 132-multiprocessor device for Llama-3-8B's projections: no

@@ -72,11 +72,14 @@ enum class Int4GemmKernel { automatic, ring, streamed };
 // go to `workspace` ([splits, m, n] floats) and are added in split order by the last of a row
 // block's splits to finish (`counters`: int4_gemm_counters zeroed ints, left zero) or, without
 // counters, by a second launch (the same sums): the result does not depend on m or on other rows
-// of x. Needs matrix cores (int4_gemm_available).
+// of x. Needs matrix cores (int4_gemm_available). x_perm (optional, [k], act-order weights): the
+// tiles' column j multiplies x's column x_perm[j], gathered as the streamed kernel stages x (no
+// gathered copy of x, no launch for it); only where the streamed kernel serves (refused
+// otherwise: gather_columns first).
 template <class T>
 void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, int64_t ldx, int64_t ldy, int splits,
                float* workspace, int32_t* counters, int warp_size, cudaStream_t stream,
-               Int4GemmKernel kernel = Int4GemmKernel::automatic);
+               Int4GemmKernel kernel = Int4GemmKernel::automatic, const int32_t* x_perm = nullptr);
 // Whether the streamed kernel serves m rows of x in `splits` k splits: up to 8 rows (the MMA's
 // narrow products), groups of whole 64-column tiles (or one group), x's columns of a split in
 // 48 KiB of shared memory.
