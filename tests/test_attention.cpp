@@ -480,6 +480,7 @@ TEST(PrefillAttention, FewNewTokensOnTheDecodeKernelAndInQueryTiles) {
     // tiles.
     run_prefill_case(DType::bf16, {8, 2, 64, 3, {1, 2}, {200, 75}});
     run_prefill_case(DType::f16, {4, 1, 128, 1, {1}, {90}});
+    run_prefill_case(DType::bf16, {8, 2, 64, 3, {1, 1}, {400, 130}, {.window = 100, .softcap = 20.0f}});
   }
 }
 
@@ -505,56 +506,61 @@ TEST(MatrixDecodeAttention, WarpsOfABlockAndPartitionsMerge) {
     ASSERT_FALSE(ctx().caps().emulator()) << "the emulator lost the matrix attention path";
     GTEST_SKIP() << "no matrix cores on this device: " << ops::AttentionPaths::available(ctx().caps(), ops::AttentionPath::matrix).reason;
   }
-  const PrefillCase c{8, 2, 64, 16, {1, 1, 3, 1}, {1299, 700, 40, 0}, {}, 4.0f};
-  const PrefillInputs in = make_prefill_inputs(DType::bf16, c, ops::KvCacheFormat::model, 5, 5);
-  const int seqs = static_cast<int>(c.new_lens.size());
-  Tensor seq_info_h = Tensor::empty_host({3 * seqs}, DType::i32), decode_seqs_h = Tensor::empty_host({seqs}, DType::i32);
-  for (int s = 0, row = 0; s < seqs; row += c.new_lens[s], ++s) {
-    seq_info_h.data<int32_t>()[3 * s] = row;
-    seq_info_h.data<int32_t>()[3 * s + 1] = c.new_lens[s];
-    seq_info_h.data<int32_t>()[3 * s + 2] = in.ctx_lens[s];
-    decode_seqs_h.data<int32_t>()[s] = s;
-  }
-  const Tensor seq_info = ctx().to_device(seq_info_h), decode_seqs = ctx().to_device(decode_seqs_h);
-  const size_t warp_bytes = kernels::matrix_decode_warp_bytes(c.head_dim, 2);
-  struct Plan {
-    int warps, partition;  // partition 0: none
-  };
-  for (const Plan p : {Plan{1, 0}, Plan{2, 0}, Plan{4, 0}, Plan{3, 0}, Plan{1, 256}, Plan{2, 512}, Plan{4, 128}, Plan{3, 96}}) {
-    SCOPED_TRACE(::testing::Message() << p.warps << " warps, partitions of " << p.partition);
-    if (p.warps * warp_bytes > ctx().caps().shared_memory_per_block_optin) continue;
-    kernels::MatrixDecodeArgs a{};
-    a.seqs = seqs;
-    a.q_heads = c.q_heads;
-    a.kv_heads = c.kv_heads;
-    a.head_dim = c.head_dim;
-    a.block_size = c.block_size;
-    a.max_blocks_per_seq = static_cast<int>(in.tables.size(1));
-    a.scale = in.scale;
-    a.window = 0;
-    a.softcap = 0.0f;
-    a.warps = p.warps;
-    a.partition = p.partition;
-    a.parts = p.partition > 0 ? (in.max_ctx + p.partition - 1) / p.partition : 1;
-    const int64_t ws = kernels::matrix_decode_workspace(a);
-    Tensor workspace = ws > 0 ? ctx().empty({ws}, DType::f32) : Tensor();
-    // A split merges in a second launch (no counters) or by its last blocks (counters, twice:
-    // the first launch must leave them zero for the second).
-    Tensor zeros = Tensor::empty_host({kernels::matrix_decode_counters(a)}, DType::i32);
-    std::fill_n(zeros.data<int32_t>(), zeros.numel(), 0);
-    const Tensor counters = ctx().to_device(zeros);
-    for (int merge = 0; merge < (a.parts > 1 ? 3 : 1); ++merge) {
-      SCOPED_TRACE(merge == 0 ? "second launch" : "last blocks");
-      Tensor out = ctx().empty({in.total, c.q_heads, c.head_dim}, DType::bf16);
-      poison(out);
-      kernels::matrix_decode_attention<bfloat16, bfloat16>(
-          a, in.q.data<bfloat16>(), in.cache.cache.k.data<bfloat16>(), in.cache.cache.v.data<bfloat16>(), {},
-          in.tables.data<int32_t>(), seq_info.data<int32_t>(), decode_seqs.data<int32_t>(),
-          ws > 0 ? workspace.data<float>() : nullptr, merge == 0 ? nullptr : counters.data<int32_t>(),
-          out.data<bfloat16>(), ctx().warp_size(), ctx().stream().get());
-      expect_reference(in, DType::bf16, out);
-      const Tensor left = ctx().to_host(counters);
-      for (int64_t i = 0; i < left.numel(); ++i) ASSERT_EQ(left.data<int32_t>()[i], 0) << "counter " << i;
+  // Cache blocks of 16 tokens, and of 3 (a key tile's slots from several table entries, the
+  // table window moving every few tiles of each partition).
+  for (int block_size : {16, 3}) {
+    SCOPED_TRACE(::testing::Message() << "cache blocks of " << block_size);
+    const PrefillCase c{8, 2, 64, block_size, {1, 1, 3, 1}, {1299, 700, 40, 0}, {}, 4.0f};
+    const PrefillInputs in = make_prefill_inputs(DType::bf16, c, ops::KvCacheFormat::model, 5, 5);
+    const int seqs = static_cast<int>(c.new_lens.size());
+    Tensor seq_info_h = Tensor::empty_host({3 * seqs}, DType::i32), decode_seqs_h = Tensor::empty_host({seqs}, DType::i32);
+    for (int s = 0, row = 0; s < seqs; row += c.new_lens[s], ++s) {
+      seq_info_h.data<int32_t>()[3 * s] = row;
+      seq_info_h.data<int32_t>()[3 * s + 1] = c.new_lens[s];
+      seq_info_h.data<int32_t>()[3 * s + 2] = in.ctx_lens[s];
+      decode_seqs_h.data<int32_t>()[s] = s;
+    }
+    const Tensor seq_info = ctx().to_device(seq_info_h), decode_seqs = ctx().to_device(decode_seqs_h);
+    const size_t warp_bytes = kernels::matrix_decode_warp_bytes(c.head_dim, 2);
+    struct Plan {
+      int warps, partition;  // partition 0: none
+    };
+    for (const Plan p : {Plan{1, 0}, Plan{2, 0}, Plan{4, 0}, Plan{3, 0}, Plan{1, 256}, Plan{2, 512}, Plan{4, 128}, Plan{3, 96}}) {
+      SCOPED_TRACE(::testing::Message() << p.warps << " warps, partitions of " << p.partition);
+      if (p.warps * warp_bytes > ctx().caps().shared_memory_per_block_optin) continue;
+      kernels::MatrixDecodeArgs a{};
+      a.seqs = seqs;
+      a.q_heads = c.q_heads;
+      a.kv_heads = c.kv_heads;
+      a.head_dim = c.head_dim;
+      a.block_size = c.block_size;
+      a.max_blocks_per_seq = static_cast<int>(in.tables.size(1));
+      a.scale = in.scale;
+      a.window = 0;
+      a.softcap = 0.0f;
+      a.warps = p.warps;
+      a.partition = p.partition;
+      a.parts = p.partition > 0 ? (in.max_ctx + p.partition - 1) / p.partition : 1;
+      const int64_t ws = kernels::matrix_decode_workspace(a);
+      Tensor workspace = ws > 0 ? ctx().empty({ws}, DType::f32) : Tensor();
+      // A split merges in a second launch (no counters) or by its last blocks (counters, twice:
+      // the first launch must leave them zero for the second).
+      Tensor zeros = Tensor::empty_host({kernels::matrix_decode_counters(a)}, DType::i32);
+      std::fill_n(zeros.data<int32_t>(), zeros.numel(), 0);
+      const Tensor counters = ctx().to_device(zeros);
+      for (int merge = 0; merge < (a.parts > 1 ? 3 : 1); ++merge) {
+        SCOPED_TRACE(merge == 0 ? "second launch" : "last blocks");
+        Tensor out = ctx().empty({in.total, c.q_heads, c.head_dim}, DType::bf16);
+        poison(out);
+        kernels::matrix_decode_attention<bfloat16, bfloat16>(
+            a, in.q.data<bfloat16>(), in.cache.cache.k.data<bfloat16>(), in.cache.cache.v.data<bfloat16>(), {},
+            in.tables.data<int32_t>(), seq_info.data<int32_t>(), decode_seqs.data<int32_t>(),
+            ws > 0 ? workspace.data<float>() : nullptr, merge == 0 ? nullptr : counters.data<int32_t>(),
+            out.data<bfloat16>(), ctx().warp_size(), ctx().stream().get());
+        expect_reference(in, DType::bf16, out);
+        const Tensor left = ctx().to_host(counters);
+        for (int64_t i = 0; i < left.numel(); ++i) ASSERT_EQ(left.data<int32_t>()[i], 0) << "counter " << i;
+      }
     }
   }
 }
@@ -653,6 +659,7 @@ TEST(KvCache8Bit, AttentionReadsTheCodesTimesTheirScales) {
     run_prefill_case(DType::bf16, {4, 1, 64, 16, {63, 0, 65, 1}, {0, 5, 64, 129}}, format);
     run_prefill_case(DType::f16, {2, 2, 80, 7, {7, 20}, {0, 33}}, format);
     run_prefill_case(DType::bf16, {8, 2, 128, 16, {1, 1, 4}, {1299, 0, 37}}, format);  // split, decode kernel
+    run_prefill_case(DType::bf16, {8, 2, 64, 3, {1, 2}, {500, 90}}, format);  // blocks smaller than a key tile
     run_prefill_case(DType::bf16, {2, 2, 256, 16, {3, 40}, {40, 33}, {.window = 20}}, format);
     run_prefill_case(DType::bf16, {2, 2, 64, 16, {70, 4}, {10, 100}, {.window = 0, .softcap = 5.0f}}, format);
     DeterministicScope deterministic(ctx());
