@@ -2,8 +2,9 @@
 // the vendor library, the GEMV kernel (M <= 16), the automatic choice and the deterministic
 // mode's (the vendor library's batch-invariant algorithm: Context::deterministic), and prints TFLOP/s
 // and the weight-read bandwidth beside the device-to-device copy bandwidth of the same run.
-// Each timing covers one back-to-back call per weight set (the sets rotate so the L2 cache
-// never holds the weights), divided by the number of calls: decode runs its GEMMs back to
+// Each timing covers one back-to-back call per weight set (256 MB of sets, at most 256 of them,
+// rotated so that the L2 cache does not hold the weights of shapes of 1 MB or more), divided by
+// the number of calls: decode runs its GEMMs back to
 // back, so a launch's latency is hidden behind the previous kernel as it is here.
 // --weights gguf_q4_k (any GGUF block format of ops/weight.h) times the same shapes over weights
 // kept in GGML blocks (random bits: the values do not change the time), where "gemv" is the
@@ -64,6 +65,8 @@ using lw::DType;
 using lw::Tensor;
 using lw::ops::GemmPath;
 
+constexpr int kMostSets = 256;  // weight sets a case rotates through
+
 double median_ms(lw::Context& ctx, int repeats, int sets, const std::function<void(int)>& run) {
   for (int i = 0; i < sets; ++i) run(i);
   ctx.synchronize();
@@ -99,7 +102,7 @@ void bench_grouped(lw::Context& ctx, DType dt, const std::vector<std::array<int6
     const int64_t n = s[0], k = s[1];
     const double expert_bytes = quantised ? static_cast<double>(quantised(n, k).device_bytes())
                                           : static_cast<double>(n * k) * static_cast<double>(lw::dtype_size(dt));
-    const int sets = std::max(2, static_cast<int>(std::ceil(256e6 / (expert_bytes * static_cast<double>(experts)))));
+    const int sets = std::clamp(static_cast<int>(std::ceil(256e6 / (expert_bytes * static_cast<double>(experts)))), 2, kMostSets);
     std::vector<Tensor> w;
     std::vector<lw::ops::ExpertWeights> wq;
     for (int i = 0; i < sets; ++i) {
@@ -313,8 +316,9 @@ int main(int argc, char** argv) {
       const int64_t n = s[0], k = s[1];
       std::vector<lw::ops::Weight> w = {random_weight(n, k)};
       const double wbytes = static_cast<double>(w[0].device_bytes());
-      // Enough weight sets to exceed the L2 cache several times over.
-      const int sets = std::max(2, static_cast<int>(std::ceil(256e6 / wbytes)));
+      // Enough weight sets to exceed the L2 cache several times over (at most kMostSets: a weight
+      // under 1 MB is mostly served from the L2 whatever the count).
+      const int sets = std::clamp(static_cast<int>(std::ceil(256e6 / wbytes)), 2, kMostSets);
       while (static_cast<int>(w.size()) < sets) w.push_back(random_weight(n, k));
       for (int64_t m : ms) {
         Tensor x = random({m, k}), y = ctx.empty({m, n}, dt);
