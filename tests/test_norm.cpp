@@ -1,8 +1,6 @@
 // RMSNorm and LayerNorm, plain and fused with the residual add, against float64 references.
 #include <cmath>
 
-#include <cstdlib>
-
 #include "kernels/row_plan.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
@@ -94,14 +92,16 @@ TEST(Norm, LayerNormWithAndWithoutBias) {
 }
 
 TEST(RowPlan, OneVectorAThreadForFewRowsFourForMany) {
-  if (std::getenv("LW_ROW_VECS_PER_THREAD")) GTEST_SKIP() << "LW_ROW_VECS_PER_THREAD sets the plan";
-  using kernels::row_threads;
-  EXPECT_EQ(row_threads(512, 1, 32), 512);    // one 4096-wide bf16 row
-  EXPECT_EQ(row_threads(512, 256, 64), 512);  // 2^17 vectors: still one each
-  EXPECT_EQ(row_threads(512, 257, 32), 128);  // past it: four each
-  EXPECT_EQ(row_threads(5000, 1, 32), 1024);  // at most 1024 threads
-  EXPECT_EQ(row_threads(7, 1, 64), 64);       // at least a warp
-  EXPECT_EQ(row_threads(2250, 70, 32), 576);  // 2250 / 4 rounded up to the warp
+  auto plan = [](int64_t nvec, int64_t blocks, int warp) { return kernels::row_threads_with(nvec, blocks, warp, 0); };
+  EXPECT_EQ(plan(512, 1, 32), 512);    // one 4096-wide bf16 row
+  EXPECT_EQ(plan(512, 256, 64), 512);  // 2^17 vectors: still one each
+  EXPECT_EQ(plan(512, 257, 32), 128);  // past it: four each
+  EXPECT_EQ(plan(5000, 1, 32), 1024);  // at most 1024 threads
+  EXPECT_EQ(plan(7, 1, 64), 64);       // at least a warp
+  EXPECT_EQ(plan(2250, 70, 32), 576);  // 2250 / 4 rounded up to the warp
+  // A forced count applies at every size.
+  EXPECT_EQ(kernels::row_threads_with(512, 1, 32, 4), 128);
+  EXPECT_EQ(kernels::row_threads_with(512, 1000, 32, 1), 512);
 }
 
 // Launches past the few-vector plan's 2^17 vectors, where threads take several vectors each
