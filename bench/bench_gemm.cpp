@@ -20,7 +20,7 @@
 // "vendor" the expansion followed by the vendor GEMM; up to 8 rows, "ring" times the fused
 // kernel's ring variant (kernels::Int4GemmKernel::ring) where "gemv" runs the streamed one.
 // --act-order (int4): a random g_idx, so that x's columns are permuted: gathered by the streamed
-// kernel as it stages x, or into a copy first above 8 rows ("ring" times the kernel alone).
+// kernel as it stages x, or into a copy first above 4 rows ("ring" times the kernel alone).
 // --paths vendor,gemv,... times only the paths named (vendor, gemv, automatic, deterministic, ring);
 // --shapes 14336x4096,... only these weight shapes (N x K).
 // --experts E [--top-k 8]: grouped_linear (mixture-of-experts) instead, dense weights [E, N, K]:
