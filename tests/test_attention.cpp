@@ -646,6 +646,22 @@ TEST(KvCache, WritesRowsThroughSlotsAndSkipsPadding) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("slot 20 of token 4"), std::string::npos) << e.what();
     }
+
+    // Unchecked (the engine's layers, slots validated on the host): new rows of the other tokens
+    // are written, the bad slot's token is not, and nothing throws.
+    const Tensor fresh_h = random_host({tokens, 6 * hd}, dt);
+    fused.copy_from(fresh_h, ctx().stream().get());
+    ops::kv_write(ctx(), k, v, ctx().to_device(slots_h), cache_k, cache_v, false);
+    const std::vector<double> g = to_doubles(fresh_h);
+    for (int64_t t = 0; t < tokens; ++t) {
+      if (slots[t] < 0 || t == 4) continue;
+      for (int64_t i = 0; i < kvh * hd; ++i) {
+        want_k[slots[t] * kvh * hd + i] = g[t * 6 * hd + 2 * hd + i];
+        want_v[slots[t] * kvh * hd + i] = g[t * 6 * hd + 4 * hd + i];
+      }
+    }
+    EXPECT_TRUE(all_close(ctx().to_host(cache_k), want_k, 0, 0));
+    EXPECT_TRUE(all_close(ctx().to_host(cache_v), want_v, 0, 0));
   }
 }
 

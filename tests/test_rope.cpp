@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ops/attention.h"
 #include "ops/copy.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
@@ -267,6 +268,81 @@ TEST(Rope, HeadNormBeforeTheRotation) {
     }
 }
 
+// RoPE writing the rotated keys and the values into a paged cache in its launch: the same bits as
+// rope() then kv_write (the engine's unchecked slots: -1 and a slot past the cache write
+// nothing), k left as it was; with and without head norms, partial and GPT-J rotations, odd
+// head sizes (the scalar kernel), int32 and int64 positions.
+TEST(Rope, CacheWriteGivesRopeThenKvWrite) {
+  struct Case {
+    int rotary_dim, head_dim, q_heads, k_heads;
+    bool neox, norm;
+  };
+  const Case cases[] = {{128, 128, 8, 2, true, false}, {64, 64, 4, 4, false, true}, {32, 80, 3, 1, true, true},
+                        {6, 10, 2, 1, false, false},   {8, 24, 2, 2, true, false}};
+  for (DType dt : kFloatTypes)
+    for (const Case& c : cases)
+      for (DType pos_dt : {DType::i32, DType::i64}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", rot " << c.rotary_dim << "/" << c.head_dim << ", heads "
+                                          << c.q_heads << "/" << c.k_heads << (c.neox ? " neox" : " gptj")
+                                          << (c.norm ? " norm" : "") << " " << dtype_name(pos_dt));
+        ops::RopeConfig cfg;
+        cfg.rotary_dim = c.rotary_dim;
+        cfg.neox = c.neox;
+        ops::Rope rope(ctx(), cfg);
+        const int64_t tokens = 6, d = c.head_dim, qw = c.q_heads * d, kw = c.k_heads * d, width = qw + 2 * kw;
+        const int64_t blocks = 3, bs = 4;
+        const Tensor qkv_h = random_host({tokens, width}, dt, -3, 3);
+        const Tensor cache_h = random_host({2, blocks, bs, c.k_heads, d}, dt);
+        Tensor pos_h = Tensor::empty_host({tokens}, pos_dt);
+        for (int64_t t = 0; t < tokens; ++t) {
+          const auto p = static_cast<int64_t>(rng()() % 5000);
+          if (pos_dt == DType::i32) pos_h.data<int32_t>()[t] = static_cast<int32_t>(p);
+          else pos_h.data<int64_t>()[t] = p;
+        }
+        const int64_t slot_list[tokens] = {5, -1, 0, 11, blocks * bs, 7};
+        Tensor slots_h = Tensor::empty_host({tokens}, DType::i64);
+        std::copy(slot_list, slot_list + tokens, slots_h.data<int64_t>());
+        const Tensor positions = ctx().to_device(pos_h), slots = ctx().to_device(slots_h);
+        const ops::HeadNorm norm{ctx().to_device(random_host({d}, dt, 0.5, 1.5)), ctx().to_device(random_host({d}, dt, 0.5, 1.5)),
+                                 1e-6f};
+        struct Run {
+          Tensor qkv, q_out, k_cache, v_cache;
+        };
+        auto start = [&] {
+          Run r{ctx().to_device(qkv_h), ctx().empty({tokens, c.q_heads, d}, dt), Tensor(), Tensor()};
+          const Tensor caches = ctx().to_device(cache_h);
+          r.k_cache = caches.select(0, 0);
+          r.v_cache = caches.select(0, 1);
+          return r;
+        };
+        auto q_of = [&](const Tensor& qkv) { return qkv.slice(1, 0, qw).unflatten(1, {c.q_heads, d}); };
+        auto k_of = [&](const Tensor& qkv) { return qkv.slice(1, qw, qw + kw).unflatten(1, {c.k_heads, d}); };
+        auto v_of = [&](const Tensor& qkv) { return qkv.slice(1, qw + kw, width).unflatten(1, {c.k_heads, d}); };
+        const ops::HeadNorm* n = c.norm ? &norm : nullptr;
+
+        Run two = start();
+        rope.apply(ctx(), q_of(two.qkv), k_of(two.qkv), positions, two.q_out, n);
+        ops::kv_write(ctx(), k_of(two.qkv), v_of(two.qkv), slots, two.k_cache, two.v_cache, false);
+
+        Run one = start();
+        const ops::RopeCacheRows rows{v_of(one.qkv), slots, one.k_cache, one.v_cache};
+        rope.apply(ctx(), q_of(one.qkv), k_of(one.qkv), positions, one.q_out, n, &rows);
+
+        EXPECT_TRUE(bitwise_equal(ctx().to_host(one.q_out), ctx().to_host(two.q_out)));
+        EXPECT_TRUE(bitwise_equal(ctx().to_host(ops::contiguous(ctx(), one.k_cache)), ctx().to_host(ops::contiguous(ctx(), two.k_cache))));
+        EXPECT_TRUE(bitwise_equal(ctx().to_host(ops::contiguous(ctx(), one.v_cache)), ctx().to_host(ops::contiguous(ctx(), two.v_cache))));
+        EXPECT_TRUE(bitwise_equal(ctx().to_host(one.qkv), qkv_h)) << "q, k and v of the fused buffer changed";
+        // The slots written at all (the reference path's own check): 5, 0, 11 and 7 of 12.
+        const Tensor before = ctx().to_host(ctx().to_device(cache_h).select(0, 0));
+        const Tensor after = ctx().to_host(ops::contiguous(ctx(), two.k_cache));
+        int changed = 0;
+        for (int64_t s = 0; s < blocks * bs; ++s)
+          changed += !bitwise_equal(before.view({blocks * bs, c.k_heads * d}).slice(0, s, s + 1),
+                                    after.view({blocks * bs, c.k_heads * d}).slice(0, s, s + 1));
+        EXPECT_EQ(changed, 4);
+      }
+}
+
 TEST(Rope, RejectsMisuse) {
   ops::RopeConfig bad;
   bad.rotary_dim = 7;
@@ -302,6 +378,19 @@ TEST(Rope, RejectsMisuse) {
   EXPECT_THROW(rope.apply(ctx(), qv, kv, pos, Tensor(), &f16_weights), Error);
   const ops::HeadNorm no_k{ctx().empty({64}, DType::bf16), Tensor()};
   EXPECT_THROW(rope.apply(ctx(), qv, kv, pos, Tensor(), &no_k), Error);
+  // A cache write: v of k's shape, caches of k's dtype and head shape, i64 slots per token.
+  const Tensor vv = qkv.slice(1, 5 * 64, 6 * 64).unflatten(1, {1, 64});
+  const Tensor cache = ctx().empty({2, 16, 1, 64}, DType::bf16), slots = ctx().empty({2}, DType::i64);
+  const ops::RopeCacheRows good{vv, slots, cache, cache};
+  const ops::RopeCacheRows f16_cache{vv, slots, ctx().empty({2, 16, 1, 64}, DType::f16), cache};
+  expect_error([&] { rope.apply(ctx(), qv, kv, pos, Tensor(), nullptr, &f16_cache); }, "k_cache");
+  const ops::RopeCacheRows wide_cache{vv, slots, cache, ctx().empty({2, 16, 2, 64}, DType::bf16)};
+  expect_error([&] { rope.apply(ctx(), qv, kv, pos, Tensor(), nullptr, &wide_cache); }, "v_cache");
+  const ops::RopeCacheRows i32_slots{vv, ctx().empty({2}, DType::i32), cache, cache};
+  expect_error([&] { rope.apply(ctx(), qv, kv, pos, Tensor(), nullptr, &i32_slots); }, "slot_mapping");
+  const ops::RopeCacheRows short_v{qkv.slice(1, 5 * 64, 6 * 64).slice(0, 0, 1).unflatten(1, {1, 64}), slots, cache, cache};
+  expect_error([&] { rope.apply(ctx(), qv, kv, pos, Tensor(), nullptr, &short_v); }, "rope: v");
+  expect_error([&] { rope.apply(ctx(), qv, Tensor(), pos, Tensor(), nullptr, &good); }, "needs k");
 }
 
 }  // namespace

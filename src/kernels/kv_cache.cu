@@ -8,12 +8,14 @@ namespace lw::kernels {
 
 namespace {
 
-// Token t's slot, or -1 where it is skipped (-1) or outside the cache (reported in *bad_token).
+// Token t's slot, or -1 where it is skipped (-1) or outside the cache (reported in *bad_token
+// where there is one).
 LW_DEVICE_INLINE int64_t checked_slot(const KvWriteArgs& a, const int64_t* slots, int64_t t, int64_t* bad_token) {
   const int64_t slot = slots[t];
   if (slot == -1) return -1;
   if (slot < 0 || slot >= a.num_slots) {
-    if (threadIdx.x == 0) atomicExch(reinterpret_cast<unsigned long long*>(bad_token), static_cast<unsigned long long>(t + 1));
+    if (bad_token != nullptr && threadIdx.x == 0)
+      atomicExch(reinterpret_cast<unsigned long long*>(bad_token), static_cast<unsigned long long>(t + 1));
     return -1;
   }
   return slot;

@@ -146,7 +146,7 @@ struct KvWriteArgs {
 // k_cache/v_cache[slot_mapping[t]] = k[t], v[t], encoded as C with `scales` (KvScales; int8
 // caches get each (slot, head)'s scale written, e4m3 caches read their per-head scales; values
 // beyond 448 x the scale saturate); a slot of -1 skips the token (padding). A slot outside
-// [-1, num_slots) stores t + 1 in *bad_token instead of writing.
+// [-1, num_slots) is not written, and stores t + 1 in *bad_token where bad_token is not null.
 template <class T, class C>
 void kv_write(const KvWriteArgs& a, const T* k, const T* v, const int64_t* slot_mapping, C* k_cache, C* v_cache,
               const KvScales& scales, int64_t* bad_token, int warp_size, cudaStream_t stream);

@@ -20,6 +20,20 @@ struct RopeArgs {
   float norm_eps = 0.0f;  // the heads' RMSNorm epsilon, where rope() is given norm weights
 };
 
+// Where rope() also writes the rotated key heads and the value heads into a paged KV cache of
+// T (kv_write's layout, [slots, k_heads, head_dim]), in the same launch: token t's rows go to
+// slot slots[t] instead of k in place (k is left as it was); a slot of -1, or outside
+// [0, num_slots), writes nothing for the token (the caller checks its slots).
+template <class T>
+struct RopeCacheWrite {
+  const T* v = nullptr;  // [tokens, k_heads, head_dim], v_token_stride elements between tokens
+  int64_t v_token_stride = 0;
+  const int64_t* slots = nullptr;
+  int64_t num_slots = 0;
+  T* k_cache = nullptr;  // null: no cache write
+  T* v_cache = nullptr;
+};
+
 // q, k: T; positions: int32 or int64 [tokens]; inv_freq: float [rotary_dim / 2], device.
 // k rotates in place; q's rotated heads go to q_out (q itself, or memory apart from it, which
 // then also receives the dims past rotary_dim). With q_norm (and k_norm where there is k):
@@ -28,6 +42,7 @@ struct RopeArgs {
 // dim of it, so that one launch does what rms_norm per head and rope did.
 template <class T, class Pos>
 void rope(const RopeArgs& a, const T* q, T* q_out, T* k, const Pos* positions, const float* inv_freq, int warp_size,
-          cudaStream_t stream, const T* q_norm = nullptr, const T* k_norm = nullptr);
+          cudaStream_t stream, const T* q_norm = nullptr, const T* k_norm = nullptr,
+          const RopeCacheWrite<T>& cache = {});
 
 }  // namespace lw::kernels

@@ -50,16 +50,21 @@ void attention(Context& ctx, const LayerContext& lc, const LayerWeights& w, cons
   Tensor k = qkv.slice(1, nq * d, (nq + nkv) * d).unflatten(1, {nkv, d});
   const Tensor v = qkv.slice(1, (nq + nkv) * d, (nq + 2 * nkv) * d).unflatten(1, {nkv, d});
   // The rotated queries go to a tensor of their own: no copy out of the fused row first; the
-  // heads' q_norm / k_norm (Qwen3) in the same launch.
+  // heads' q_norm / k_norm (Qwen3) in the same launch. A cache in the model's dtype takes the
+  // rotated K and V rows from that launch too; an 8-bit one from kv_write's (slots checked in
+  // HostLayout either way).
   Tensor rotated = ctx.empty({t, nq, d}, lc.dtype);
+  const ops::PagedKv& kv = cache.layer(layer);
+  const ops::RopeCacheRows rows{v, b.slots, kv.k, kv.v};
+  const ops::RopeCacheRows* to_cache = kv.format == ops::KvCacheFormat::model ? &rows : nullptr;
   if (block.qk_norm) {
     const ops::HeadNorm norm{w.q_norm, w.k_norm, static_cast<float>(lc.config.rms_eps)};
-    lc.rope.apply(ctx, q, k, b.positions, rotated, &norm);
+    lc.rope.apply(ctx, q, k, b.positions, rotated, &norm, to_cache);
   } else {
-    lc.rope.apply(ctx, q, k, b.positions, rotated);
+    lc.rope.apply(ctx, q, k, b.positions, rotated, nullptr, to_cache);
   }
   q = rotated;
-  ops::kv_write(ctx, k, v, b.slots, cache.layer(layer), false);  // slots checked in HostLayout
+  if (!to_cache) ops::kv_write(ctx, k, v, b.slots, kv, false);
   Tensor attn = ctx.empty({t, nq, d}, lc.dtype);
   ops::AttentionOptions options;
   options.window = static_cast<int>(lc.config.sliding_window);

@@ -125,14 +125,16 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
            "kv_write: slot_mapping " << slot_mapping.describe() << " must be a contiguous i64[" << tokens << "]");
   const kernels::KvWriteArgs a{tokens, static_cast<int>(kv_heads), static_cast<int>(head_dim), k.stride(0), v.stride(0),
                                cache.k.size(0) * cache.k.size(1)};
-  Tensor flag = ctx.empty({1}, DType::i64);
-  LW_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0, sizeof(int64_t), ctx.stream().get()));
+  // The flag only where it is read: without the check, no memset node per layer in a decode
+  // graph (it would also end the overlap of this launch with the one before).
+  Tensor flag = check ? ctx.empty({1}, DType::i64) : Tensor();
+  if (check) LW_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 0, sizeof(int64_t), ctx.stream().get()));
   dispatch_float(k.dtype(), "kv_write", [&]<class T>() {
     dispatch_cache(cache, [&]<class C>(const kernels::KvScales& scales) {
       using E = CacheElem<C, T>;
       kernels::kv_write<T, E>(a, k.data<T>(), v.data<T>(), slot_mapping.data<int64_t>(),
                               const_cast<E*>(cache_data<C, T>(cache.k)), const_cast<E*>(cache_data<C, T>(cache.v)),
-                              scales, flag.data<int64_t>(), ctx.warp_size(), ctx.stream().get());
+                              scales, check ? flag.data<int64_t>() : nullptr, ctx.warp_size(), ctx.stream().get());
     });
   });
   if (!check) return;

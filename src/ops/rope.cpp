@@ -87,7 +87,7 @@ Rope::Rope(Context& ctx, const RopeConfig& config) : config_(config) {
 }
 
 void Rope::apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& q_out,
-                 const HeadNorm* norm) const {
+                 const HeadNorm* norm, const RopeCacheRows* cache) const {
   check_on_device("rope", "q", q);
   check_float("rope", "q", q);
   LW_CHECK(q.dim() == 3, "rope: q " << q.describe() << " must be [tokens, heads, head_dim]");
@@ -137,6 +137,27 @@ void Rope::apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& p
     if (k.defined()) check_weight("k_weight", norm->k_weight);
     LW_CHECK(norm->eps >= 0.0f && std::isfinite(norm->eps), "rope: the head norm's epsilon " << norm->eps);
   }
+  if (cache) {
+    LW_CHECK(k.defined(), "rope: a cache write needs k");
+    check_on_device("rope", "v", cache->v);
+    check_same_dtype("rope", "k", k, "v", cache->v);
+    LW_CHECK(cache->v.dim() == 3 && cache->v.size(0) == tokens && cache->v.size(1) == k.size(1) &&
+                 cache->v.size(2) == head_dim && cache->v.stride(2) == 1 && cache->v.stride(1) == head_dim,
+             "rope: v " << cache->v.describe() << " must be [" << tokens << ", " << k.size(1) << ", " << head_dim
+                        << "] with contiguous heads");
+    for (auto [name, c] : {std::pair<const char*, const Tensor*>{"k_cache", &cache->k_cache}, {"v_cache", &cache->v_cache}}) {
+      check_on_device("rope", name, *c);
+      check_same_dtype("rope", "k", k, name, *c);
+      LW_CHECK(c->dim() == 4 && c->is_contiguous() && c->size(2) == k.size(1) && c->size(3) == head_dim,
+               "rope: " << name << " " << c->describe() << " must be a contiguous [num_blocks, block_size, "
+                        << k.size(1) << ", " << head_dim << "]");
+    }
+    check_same_shape("rope", "k_cache", cache->k_cache, "v_cache", cache->v_cache);
+    check_on_device("rope", "slot_mapping", cache->slot_mapping);
+    LW_CHECK(cache->slot_mapping.dtype() == DType::i64 && cache->slot_mapping.dim() == 1 &&
+                 cache->slot_mapping.size(0) == tokens && cache->slot_mapping.is_contiguous(),
+             "rope: slot_mapping " << cache->slot_mapping.describe() << " must be a contiguous i64[" << tokens << "]");
+  }
   kernels::RopeArgs a{tokens,
                       static_cast<int>(q.size(1)),
                       k.defined() ? static_cast<int>(k.size(1)) : 0,
@@ -152,12 +173,21 @@ void Rope::apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& p
     T* kp = k.defined() ? k.data<T>() : nullptr;
     const T* qn = norm ? norm->q_weight.data<T>() : nullptr;
     const T* kn = norm && k.defined() ? norm->k_weight.data<T>() : nullptr;
+    kernels::RopeCacheWrite<T> cw;
+    if (cache) {
+      cw.v = cache->v.data<T>();
+      cw.v_token_stride = cache->v.stride(0);
+      cw.slots = cache->slot_mapping.data<int64_t>();
+      cw.num_slots = cache->k_cache.size(0) * cache->k_cache.size(1);
+      cw.k_cache = cache->k_cache.data<T>();
+      cw.v_cache = cache->v_cache.data<T>();
+    }
     if (positions.dtype() == DType::i32) {
       kernels::rope<T, int32_t>(a, q.data<T>(), qo.data<T>(), kp, positions.data<int32_t>(), table_.data<float>(),
-                                ctx.warp_size(), ctx.stream().get(), qn, kn);
+                                ctx.warp_size(), ctx.stream().get(), qn, kn, cw);
     } else {
       kernels::rope<T, int64_t>(a, q.data<T>(), qo.data<T>(), kp, positions.data<int64_t>(), table_.data<float>(),
-                                ctx.warp_size(), ctx.stream().get(), qn, kn);
+                                ctx.warp_size(), ctx.stream().get(), qn, kn, cw);
     }
   });
 }

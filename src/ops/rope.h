@@ -29,6 +29,18 @@ struct HeadNorm {
   float eps = 1e-6f;
 };
 
+// Where apply() also writes the rotated k and the rows of v into a layer's KV cache in the same
+// launch (instead of rotating k in place, and kv_write after): the cache in q's dtype (an 8-bit
+// cache takes apply() and kv_write), [num_blocks, block_size, k_heads, head_dim], contiguous;
+// v: k's shape, contiguous heads, any token stride; slot_mapping: i64 [tokens], -1 skips a
+// token. The slots are the caller's to check (as kv_write(..., check = false)): a slot outside
+// the cache is not written.
+struct RopeCacheRows {
+  Tensor v;
+  Tensor slot_mapping;
+  Tensor k_cache, v_cache;
+};
+
 // The frequency table of a configuration, on the device; apply() rotates q and k.
 class Rope {
  public:
@@ -41,8 +53,9 @@ class Rope {
   // heads, memory apart from q and k): a view of a fused QKV output becomes a tensor of its
   // own without a copy first. With `norm`, each head is RMS-normalised with its weights first
   // (rms_norm's result per head, then the rotation of it), every dim, in the same launch.
+  // With `cache`, k's rows go to the cache and k itself is left as it was.
   void apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& positions,
-             const Tensor& q_out = Tensor(), const HeadNorm* norm = nullptr) const;
+             const Tensor& q_out = Tensor(), const HeadNorm* norm = nullptr, const RopeCacheRows* cache = nullptr) const;
 
   const std::vector<float>& inv_freq() const { return inv_freq_; }
   float mscale() const { return mscale_; }
