@@ -183,6 +183,52 @@ TEST(Sampling, GreedyTiesGoToTheLowestIdAndRunsRepeat) {
   EXPECT_EQ(ops::sample(ctx(), l, seeded).tokens, ops::sample(ctx(), l, seeded).tokens);
 }
 
+// Greedy rows with no penalty and no bias in the batch take the kernel's first pass alone; a
+// bias anywhere in the batch sends every row through the workspace. Both give the same tokens
+// and log-probabilities, bit for bit: ties within a thread's elements and across threads, NaN,
+// infinities, signed zeros, and rows shorter than the block.
+TEST(Sampling, PlainGreedyMatchesTheWorkspacePath) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (int64_t vocab : {5, 1000, 5003}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", vocab " << vocab);
+      const int rows = 6;
+      Tensor lh = random_host({rows, vocab}, DType::f32, -6, 6);
+      float* x = lh.data<float>();
+      auto at = [&](int r, int64_t i) -> float& { return x[r * vocab + i % vocab]; };
+      at(1, 3) = at(1, 3 + kThreads) = at(1, vocab - 1) = 9.0f;     // a tie within a thread, and across
+      at(2, 0) = std::nanf("");                                      // NaN never wins
+      at(2, 4) = 8.0f;
+      for (int64_t i = 0; i < vocab; ++i) at(3, i) = -INFINITY;  // nothing finite: the lowest id
+      for (int64_t i = 0; i < vocab; ++i) at(4, i) = (i % 2) ? 0.0f : -0.0f;
+      at(5, vocab / 2) = INFINITY;
+      Tensor lt = Tensor::empty_host({rows, vocab}, dt);
+      for (int64_t i = 0; i < rows * vocab; ++i) {
+        if (dt == DType::f32) lt.data<float>()[i] = x[i];
+        else lt.data<bfloat16>()[i] = gpu::from_float<bfloat16>(x[i]);
+      }
+      const Tensor l = ctx().to_device(lt);
+      std::vector<ops::SamplingOptions> plain(rows);
+      for (auto& o : plain) o.temperature = 0;
+      std::vector<ops::SamplingOptions> biased = plain;
+      biased.push_back(plain[0]);
+      biased.back().logit_bias = {{1, 0.5f}};
+      Tensor lb = ctx().empty({rows + 1, vocab}, dt);
+      lb.slice(0, 0, rows).copy_from(l, ctx().stream().get());
+      lb.slice(0, rows, rows + 1).copy_from(l.slice(0, 0, 1), ctx().stream().get());
+      const ops::SampleResult a = ops::sample(ctx(), l, plain), b = ops::sample(ctx(), lb, biased);
+      for (int r = 0; r < rows; ++r) {
+        EXPECT_EQ(a.tokens[r], b.tokens[r]) << "row " << r;
+        EXPECT_EQ(std::bit_cast<uint32_t>(a.logprobs[r]), std::bit_cast<uint32_t>(b.logprobs[r])) << "row " << r;
+      }
+      EXPECT_EQ(a.tokens[1], std::min({int64_t{3}, (3 + kThreads) % vocab, vocab - 1}));
+      EXPECT_EQ(a.tokens[2], 4);
+      EXPECT_EQ(a.tokens[3], 0);
+      EXPECT_EQ(a.tokens[4], 0);
+      EXPECT_EQ(a.tokens[5], vocab / 2);
+    }
+  }
+}
+
 TEST(Sampling, LogitBiasForcesAndBansTokens) {
   Tensor lh = random_host({3, 1000}, DType::f32, -4, 4);
   std::vector<ops::SamplingOptions> opts(3);

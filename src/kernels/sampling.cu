@@ -14,7 +14,8 @@ namespace {
 constexpr int kThreads = kSamplingThreads;
 
 // One block of kThreads per sequence. The passes every sequence takes (the raw maximum and
-// sum, the copy into the workspace, the greedy choice) stride over the vocabulary, so that a
+// sum, the copy into the workspace, the greedy choice; greedy on raw logits only the first two,
+// without the copy) stride over the vocabulary, so that a
 // warp's loads and stores are contiguous; the sampling passes give thread j the contiguous
 // chunk [j * chunk, (j + 1) * chunk) (the draw walks the chunks in index order). Sums add each
 // thread's elements in index order, then combine the threads by a fixed pairwise tree: the
@@ -77,22 +78,37 @@ __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, 
   auto tree_count = [&](int v) { return gpu::tree_reduce(v, is, gpu::SumOp{}); };
   auto tree_max = [&](float v) { return gpu::tree_reduce(v, fs, gpu::MaxOp{}); };
 
+  const float temperature = p.temperature[s];
+  const float rep = p.repetition_penalty[s], pres = p.presence_penalty[s], freq = p.frequency_penalty[s];
+  const bool penalised = p.history_len > 0 && (rep != 1.0f || pres != 0.0f || freq != 0.0f);
+  // Greedy on the raw logits (no penalty, no bias in the batch): the choice comes from the first
+  // pass and nothing goes through the workspace (a third of the bytes). The same token as the
+  // greedy pass below over an unchanged copy: each thread's first largest, the lowest id of those.
+  const bool plain_greedy = temperature == 0.0f && !penalised && p.bias_len == 0;
+
   // The raw distribution, for the log-probability of the chosen token.
   const auto logit = [&](int64_t i) { return gpu::to_float(x[i]); };
   float m = -INFINITY;
-  for_strided(tid, vocab, logit, [&](int64_t, float v) { m = fmaxf(m, v); });
+  int64_t raw_arg = tid < vocab ? tid : -1;  // the thread's first largest logit
+  for_strided(tid, vocab, logit, [&](int64_t i, float v) {
+    if (v > m) raw_arg = i;
+    m = fmaxf(m, v);
+  });
   const float raw_max = tree_max(m);
   float acc = 0.0f;
-  for_strided(tid, vocab, logit, [&](int64_t i, float v) {
-    w[i] = v;
-    acc += gpu::exp_portable(v - raw_max);
-  });
+  if (plain_greedy) {
+    for_strided(tid, vocab, logit, [&](int64_t, float v) { acc += gpu::exp_portable(v - raw_max); });
+  } else {
+    for_strided(tid, vocab, logit, [&](int64_t i, float v) {
+      w[i] = v;
+      acc += gpu::exp_portable(v - raw_max);
+    });
+  }
   const float raw_sum = tree_sum(acc);
 
   // Penalties over the history, once per distinct token: the thread holding a token's first
   // occurrence counts it and adjusts its logit.
-  const float rep = p.repetition_penalty[s], pres = p.presence_penalty[s], freq = p.frequency_penalty[s];
-  if (p.history_len > 0 && (rep != 1.0f || pres != 0.0f || freq != 0.0f)) {
+  if (penalised) {
     const int32_t* hist = p.history + s * p.history_len;
     for (int64_t h = tid; h < p.history_len; h += kThreads) {
       const int32_t id = hist[h];
@@ -118,9 +134,10 @@ __global__ void sample_kernel(const T* logits, int64_t vocab, SamplingParams p, 
     __syncthreads();
   }
 
-  const float temperature = p.temperature[s];
   int64_t token = -1;
-  if (temperature == 0.0f) {
+  if (plain_greedy) {
+    token = gpu::tree_reduce((m == raw_max && raw_arg >= 0) ? static_cast<int>(raw_arg) : 0x7fffffff, is, gpu::MinOp{});
+  } else if (temperature == 0.0f) {
     // Greedy: the largest logit, ties to the lowest id (each thread's first of its largest).
     float best = -INFINITY;
     int64_t arg = tid < vocab ? tid : -1;
