@@ -119,10 +119,7 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
   }
   const int64_t tokens = k.size(0);
   LW_CHECK(v.size(0) == tokens, "kv_write: k and v have different token counts");
-  check_on_device("kv_write", "slot_mapping", slot_mapping);
-  LW_CHECK(slot_mapping.dtype() == DType::i64 && slot_mapping.dim() == 1 && slot_mapping.size(0) == tokens &&
-               slot_mapping.is_contiguous(),
-           "kv_write: slot_mapping " << slot_mapping.describe() << " must be a contiguous i64[" << tokens << "]");
+  check_slot_mapping("kv_write", slot_mapping, tokens);
   const kernels::KvWriteArgs a{tokens, static_cast<int>(kv_heads), static_cast<int>(head_dim), k.stride(0), v.stride(0),
                                cache.k.size(0) * cache.k.size(1)};
   // The flag only where it is read: without the check, no memset node per layer in a decode

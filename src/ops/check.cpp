@@ -27,4 +27,11 @@ void check_same_dtype(const char* op, const char* name_a, const Tensor& a, const
            op << ": dtypes differ: " << name_a << " " << a.describe() << ", " << name_b << " " << b.describe());
 }
 
+void check_slot_mapping(const char* op, const Tensor& slot_mapping, int64_t tokens) {
+  check_on_device(op, "slot_mapping", slot_mapping);
+  LW_CHECK(slot_mapping.dtype() == DType::i64 && slot_mapping.dim() == 1 && slot_mapping.size(0) == tokens &&
+               slot_mapping.is_contiguous(),
+           op << ": slot_mapping " << slot_mapping.describe() << " must be a contiguous i64[" << tokens << "]");
+}
+
 }  // namespace lw::ops

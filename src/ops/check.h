@@ -12,6 +12,8 @@ void check_float(const char* op, const char* name, const Tensor& t);
 void check_float_input(const char* op, const char* name, const Tensor& t);
 void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b, const Tensor& b);
 void check_same_dtype(const char* op, const char* name_a, const Tensor& a, const char* name_b, const Tensor& b);
+// A KV cache's slot mapping: on the device, a contiguous i64 [tokens].
+void check_slot_mapping(const char* op, const Tensor& slot_mapping, int64_t tokens);
 
 // Calls f.template operator()<T>() with T the C++ type of a float dtype.
 template <class F>

@@ -153,10 +153,7 @@ void Rope::apply(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& p
                         << k.size(1) << ", " << head_dim << "]");
     }
     check_same_shape("rope", "k_cache", cache->k_cache, "v_cache", cache->v_cache);
-    check_on_device("rope", "slot_mapping", cache->slot_mapping);
-    LW_CHECK(cache->slot_mapping.dtype() == DType::i64 && cache->slot_mapping.dim() == 1 &&
-                 cache->slot_mapping.size(0) == tokens && cache->slot_mapping.is_contiguous(),
-             "rope: slot_mapping " << cache->slot_mapping.describe() << " must be a contiguous i64[" << tokens << "]");
+    check_slot_mapping("rope", cache->slot_mapping, tokens);
   }
   kernels::RopeArgs a{tokens,
                       static_cast<int>(q.size(1)),
