@@ -5,7 +5,8 @@
 # alternating, e.g.
 #     scripts/device_ab.sh lightwave bench_attention && for b in build/device build/base build/device build/base; do
 #       $b/src/app/lightwave bench --shape llama3-8b --requests 1 --no-throughput; done
-# Targets: those named (default: lightwave and the benchmarks); ARCH from LW_CUDA_ARCH (90).
+# Targets: those named (default: lightwave and the benchmarks; a test target's ctest cases run
+# from build/device as in device_test.sh); ARCH from LW_CUDA_ARCH (90).
 set -euo pipefail
 [[ -f .ab/rev ]] || { echo "device_ab: no .ab/ (run scripts/ab_base.sh REV here first and carry .ab)" >&2; exit 2; }
 targets=("$@")
@@ -13,11 +14,10 @@ targets=("$@")
 export PATH=/usr/local/cuda/bin:$PATH
 out=${OUT:-build/device-logs}
 mkdir -p "$out"
+mkdir -p build
+source scripts/device_env.sh
 cfg=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${LW_CUDA_ARCH:-90}" -DLW_GPU=cuda
-     -DLW_TEST_PYTHON="$(command -v python3)")
-if [[ -d .deps ]] && { [[ ! -e /usr/include/gtest/gtest.h ]] || [[ ! -e /usr/include/pcre2.h ]]; }; then
-  cfg+=(-DLW_DEPS_DIR="$PWD/.deps")
-fi
+     "${lw_device_cmake[@]}")
 rm -rf build/base-src
 mkdir -p build/base-src
 tar -c --exclude=./build --exclude=./.ab --exclude=./.git . | tar -x -C build/base-src

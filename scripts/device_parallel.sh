@@ -12,8 +12,9 @@ out=$(cd "$out" && pwd)
 export PATH=/usr/local/cuda/bin:$PATH
 lw=build/device/src/app/lightwave
 if [[ ${1:-} != --bench-only ]]; then
-  deps=()
-  if [[ -d .deps ]] && { [[ ! -e /usr/include/gtest/gtest.h ]] || [[ ! -e /usr/include/pcre2.h ]]; }; then deps=(-DLW_DEPS_DIR="$PWD/.deps"); fi
+  mkdir -p build
+  source scripts/device_env.sh
+  deps=("${lw_device_cmake[@]}")
   nvidia-smi -L | tee "$out/gpu.txt"
   start=$(date +%s)
   cmake -S . -B build/device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DLW_BUILD_PYTHON=OFF \

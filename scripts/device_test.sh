@@ -6,7 +6,7 @@
 # --bench also runs bench/bench_ops and bench/bench_gemm and, where torch is installed,
 # bench/torch_reference.py and bench/torch_gemm.py on the same shapes, printing the tables.
 # When the machine has no GoogleTest/spdlog packages, carry the folder made by
-# scripts/gather_deps.sh as .deps/ and it is used.
+# scripts/gather_deps.sh as .deps/ and it is used (scripts/device_env.sh).
 set -euo pipefail
 arch=90
 bench=0
@@ -21,19 +21,9 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export PATH=/usr/local/cuda/bin:$PATH
 
-deps=()
-if [[ -d .deps ]] && { [[ ! -e /usr/include/gtest/gtest.h ]] || [[ ! -e /usr/include/pcre2.h ]]; }; then deps=(-DLW_DEPS_DIR="$PWD/.deps"); fi
-
-# The tests' reference Python: this machine's, plus the wheels carried in .deps/wheels
-# (installed into a folder on PYTHONPATH: a venv would hide the machine's user-site packages).
-py=$(command -v python3)
-if [[ -d .deps/wheels ]]; then
-  python3 -m pip install -q --no-index --no-deps --target build/device-py .deps/wheels/*.whl
-  printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec %s "$@"\n' "$PWD/build/device-py" "$py" > build/device-python
-  chmod +x build/device-python
-  py=$PWD/build/device-python
-fi
-deps+=(-DLW_TEST_PYTHON="$py")
+mkdir -p build
+source scripts/device_env.sh
+deps=("${lw_device_cmake[@]}")
 # The default model for the model tests, where the caller has it (scripts/fetch_model.sh).
 [[ -n ${LW_SMOLLM2_GGUF:-} ]] && deps+=(-DLW_SMOLLM2_GGUF="$LW_SMOLLM2_GGUF")
 
