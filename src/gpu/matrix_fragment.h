@@ -150,14 +150,6 @@ LW_DEVICE_INLINE constexpr int slot_row(int lane, int s) {
   else if constexpr (L == Layout::amd_mfma_16x16) return 4 * ((lane >> 4) & 3) + s;
   else return 2 * s + ((lane >> 4) & 1);
 }
-// The element of row slot 0 in element i's column (a lane's elements of one column of C, one
-// per slot: a kernel whose C rows are all alike keeps only these).
-template <Layout L = kLayout>
-LW_DEVICE_INLINE constexpr int c_column_rep(int i) {
-  if constexpr (L == Layout::nvidia_m16n8k16) return i & ~2;
-  (void)i;
-  return 0;
-}
 
 // A's rows the same way: element i of a lane lies in row a_slot_row(lane, a_slot(i)), one of
 // kARowSlots rows per lane (kernels address a row once per slot rather than once per element).
@@ -176,24 +168,20 @@ LW_DEVICE_INLINE constexpr int a_slot_row(int lane, int s) {
 #if defined(LW_TARGET_HOST)
 namespace detail {
 // Proof at compile time (in the host builds, whose compiler evaluates the accessors) that the
-// slots name every element's row, and c_column_rep an element of slot 0 in its column, in every
-// layout.
+// slots name every element's row, in every layout.
 template <Layout L>
 constexpr bool row_slots_agree() {
   for (int lane = 0; lane < 64; ++lane) {
     for (int i = 0; i < Shape<L>::a; ++i)
       if (a_slot<L>(i) >= Shape<L>::a_row_slots || a_slot_row<L>(lane, a_slot<L>(i)) != a_row<L>(lane, i)) return false;
-    for (int i = 0; i < Shape<L>::c; ++i) {
+    for (int i = 0; i < Shape<L>::c; ++i)
       if (c_slot<L>(i) >= Shape<L>::row_slots || slot_row<L>(lane, c_slot<L>(i)) != c_row<L>(lane, i)) return false;
-      const int rep = c_column_rep<L>(i);
-      if (rep < 0 || rep >= Shape<L>::c || c_slot<L>(rep) != 0 || c_col<L>(lane, rep) != c_col<L>(lane, i)) return false;
-    }
   }
   return true;
 }
 static_assert(row_slots_agree<Layout::nvidia_m16n8k16>() && row_slots_agree<Layout::amd_mfma_16x16>() &&
                   row_slots_agree<Layout::amd_wmma_16x16>(),
-              "a row slot or column representative disagrees with the accessors");
+              "a row slot disagrees with the row accessors");
 }  // namespace detail
 #endif
 

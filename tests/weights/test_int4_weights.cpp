@@ -86,8 +86,8 @@ TEST(Int4Weights, EveryLayoutLoadsToTheReferenceValues) {
 
 // y = x W^T + b against float64 over the reference values: the fused kernel (one, two and four
 // 16-row tiles of x, partial tiles; several passes on the forced path) and the expansion (more
-// rows, f32, the tiled GEMM). The fused kernel multiplies exact values (base + q, the zero points
-// and scales applied per group in fp32); the expansion rounds each weight to x's dtype once.
+// rows, f32, the tiled GEMM). The fused kernel multiplies exact weights (zero points subtracted
+// in integers, scales in fp32); the expansion rounds each weight to x's dtype once.
 TEST(Int4Weights, LinearMatchesTheFloat64Reference) {
   Fixture fx;
   struct Case {

@@ -120,61 +120,32 @@ __global__ void expand_kernel(T* out, Int4Matrix w, const int32_t* perm, int64_t
   }
 }
 
-// A nibble q decodes to kBase + q in T, exactly, by one mask and one OR of the exponent's bits:
-// bf16 keeps q in its mantissa's low 4 bits (128 + q); f16, whose low bits would make 1024 + q,
-// keeps it in bits 6..9 (16 + q), so that a group's sums of (base + q) * x stay within a few
-// bits of the sums of (q - zero) * x they replace. The zero points come off once per group in
-// fp32, beside the group's sums of x (an MMA of ones_a, below): no per-weight subtraction.
+// 1024 + q (f16) or 128 + q (bf16) for a nibble q in the low bits: exact, and one subtraction of
+// (magic + zero) leaves q - zero exactly.
 template <class T>
-constexpr float kBase = std::is_same_v<T, half> ? 16.0f : 128.0f;
-template <class T>
-constexpr int kNibbleAt = std::is_same_v<T, half> ? 6 : 0;  // lint: not-a-warp (a bit position)
-template <class T>
-constexpr uint32_t kBaseBits = std::is_same_v<T, half> ? 0x4c00u : 0x4300u;
+constexpr uint32_t kMagic = std::is_same_v<T, half> ? 0x6400u : 0x4300u;
 
-// Fragment elements i and i + 1 (nibbles p and p + 4 of `word`) as kBase + q.
+// Fragment elements i and i + 1 from the word holding them (nibbles p and p + 4) minus the zero
+// point: zbias holds (magic + zero) in both 16-bit halves.
 template <class T>
-LW_DEVICE_INLINE void decode_pair(uint32_t word, int p, T& lo, T& hi) {
-  const int shift = 4 * p - kNibbleAt<T>;
-  const uint32_t moved = shift >= 0 ? word >> shift : word << -shift;
+LW_DEVICE_INLINE void decode_pair(uint32_t word, int p, uint32_t zbias, T& lo, T& hi) {
 #if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  // (moved & mask) | base in one instruction (lookup table 0xea: (a & b) | c).
+  // (shifted & mask) | magic in one instruction (lookup table 0xea: (a & b) | c).
   uint32_t bits;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;"
-      : "=r"(bits)
-      : "r"(moved), "n"(0x000f000fu << kNibbleAt<T>), "n"(kBaseBits<T> * 0x10001u));
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(bits) : "r"(word >> (4 * p)), "n"(0x000f000f), "n"(kMagic<T> * 0x10001u));
   using Pair = std::conditional_t<std::is_same_v<T, half>, __half2, __nv_bfloat162>;
-  Pair v;
+  Pair v, z;
   memcpy(&v, &bits, 4);
-  lo = v.x;
-  hi = v.y;
+  memcpy(&z, &zbias, 4);
+  const Pair r = __hsub2(v, z);
+  lo = r.x;
+  hi = r.y;
 #else
-  lo = gpu::from_float<T>(kBase<T> + static_cast<float>((moved >> kNibbleAt<T>) & 15u));
-  hi = gpu::from_float<T>(kBase<T> + static_cast<float>((moved >> (16 + kNibbleAt<T>)) & 15u));
+  const uint32_t bits = ((word >> (4 * p)) & 0x000f000fu) | (kMagic<T> * 0x10001u);
+  const float z = static_cast<float>(static_cast<int>(zbias & 0xffffu) - static_cast<int>(kMagic<T>));
+  lo = gpu::from_float<T>(static_cast<float>(bits & 15u) - z);
+  hi = gpu::from_float<T>(static_cast<float>((bits >> 16) & 15u) - z);
 #endif
-}
-
-// A group's contribution to a C element: its scale times (sum of (base + q) * x minus
-// (base + zero) times the sum of x). `zb` = kBase + zero; one expression for every kernel, so
-// that they give the same bits.
-LW_DEVICE_INLINE float group_term(float s, float zb, float sum, float x_sum) { return s * (sum - zb * x_sum); }
-
-// A of every element 1: A.B's rows are each the sums of B's columns.
-template <class T>
-LW_DEVICE_INLINE mma::FragA<T> ones_a() {
-  mma::FragA<T> a;
-#pragma unroll
-  for (int i = 0; i < mma::kA; ++i) a.x[i] = gpu::from_float<T>(1.0f);
-  return a;
-}
-
-// A step's sums of x's 16 columns (one per row of x: per column of C) added to the group's: one
-// MMA of ones into the group's C, the same chain in every kernel (every row of C holds the sums;
-// c_column_rep names one element per column).
-template <class T, bool kNarrow>
-LW_DEVICE_INLINE void add_x_sums(mma::FragC& x_sums, const mma::FragA<T>& ones, const mma::FragB<T>& b) {
-  if constexpr (kNarrow) mma::mma_narrow(x_sums, ones, b, x_sums);
-  else mma::mma(x_sums, ones, b, x_sums);
 }
 
 // The fused kernel (below) in numbers. A block is kGemmWarps warps, each over kRowTiles<NT>
@@ -387,30 +358,34 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
     gpu::async_commit();
   };
 
-  // This group's scales and kBase + zero points (one each per row slot of C); where groups are
-  // whole tiles, the next group's are loaded with the tile before it starts. Rows past the
-  // matrix read its last row.
+  // This group's scales (one per row slot of C) and zero points (one per pair of A elements);
+  // where groups are whole tiles, the next group's are loaded with the tile before it starts.
+  // Rows past the matrix read its last row.
   struct Params {
-    float scale[R][mma::kRowSlots], zb[R][mma::kRowSlots];
+    float scale[R][mma::kRowSlots];
+    uint32_t zbias[R][mma::kA / 2];
   };
-  int slot_at[R][mma::kRowSlots];  // the row's first parameter
+  int slot_at[R][mma::kRowSlots], pair_at[R][mma::kA / 2];  // the row's first parameter
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int sl = 0; sl < mma::kRowSlots; ++sl) slot_at[r][sl] = min(row0[r] + mma::slot_row(lane, sl), n - 1) * groups;
+#pragma unroll
+    for (int p = 0; p < mma::kA / 2; ++p) pair_at[r][p] = min(row0[r] + mma::a_row(lane, 2 * p), n - 1) * groups;
+  }
   Params params, next_params;
   auto load_group = [&](int g, Params& to) {
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) {
 #pragma unroll
-      for (int sl = 0; sl < mma::kRowSlots; ++sl) {
-        to.scale[r][sl] = w.scales[slot_at[r][sl] + g];
-        to.zb[r][sl] = kBase<T> + static_cast<float>(w.zeros[slot_at[r][sl] + g]);
-      }
+      for (int sl = 0; sl < mma::kRowSlots; ++sl) to.scale[r][sl] = w.scales[slot_at[r][sl] + g];
+#pragma unroll
+      for (int p = 0; p < mma::kA / 2; ++p) to.zbias[r][p] = (kMagic<T> + w.zeros[pair_at[r][p] + g]) * 0x10001u;
+    }
   };
   const bool ahead = group_cols % kInt4TileCols == 0 || group_cols >= k;
 
-  mma::FragC total[R][NT], sums[R][NT];  // sums: the group's products of (base + q) and x
+  mma::FragC total[R][NT], sums[R][NT];
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -418,43 +393,21 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
       mma::fill(total[r][nt], 0.0f);
       mma::fill(sums[r][nt], 0.0f);
     }
-  // The group's sums of x: warp nt makes those of x's tile nt (add_x_sums over the group's steps,
-  // the streamed kernel's chain) and puts them in x_sum_slots (one float per column, by group
-  // parity) after the group's last step; every warp reads them after the barrier that follows.
-  // One chain per tile of x rather than per warp keeps the registers of the 32- and 64-row forms.
-  static_assert(NT <= kGemmWarps, "a warp per tile of x makes its sums");
-  LW_SHARED(float, x_sum_slots, [2 * NT * 16]);
-  mma::FragC x_sums;
-  mma::fill(x_sums, 0.0f);
-  const mma::FragA<T> ones = ones_a<T>();
-  int parity = 0;
-  auto publish = [&]() {
-    constexpr int C = kNarrow ? mma::kNarrowC : mma::kC;
-    if (warp < NT) {
-#pragma unroll
-      for (int i = 0; i < C; ++i)
-        if (mma::c_row(lane, i) == 0) x_sum_slots[(parity * NT + warp) * 16 + mma::c_col(lane, i)] = x_sums.x[i];  // row 0: one lane a column
-    }
-    mma::fill(x_sums, 0.0f);
-  };
   // The current group and the column where the next begins (no division per step).
   int group = first * kInt4TileCols / group_cols, next_group_at = (group + 1) * group_cols;
   if (first < last) load_group(group, params);
-  auto fold = [&]() {  // the group's terms into the totals (its sums of x published before a barrier)
-    constexpr int C = kNarrow ? mma::kNarrowC : mma::kC;  // narrow products leave the others unset
+  auto fold = [&]() {  // the group's sums times their rows' scales
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int i = 0; i < C; ++i) {
-        const float s = params.scale[r][mma::c_slot(i)], zb = params.zb[r][mma::c_slot(i)];
+      for (int i = 0; i < mma::kC; ++i) {
+        const float s = params.scale[r][mma::c_slot(i)];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          const float x_sum = x_sum_slots[(parity * NT + nt) * 16 + mma::c_col(lane, i)];
-          total[r][nt].x[i] += group_term(s, zb, sums[r][nt].x[i], x_sum);
+          total[r][nt].x[i] += s * sums[r][nt].x[i];
           sums[r][nt].x[i] = 0.0f;
         }
       }
-    parity ^= 1;
   };
 
   // Rows of x past m are zeros in every entry (the copies never write them; the first barrier
@@ -499,17 +452,15 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
     auto multiply = [&](int step) {
       mma::FragB<T> b[NT];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
+      for (int nt = 0; nt < NT; ++nt)
         mma::load_b_transposed_shared(b[nt], xs + (nt * 16 * kXWords + 8 * step) * 2, 2 * kXWords);
-        if (nt == warp) add_x_sums<T, kNarrow>(x_sums, ones, b[nt]);
-      }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         mma::FragA<T> a;
 #pragma unroll
         for (int i = 0; i < mma::kA; i += 2) {
           const int e = step * mma::kA + i;
-          decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, a.x[i], a.x[i + 1]);
+          decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, params.zbias[r][i / 2], a.x[i], a.x[i + 1]);
         }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -522,26 +473,22 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
     if (tile_end <= k && (ahead || next_group_at >= tile_end)) {
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) multiply(step);  // the common case: no checks per step
-      if (tile_end >= next_group_at || t + 1 == last) publish();  // the group ends with the tile
     } else {
 #pragma unroll
       for (int step = 0; step < kSteps; ++step) {
         const int k0 = t * kInt4TileCols + 16 * step;
         if (k0 >= k) break;
         if (!ahead && k0 >= next_group_at) {  // a group that begins inside the tile
-          __syncthreads();  // the group before it has published its sums of x
           fold();
           ++group;
           next_group_at += group_cols;
           load_group(group, params);
         }
         multiply(step);
-        if (k0 + 16 >= next_group_at || k0 + 16 >= k || (step + 1 == kSteps && t + 1 == last)) publish();
       }
     }
   }
   gpu::async_wait<0>();  // no copy outlives the block (the ring's tail entries are empty commits)
-  __syncthreads();       // the last group's sums of x are published
   if (first < last) fold();
   finish_rows<T, R, NT>(y, total, row0, bias, m, n, ldy, workspace, m, counters, block_tile0);
 #else
@@ -580,9 +527,6 @@ LW_DEVICE_INLINE gpu::Vec<uint32_t, V> load_run(const uint32_t* p) {
 // for the kernel before (which writes x), so that their latency overlaps its end. (Runs copied
 // into a ring of shared memory instead, 4 to 8 tiles ahead at 72 registers, and blocks of eight
 // warps of one row tile each measured slower on the H200: docs/PERFORMANCE.md.)
-#ifndef LW_INT4_X_SUMS_UPFRONT
-#define LW_INT4_X_SUMS_UPFRONT 1
-#endif
 #ifndef LW_INT4_GEMV_RUNS_AHEAD
 #define LW_INT4_GEMV_RUNS_AHEAD 4
 #endif
@@ -626,33 +570,43 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
   for (int d = 0; d < D; ++d)
     if (first + d < last) load_runs(first + d, queue[d]);
 
-  // The group's scales and zero points (one each per row slot of C), the next group's loaded as
-  // soon as the one before it takes over; the zero points are only read where their group
-  // ends (the fold), so no instruction of the loop waits for them. Rows past the matrix read
-  // its last row.
+  // The group's scales (one per row slot of C) and zero points (one per row slot of A), the
+  // next group's loaded as soon as the one before it takes over. Rows past the matrix read its
+  // last row. The zero points are turned into decode biases only where a group takes over (the
+  // first group's after x is staged), so that no instruction waits for their loads before then.
   struct Params {
     float scale[R][mma::kRowSlots];
-    uint32_t zero[R][mma::kRowSlots];
+    uint32_t zero[R][mma::kARowSlots];
   };
-  int slot_at[R][mma::kRowSlots];
+  int slot_at[R][mma::kRowSlots], a_slot_at[R][mma::kARowSlots];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int sl = 0; sl < mma::kRowSlots; ++sl) slot_at[r][sl] = min(row0[r] + mma::slot_row(lane, sl), n - 1) * groups;
+#pragma unroll
+    for (int sl = 0; sl < mma::kARowSlots; ++sl) a_slot_at[r][sl] = min(row0[r] + mma::a_slot_row(lane, sl), n - 1) * groups;
+  }
   auto load_group = [&](int g, Params& to) {
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) {
 #pragma unroll
-      for (int sl = 0; sl < mma::kRowSlots; ++sl) {
-        to.scale[r][sl] = w.scales[slot_at[r][sl] + g];
-        to.zero[r][sl] = w.zeros[slot_at[r][sl] + g];
-      }
+      for (int sl = 0; sl < mma::kRowSlots; ++sl) to.scale[r][sl] = w.scales[slot_at[r][sl] + g];
+#pragma unroll
+      for (int sl = 0; sl < mma::kARowSlots; ++sl) to.zero[r][sl] = w.zeros[a_slot_at[r][sl] + g];
+    }
   };
   const int split_end = min(last * static_cast<int>(kInt4TileCols), k);
   int group = first * static_cast<int>(kInt4TileCols) / group_cols, next_group_at = (group + 1) * group_cols;
   Params params, next_params;
   if (first < last) load_group(group, params);
   if (next_group_at < split_end) load_group(group + 1, next_params);
+  uint32_t zbias[R][mma::kARowSlots];  // (magic + zero) in both 16-bit halves, for decode_pair
+  auto take_zeros = [&]() {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int sl = 0; sl < mma::kARowSlots; ++sl) zbias[r][sl] = (kMagic<T> + params.zero[r][sl]) * 0x10001u;
+  };
 
   // x's columns [first, last) tiles of its m rows (columns past K: zeros), then the zero row.
   gpu::begin_after_prior_grid();
@@ -687,65 +641,34 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
   if (tid < 8) xs[m * xs_ld + tid] = gpu::from_float<T>(0.0f);
   __syncthreads();
   const auto zeros = xs + m * xs_ld;
+  if (first < last) take_zeros();
 
-  mma::FragC total[R][1], sums[R][1];  // as gemm_kernel's
+  mma::FragC total[R][1], sums[R][1];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     mma::fill(total[r][0], 0.0f);
     mma::fill(sums[r][0], 0.0f);
   }
-  const mma::FragA<T> ones = ones_a<T>();
-#if LW_INT4_X_SUMS_UPFRONT
-  // The sums of x of each group (its part in the split) before the loop, from the staged x: a
-  // warp per part, the ring kernel's chain over the part's steps; one float per column of C.
-  float* const x_part_sums = reinterpret_cast<float*>(xs + (m * xs_ld + 8 + 7) / 8 * 8);
-  const int group0 = group, parts = first < last ? (split_end - 1) / group_cols - group0 + 1 : 0;
-  for (int p = warp; p < parts; p += kGemmWarps) {
-    const int c_begin = max((group0 + p) * group_cols, col0), c_end = min((group0 + p + 1) * group_cols, split_end);
-    mma::FragC part;
-    mma::fill(part, 0.0f);
-    for (int c = c_begin; c < c_end; c += 16) {
-      mma::FragB<T> b;
-      mma::load_b_narrow_transposed_shared(b, xs + (c - col0), xs_ld, m, zeros);
-      add_x_sums<T, true>(part, ones, b);
-    }
-#pragma unroll
-    for (int i = 0; i < mma::kNarrowC; ++i)
-      if (mma::c_row(lane, i) == 0) x_part_sums[p * 16 + mma::c_col(lane, i)] = part.x[i];
-  }
-  __syncthreads();
-  auto x_sum_of = [&](int i) { return x_part_sums[(group - group0) * 16 + mma::c_col(lane, i)]; };
-#else
-  mma::FragC x_sums;
-  mma::fill(x_sums, 0.0f);
-  auto x_sum_of = [&](int i) { return x_sums.x[mma::c_column_rep(i)]; };
-#endif
-  auto fold = [&]() {  // the group's terms into the totals (as gemm_kernel's fold)
+  auto fold = [&]() {  // the group's sums times their rows' scales (as gemm_kernel's fold)
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int i = 0; i < mma::kNarrowC; ++i) {
-        const float s = params.scale[r][mma::c_slot(i)], zb = kBase<T> + static_cast<float>(params.zero[r][mma::c_slot(i)]);
-        total[r][0].x[i] += group_term(s, zb, sums[r][0].x[i], x_sum_of(i));
+        const float s = params.scale[r][mma::c_slot(i)];
+        total[r][0].x[i] += s * sums[r][0].x[i];
         sums[r][0].x[i] = 0.0f;
       }
-#if !LW_INT4_X_SUMS_UPFRONT
-    mma::fill(x_sums, 0.0f);
-#endif
   };
   auto multiply = [&](int t, int step, const uint32_t (&words)[R][kLaneWords]) {
     mma::FragB<T> b;
     mma::load_b_narrow_transposed_shared(b, xs + (t - first) * static_cast<int>(kInt4TileCols) + 16 * step, xs_ld, m, zeros);
-#if !LW_INT4_X_SUMS_UPFRONT
-    add_x_sums<T, true>(x_sums, ones, b);
-#endif
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       mma::FragA<T> a;
 #pragma unroll
       for (int i = 0; i < mma::kA; i += 2) {
         const int e = step * mma::kA + i;
-        decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, a.x[i], a.x[i + 1]);
+        decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, zbias[r][mma::a_slot(i)], a.x[i], a.x[i + 1]);
       }
       mma::mma_narrow(sums[r][0], a, b, sums[r][0]);
     }
@@ -767,6 +690,7 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
         ++group;
         next_group_at += group_cols;
         params = next_params;
+        take_zeros();
         if (next_group_at < split_end) load_group(group + 1, next_params);
       }
       if (tile_col + static_cast<int>(kInt4TileCols) <= k) {
@@ -948,14 +872,10 @@ int int4_gemm_splits(const Int4Matrix& w, int multiprocessors, int64_t matrices)
 int64_t int4_gemm_counters(const Int4Matrix& w, int64_t m) { return gemm_row_blocks(w, m); }
 
 namespace {
-// The streamed kernel's shared memory: x's rows over one split's columns, and 8 zeros (then, with
-// LW_INT4_X_SUMS_UPFRONT, 16 floats per group part of a split, 16-byte aligned).
+// The streamed kernel's shared memory: x's rows over one split's columns, and 8 zeros.
 size_t gemv_shared_bytes(const Int4Matrix& w, int64_t m, int splits, size_t element) {
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols, per_split = (tiles_k + splits - 1) / splits;
-  const size_t x_bytes = static_cast<size_t>(m * (per_split * kInt4TileCols + 8) + 8) * element;
-  if (!LW_INT4_X_SUMS_UPFRONT) return x_bytes;
-  const int64_t group_cols = std::min(w.group, w.k), parts = std::min(per_split * kInt4TileCols, w.k) / group_cols + 2;
-  return (x_bytes + 15) / 16 * 16 + static_cast<size_t>(parts) * 16 * sizeof(float);
+  return static_cast<size_t>(m * (per_split * kInt4TileCols + 8) + 8) * element;
 }
 }  // namespace
 

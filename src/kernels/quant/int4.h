@@ -65,10 +65,9 @@ void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, int warp_size
 // int4_gemv_serves). `automatic` takes `streamed` where it serves.
 enum class Int4GemmKernel { automatic, ring, streamed };
 
-// y[m, n] = x[m, k] @ W^T (+ bias) on the matrix-fragment layer, m <= kInt4GemmMaxRows: each
-// weight enters the products as b + q (exact in T: b = 128 for bf16, 16 for f16), a group's
-// products and its sums of x accumulate in fp32, and the group adds scale * (products - (b +
-// zero) * sum of x) to the result (no per-weight subtraction of the zero point). x rows ldx elements apart (even, 4-byte aligned),
+// y[m, n] = x[m, k] @ W^T (+ bias) on the matrix-fragment layer, m <= kInt4GemmMaxRows: the
+// zero points are subtracted exactly in T (integers), each group's products accumulate in fp32
+// and are multiplied by their scales there. x rows ldx elements apart (even, 4-byte aligned),
 // y rows ldy. `splits` > 1 divides k over that many blocks per row tile, whose fp32 partial sums
 // go to `workspace` ([splits, m, n] floats) and are added in split order by the last of a row
 // block's splits to finish (`counters`: int4_gemm_counters zeroed ints, left zero) or, without
