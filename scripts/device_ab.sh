@@ -14,7 +14,6 @@ targets=("$@")
 export PATH=/usr/local/cuda/bin:$PATH
 out=${OUT:-build/device-logs}
 mkdir -p "$out"
-mkdir -p build
 source scripts/device_env.sh
 cfg=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${LW_CUDA_ARCH:-90}" -DLW_GPU=cuda
      "${lw_device_cmake[@]}")

@@ -5,13 +5,14 @@
 #  - LW_TEST_PYTHON: the machine's python3 plus the wheels carried in .deps/wheels (installed
 #    into build/device-py on PYTHONPATH: a venv would hide the machine's user-site packages,
 #    torch and transformers among them).
+mkdir -p build
 lw_device_cmake=()
 if [[ -d .deps ]] && { [[ ! -e /usr/include/gtest/gtest.h ]] || [[ ! -e /usr/include/pcre2.h ]]; }; then
   lw_device_cmake+=(-DLW_DEPS_DIR="$PWD/.deps")
 fi
 lw_device_python=$(command -v python3)
 if [[ -d .deps/wheels ]]; then
-  python3 -m pip install -q --no-index --no-deps --target build/device-py .deps/wheels/*.whl
+  python3 -m pip install -q --no-index --no-deps --upgrade --target build/device-py .deps/wheels/*.whl
   printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec %s "$@"\n' "$PWD/build/device-py" "$lw_device_python" \
     > build/device-python
   chmod +x build/device-python

@@ -12,7 +12,6 @@ out=$(cd "$out" && pwd)
 export PATH=/usr/local/cuda/bin:$PATH
 lw=build/device/src/app/lightwave
 if [[ ${1:-} != --bench-only ]]; then
-  mkdir -p build
   source scripts/device_env.sh
   deps=("${lw_device_cmake[@]}")
   nvidia-smi -L | tee "$out/gpu.txt"

@@ -21,7 +21,6 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export PATH=/usr/local/cuda/bin:$PATH
 
-mkdir -p build
 source scripts/device_env.sh
 deps=("${lw_device_cmake[@]}")
 # The default model for the model tests, where the caller has it (scripts/fetch_model.sh).
