@@ -18,10 +18,12 @@
 // --weights int4: 4-bit GPTQ weights of group 128 (random values, zero points and scales, packed
 // by ops::int4_weight), where "gemv" is the fused matrix-fragment kernel (up to 64 rows) and
 // "vendor" the expansion followed by the vendor GEMM; up to 8 rows, "ring" times the fused
-// kernel's ring variant (kernels::Int4GemmKernel::ring) where "gemv" runs the streamed one.
+// kernel's ring variant (kernels::Int4GemmKernel::ring) where "gemv" runs the streamed one, and
+// "streamed" the streamed one forced, both named with their k splits (ops' or each of --splits).
 // --act-order (int4): a random g_idx, so that x's columns are permuted: gathered by the streamed
 // kernel as it stages x, or into a copy first above 4 rows ("ring" times the kernel alone).
-// --paths vendor,gemv,... times only the paths named (vendor, gemv, automatic, deterministic, ring);
+// --paths vendor,gemv,... times only the paths named (vendor, gemv, automatic, deterministic, ring,
+// streamed);
 // --shapes 14336x4096,... only these weight shapes (N x K).
 // --experts E [--top-k 8]: grouped_linear (mixture-of-experts) instead, dense weights [E, N, K]:
 // each of M tokens sends a row to top-k distinct experts drawn at random, and the bandwidth is
@@ -31,7 +33,7 @@
 // one-launch grouped kernel where the format has one (int4, GGUF blocks; the
 // forced gemv path), and automatic.
 //     bench_gemm [--dtype bf16] [--weights dense] [--repeats N] [--ms 1,2,4] [--paths P,...] [--shapes NxK,...]
-//                [--experts E --top-k K] [--json FILE]
+//                [--splits S,...] [--experts E --top-k K] [--json FILE]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -169,9 +171,13 @@ int main(int argc, char** argv) {
   app.add_option("--ms", ms, "rows of x (tokens)")->delimiter(',');
   app.add_option("--json", json_path, "also write the results as JSON");
   std::vector<std::string> only_paths;
-  app.add_option("--paths", only_paths, "time only these paths: vendor, gemv, automatic, deterministic, ring")
+  app.add_option("--paths", only_paths, "time only these paths: vendor, gemv, automatic, deterministic, ring, streamed")
       ->delimiter(',')
-      ->check(CLI::IsMember({"vendor", "gemv", "automatic", "deterministic", "ring"}));
+      ->check(CLI::IsMember({"vendor", "gemv", "automatic", "deterministic", "ring", "streamed"}));
+  std::vector<int> forced_splits;
+  app.add_option("--splits", forced_splits, "with --weights int4: the k splits of the ring and streamed paths (default: ops')")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
   app.add_option("--weights", weights_name,
                  "dense, int4, fp8_e4m3_per_block, fp8_e4m3_per_channel, fp8_e4m3_per_tensor, int8_per_channel, "
                  "int8_per_group or a GGUF "
@@ -331,34 +337,37 @@ int main(int argc, char** argv) {
         auto wanted = [&](const std::string& name) {
           return only_paths.empty() || std::find(only_paths.begin(), only_paths.end(), name) != only_paths.end();
         };
-        // The ring variant of the fused int4 kernel where the streamed one serves, with ops'
-        // splits, workspace and (up to 4 rows) counters.
-        const int ring_splits = *format == lw::ops::WeightFormat::int4
-                                    ? lw::kernels::int4_gemm_splits(
-                                          {w[0].data().data_ptr(), nullptr, nullptr, n, k, std::min<int64_t>(128, k)},
-                                          ctx.caps().multiprocessors)
-                                    : 0;
-        if (ring_splits > 0 && wanted("ring") &&
-            lw::kernels::int4_gemv_serves({w[0].data().data_ptr(), nullptr, nullptr, n, k, std::min<int64_t>(128, k)}, m,
-                                          ring_splits)) {
-          const lw::kernels::Int4Matrix shape{nullptr, nullptr, nullptr, n, k, std::min<int64_t>(128, k)};
-          Tensor ws = ctx.empty({ring_splits * m * n}, DType::f32);
-          Tensor counters = ctx.to_device(Tensor::empty_host({lw::kernels::int4_gemm_counters(shape, m)}, DType::i32));
-          LW_CUDA_CHECK(cudaMemsetAsync(counters.data_ptr(), 0, counters.nbytes(), ctx.stream().get()));
-          const double t = median_ms(ctx, repeats, sets, [&](int i) {
-            lw::kernels::Int4Matrix wm{w[i].data().data_ptr(), w[i].scales().data<float>(),
-                                       static_cast<const uint8_t*>(w[i].zeros().data_ptr()), n, k, shape.group};
-            lw::ops::dispatch_float(dt, "bench_gemm", [&]<class T>() {
-              if constexpr (!std::is_same_v<T, float>)
-                lw::kernels::int4_gemm<T>(y.data<T>(), x.data<T>(), wm, nullptr, m, k, n, ring_splits,
-                                          ring_splits > 1 ? ws.data<float>() : nullptr,
-                                          ring_splits > 1 && m <= 4 ? counters.data<int32_t>() : nullptr, ctx.warp_size(),
-                                          ctx.stream().get(), lw::kernels::Int4GemmKernel::ring);
+        // The fused int4 kernels forced (ring, streamed) where the streamed one serves, at ops'
+        // splits or each of --splits, with a workspace and (up to 4 rows) counters.
+        const lw::kernels::Int4Matrix shape{nullptr, nullptr, nullptr, n, k, std::min<int64_t>(128, k)};
+        std::vector<int> split_counts = forced_splits;
+        if (*format == lw::ops::WeightFormat::int4 && split_counts.empty())
+          split_counts.push_back(lw::kernels::int4_gemm_splits(shape, ctx.caps().multiprocessors));
+        if (*format != lw::ops::WeightFormat::int4) split_counts.clear();
+        for (const auto& [forced_name, forced] : {std::pair{"ring", lw::kernels::Int4GemmKernel::ring},
+                                                   std::pair{"streamed", lw::kernels::Int4GemmKernel::streamed}}) {
+          for (const int splits : split_counts) {
+            if (!wanted(forced_name) || !lw::kernels::int4_gemv_serves(shape, m, splits)) continue;
+            Tensor ws = ctx.empty({splits * m * n}, DType::f32);
+            Tensor counters = ctx.to_device(Tensor::empty_host({lw::kernels::int4_gemm_counters(shape, m)}, DType::i32));
+            LW_CUDA_CHECK(cudaMemsetAsync(counters.data_ptr(), 0, counters.nbytes(), ctx.stream().get()));
+            const double t = median_ms(ctx, repeats, sets, [&](int i) {
+              lw::kernels::Int4Matrix wm{w[i].data().data_ptr(), w[i].scales().data<float>(),
+                                         static_cast<const uint8_t*>(w[i].zeros().data_ptr()), n, k, shape.group};
+              lw::ops::dispatch_float(dt, "bench_gemm", [&]<class T>() {
+                if constexpr (!std::is_same_v<T, float>)
+                  lw::kernels::int4_gemm<T>(y.data<T>(), x.data<T>(), wm, nullptr, m, k, n, splits,
+                                            splits > 1 ? ws.data<float>() : nullptr,
+                                            splits > 1 && m <= 4 ? counters.data<int32_t>() : nullptr, ctx.warp_size(),
+                                            ctx.stream().get(), forced);
+              });
             });
-          });
-          const double gbs = wbytes / (t * 1e6);
-          std::printf("%6lld %7lld %6lld  %-10s %9.4f %8.1f %8.0f %6.1f%%\n", static_cast<long long>(m), static_cast<long long>(n),
-                      static_cast<long long>(k), "ring", t, 2.0 * static_cast<double>(m * n * k) / (t * 1e9), gbs, 100 * gbs / copy_gbs);
+            const double gbs = wbytes / (t * 1e6);
+            const std::string name = std::string(forced_name) + "/" + std::to_string(splits);
+            std::printf("%6lld %7lld %6lld  %-10s %9.4f %8.1f %8.0f %6.1f%%\n", static_cast<long long>(m),
+                        static_cast<long long>(n), static_cast<long long>(k), name.c_str(), t,
+                        2.0 * static_cast<double>(m * n * k) / (t * 1e9), gbs, 100 * gbs / copy_gbs);
+          }
         }
         for (size_t pi = 0; pi < paths.size(); ++pi) {
           const GemmPath p = paths[pi];

@@ -41,6 +41,20 @@ __global__ void block_reduce_kernel(const float* in, float* out, ReduceOp op) {
 
 __global__ void device_warp_size_kernel(int* out) { *out = gpu::kWarpSize; }
 
+constexpr int kStaticSharedFloats = 256;
+// Stages `in` through 1 KiB of static and `n` floats of dynamic shared memory (every thread a
+// strided part of each), then writes both back: out[i] = in[i] for i < kStaticSharedFloats + n.
+__global__ void shared_round_trip_kernel(const float* in, float* out, int n) {
+  LW_SHARED(float, fixed, [kStaticSharedFloats]);
+  LW_DYNAMIC_SHARED(float, dynamic);
+  const int t = static_cast<int>(gpu::linear_thread_id()), threads = static_cast<int>(gpu::block_threads());
+  for (int i = t; i < kStaticSharedFloats; i += threads) fixed[i] = in[i];
+  for (int i = t; i < n; i += threads) dynamic[i] = in[kStaticSharedFloats + i];
+  __syncthreads();
+  for (int i = t; i < kStaticSharedFloats; i += threads) out[i] = fixed[i];
+  for (int i = t; i < n; i += threads) out[kStaticSharedFloats + i] = dynamic[i];
+}
+
 __global__ void lane_ids_kernel(int* lane, int* warp) {
   const unsigned t = gpu::linear_thread_id();
   lane[t] = gpu::lane_id();
@@ -162,6 +176,12 @@ template void run_fragment_mma<half>(const half*, const half*, bool, bool, const
                                      int, cudaStream_t, bool, int);
 template void run_fragment_mma<bfloat16>(const bfloat16*, const bfloat16*, bool, bool, const float*, float*, float*,
                                          unsigned, int, int, cudaStream_t, bool, int);
+
+void run_shared_round_trip(const float* in, float* out, int dynamic_floats, cudaStream_t stream) {
+  const size_t bytes = static_cast<size_t>(dynamic_floats) * sizeof(float);
+  gpu::allow_dynamic_shared(shared_round_trip_kernel, bytes);
+  gpu::launch("shared_round_trip", shared_round_trip_kernel, {dim3(1), dim3(256), bytes, stream}, in, out, dynamic_floats);
+}
 
 void run_lane_ids(int* lane, int* warp, dim3 block, cudaStream_t stream) {
   gpu::launch("lane_ids", lane_ids_kernel, {dim3(1), block, 0, stream}, lane, warp);

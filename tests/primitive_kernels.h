@@ -22,6 +22,10 @@ void run_block_reduce(const float* in, float* out, ReduceOp op, unsigned blocks,
 // Writes the compile-time physical warp size seen by device code to *out.
 void run_device_warp_size(int* out, cudaStream_t stream);
 
+// One block copies in[0, 256 + dynamic_floats) to out through 1 KiB of static shared memory and
+// dynamic_floats floats of dynamic shared memory (gpu::allow_dynamic_shared raises the limit).
+void run_shared_round_trip(const float* in, float* out, int dynamic_floats, cudaStream_t stream);
+
 // Writes the lane and warp of each thread (lane_id, warp_id) for a block of shape `block`.
 void run_lane_ids(int* lane, int* warp, dim3 block, cudaStream_t stream);
 

@@ -112,6 +112,22 @@ TEST(Primitives, BlockReduceAnyBlockShape) {
   }
 }
 
+// gpu::allow_dynamic_shared: a kernel with static shared memory takes dynamic shared memory up
+// to and past 48 KiB in all (static + dynamic exactly 48 KiB + 1 KiB is above the default limit,
+// which NVIDIA counts with the static part).
+TEST(Primitives, DynamicSharedMemoryBesideStatic) {
+  for (int dynamic_floats : {1024, 12 * 1024 - 256, 12 * 1024, 16 * 1024}) {
+    SCOPED_TRACE(::testing::Message() << dynamic_floats * 4 << " bytes of dynamic shared memory");
+    const int64_t n = 256 + dynamic_floats;
+    const Tensor in_h = random_host({n}, DType::f32);
+    const Tensor in = ctx().to_device(in_h);
+    Tensor out = ctx().empty({n}, DType::f32);
+    poison(out);
+    run_shared_round_trip(in.data<float>(), out.data<float>(), dynamic_floats, stream());
+    EXPECT_TRUE(bitwise_equal(ctx().to_host(out), in_h));
+  }
+}
+
 // gpu/matrix_fragment.h: one warp's 16x16x16 multiply-accumulate in the target's layout (on the
 // emulator: NVIDIA's at warp 32, MFMA's at warp 64) against float64, B read row-major and
 // transposed; the row maxima through reduce_row; the narrow product's first columns, and with

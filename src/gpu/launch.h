@@ -2,19 +2,19 @@
 // the configuration before the launch and the launch error after it, and on the host target
 // runs the kernel on the SIMT emulator. Include from kernel (.cu) files only.
 #pragma once
+#include <string>
 #include <utility>
 
 #include "gpu/launch_config.h"
 
 namespace lw::gpu {
 
-// Lets `kernel` take `bytes` of dynamic shared memory: past the 48 KiB every kernel gets,
-// NVIDIA and AMD need the kernel's limit raised first (a no-op below it and on the emulator).
+// Lets `kernel` take `bytes` of dynamic shared memory: past the 48 KiB every kernel gets (its
+// static shared memory included), NVIDIA and AMD need the kernel's limit raised first (a no-op
+// below it and on the emulator).
 template <class... KArgs>
 void allow_dynamic_shared(void (*kernel)(KArgs...), size_t bytes) {
-  constexpr size_t kDefault = 48 * 1024;
-  if (bytes <= kDefault) return;
-  LW_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  raise_dynamic_shared_limit(reinterpret_cast<const void*>(kernel), bytes);
 }
 
 // First in a kernel launched with LaunchConfig::overlaps_prior: waits until the kernel before it
@@ -26,6 +26,13 @@ LW_DEVICE_INLINE void begin_after_prior_grid() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// What a failed launch names: the kernel and its configuration.
+inline std::string describe_launch(const char* name, const LaunchConfig& cfg) {
+  return std::string(name) + " (grid " + std::to_string(cfg.grid.x) + "," + std::to_string(cfg.grid.y) + "," +
+         std::to_string(cfg.grid.z) + ", block " + std::to_string(cfg.block.x * cfg.block.y * cfg.block.z) + ", " +
+         std::to_string(cfg.shared_bytes) + " bytes of dynamic shared memory)";
 }
 
 template <class... KArgs, class... Args>
@@ -53,7 +60,8 @@ void launch(const char* name, void (*kernel)(KArgs...), const LaunchConfig& cfg,
     const cudaError_t err = cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      ::lw::detail::throw_vendor_error(__FILE__, __LINE__, name, "CUDA launch", cudaGetErrorName(err), cudaGetErrorString(err));
+      ::lw::detail::throw_vendor_error(__FILE__, __LINE__, describe_launch(name, cfg).c_str(), "CUDA launch", cudaGetErrorName(err),
+                                       cudaGetErrorString(err));
     }
     return;
   }
@@ -61,8 +69,8 @@ void launch(const char* name, void (*kernel)(KArgs...), const LaunchConfig& cfg,
   kernel<<<cfg.grid, cfg.block, cfg.shared_bytes, cfg.stream>>>(std::forward<Args>(args)...);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
-    ::lw::detail::throw_vendor_error(__FILE__, __LINE__, name, LW_GPU_VENDOR " launch", cudaGetErrorName(err),
-                                     cudaGetErrorString(err));
+    ::lw::detail::throw_vendor_error(__FILE__, __LINE__, describe_launch(name, cfg).c_str(), LW_GPU_VENDOR " launch",
+                                     cudaGetErrorName(err), cudaGetErrorString(err));
   }
 #endif
 }

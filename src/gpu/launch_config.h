@@ -31,6 +31,12 @@ inline constexpr bool kOverlapsPrior = true;
 // (graphs gain nothing from it: docs/PERFORMANCE.md), and LW_OVERLAPPED_LAUNCH not 0.
 bool overlapped_launch(const void* kernel, cudaStream_t stream);
 
+// Raises `kernel`'s limit of dynamic shared memory on the current device to `bytes` where its
+// default (48 KiB less its static shared memory on NVIDIA, 48 KiB on AMD) is below: the limit is
+// the kernel's, so it only ever rises (a launch of fewer bytes leaves it). Use through
+// allow_dynamic_shared (gpu/launch.h).
+void raise_dynamic_shared_limit(const void* kernel, size_t bytes);
+
 // Throws lw::Error naming the kernel when the configuration cannot be launched.
 void check_launch_config(const char* kernel, const LaunchConfig& cfg);
 

@@ -3,7 +3,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <utility>
 #include <unordered_map>
 
 namespace lw::gpu {
@@ -47,6 +49,30 @@ int round_block_size(int threads, int warp_size) {
 #include "gpu/launch_config.h"
 
 namespace lw::gpu {
+
+void raise_dynamic_shared_limit(const void* kernel, size_t bytes) {
+  constexpr size_t kDefault = 48 * 1024;
+#if defined(LW_TARGET_CUDA)
+  // Per device and kernel: the limit set so far (the default until raised).
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, size_t> limits;
+  int device = 0;
+  LW_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard lock(mu);
+  auto it = limits.find({device, kernel});
+  if (it == limits.end()) {
+    cudaFuncAttributes attr{};
+    LW_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    it = limits.emplace(std::pair{device, kernel}, attr.sharedSizeBytes < kDefault ? kDefault - attr.sharedSizeBytes : 0).first;
+  }
+  if (bytes <= it->second) return;
+  LW_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  it->second = bytes;
+#else
+  if (bytes <= kDefault || kEmulator) return;
+  LW_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+#endif
+}
 
 bool overlapped_launch(const void* kernel, cudaStream_t stream) {
 #if defined(LW_TARGET_CUDA)

@@ -566,9 +566,16 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
         for (int e = 0; e < V; ++e) to[r][c + e] = v.v[e];
       }
   };
+  // The first kEarly tiles' runs before the wait, the others after x's copy is asked for, all
+  // without a condition (a split of fewer than D tiles reads its last tile again, an empty one
+  // the row's last): with every run or a conditional one before the wait, the compiler moved
+  // some of their registers there, which waited for the data and put the loads' whole latency
+  // before x's copy instead of beside it (Nsight Compute, H100: 17% of the kernel's stall
+  // samples on those moves; docs/PERFORMANCE.md).
+  const int last_loaded = min(max(first, last - 1), tiles_k - 1);
+  constexpr int kEarly = D < 2 ? D : 2;
 #pragma unroll
-  for (int d = 0; d < D; ++d)
-    if (first + d < last) load_runs(first + d, queue[d]);
+  for (int d = 0; d < kEarly; ++d) load_runs(min(first + d, last_loaded), queue[d]);
 
   // The group's scales (one per row slot of C) and zero points (one per row slot of A), the
   // next group's loaded as soon as the one before it takes over. Rows past the matrix read its
@@ -639,6 +646,8 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
     gpu::store_vec_at<8>(xs, row * xs_ld + c, v);
   }
   if (tid < 8) xs[m * xs_ld + tid] = gpu::from_float<T>(0.0f);
+#pragma unroll
+  for (int d = kEarly; d < D; ++d) load_runs(min(first + d, last_loaded), queue[d]);
   __syncthreads();
   const auto zeros = xs + m * xs_ld;
   if (first < last) take_zeros();
