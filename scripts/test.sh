@@ -125,9 +125,10 @@ cuda_step() {
     cmake --build build/cuda -j"$jobs" && ctest --test-dir build/cuda -j4 --output-on-failure
   else
     # Without a GPU: every device source (the library's kernels, the tests' kernels and vendor
-    # shims), the command and two test programs linked against them. The other test programs and
-    # the benchmarks are host sources the host steps compile; no machine here would run them.
-    cmake --build build/cuda -j"$jobs" --target lightwave lw_test_kernels test_primitives test_vendor &&
+    # shims, bench_read), the command and two test programs linked against them. The other test
+    # programs and the benchmarks are host sources the host steps compile; no machine here would
+    # run them.
+    cmake --build build/cuda -j"$jobs" --target lightwave lw_test_kernels test_primitives test_vendor bench_read &&
       echo "no NVIDIA GPU visible: the CUDA target was compiled and linked, not run"
   fi
 }
