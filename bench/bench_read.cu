@@ -10,30 +10,24 @@
 //   bulk-il  the same, chunks dealt to the blocks in turn, so the chip sweeps memory in order
 // Timing as bench_gemm's: one back-to-back launch per buffer of a rotating set (256 MB or more,
 // so the L2 holds none of them), divided by the launches; median of --repeats. "pdl" launches
-// each kernel as a programmatic dependent launch that issues its first reads before waiting
-// for the kernel before (as the int4 GEMV does), so consecutive kernels overlap.
+// each kernel with gpu::kOverlapsPrior (a programmatic dependent launch) and issues its first
+// reads before gpu::begin_after_prior_grid (as the int4 GEMV does), so consecutive kernels overlap.
 //     bench_read [--sizes-mb 3.67,7.34,...] [--repeats N]
 #include <CLI/CLI.hpp>
-#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "gpu/launch.h"
+
 namespace {
 
-#define CHECK(call)                                                                                    \
-  do {                                                                                                 \
-    const cudaError_t err_ = (call);                                                                   \
-    if (err_ != cudaSuccess) {                                                                         \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                                    \
-    }                                                                                                  \
-  } while (0)
+using lw::gpu::LaunchConfig;
 
 constexpr uint32_t kNever = 0x9e3779b9u;  // an XOR no buffer gives in practice: keeps the reads live
 
@@ -47,12 +41,7 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
 
 template <bool kPdl>
 __device__ __forceinline__ void after_prior() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (kPdl) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  }
-#endif
+  if constexpr (kPdl) lw::gpu::begin_after_prior_grid();
 }
 
 __device__ __forceinline__ uint32_t fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
@@ -181,40 +170,25 @@ __global__ void fill_kernel(uint32_t* p, int64_t n) {
   }
 }
 
-template <class... KArgs, class... Args>
-void launch(void (*kernel)(KArgs...), bool pdl, dim3 grid, dim3 block, size_t shared, cudaStream_t stream, Args... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t lc{};
-  lc.gridDim = grid;
-  lc.blockDim = block;
-  lc.dynamicSmemBytes = shared;
-  lc.stream = stream;
-  lc.attrs = attr;
-  lc.numAttrs = pdl ? 1 : 0;
-  CHECK(cudaLaunchKernelEx(&lc, kernel, args...));
-}
-
 double median_ms(cudaStream_t stream, int repeats, int sets, const std::function<void(int)>& run) {
   for (int i = 0; i < sets; ++i) run(i);
-  CHECK(cudaStreamSynchronize(stream));
+  LW_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
+  LW_CUDA_CHECK(cudaEventCreate(&start));
+  LW_CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<double> t;
   for (int r = 0; r < repeats; ++r) {
-    CHECK(cudaEventRecord(start, stream));
+    LW_CUDA_CHECK(cudaEventRecord(start, stream));
     for (int s = 0; s < sets; ++s) run(s);
-    CHECK(cudaEventRecord(stop, stream));
-    CHECK(cudaEventSynchronize(stop));
+    LW_CUDA_CHECK(cudaEventRecord(stop, stream));
+    LW_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    LW_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     t.push_back(static_cast<double>(ms) / sets);
   }
-  CHECK(cudaGetLastError());
-  CHECK(cudaEventDestroy(start));
-  CHECK(cudaEventDestroy(stop));
+  LW_CUDA_CHECK(cudaGetLastError());
+  LW_CUDA_CHECK(cudaEventDestroy(start));
+  LW_CUDA_CHECK(cudaEventDestroy(stop));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
@@ -228,21 +202,22 @@ template <int kStages, int kChunk, bool kInterleaved, bool kPdl>
 Way bulk_way(const std::string& name, int sms, uint32_t* sink) {
   auto kernel = bulk_kernel<kStages, kChunk, kInterleaved, kPdl>;
   constexpr int shared = kStages * kChunk;
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+  lw::gpu::allow_dynamic_shared(kernel, shared);
   int per_sm = 0;
-  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBulkThreads, shared));
+  LW_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBulkThreads, shared));
   const int blocks = sms * std::max(1, per_sm);
   return {name + " " + std::to_string(kStages) + "x" + std::to_string(kChunk / 1024) + "K" + (kPdl ? " pdl" : ""),
           [=](const uint8_t* buf, int64_t bytes, cudaStream_t stream) {
             const int64_t chunks = (bytes + kChunk - 1) / kChunk;
             const int64_t per_block = (chunks + blocks - 1) / blocks * kChunk;
-            launch(kernel, kPdl, dim3(blocks), dim3(kBulkThreads), shared, stream, buf, bytes, per_block, sink);
+            lw::gpu::launch("bulk_read", kernel, LaunchConfig(dim3(blocks), dim3(kBulkThreads), shared, stream, kPdl), buf,
+                            bytes, per_block, sink);
           }};
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"Read bandwidth of the ways a kernel can stream S bytes, beside the copy"};
   std::vector<double> sizes_mb{3.67, 7.34, 14.68, 29.36, 58.72, 117.44, 234.88};  // 14336 x K / 2 for K = 512 .. 32768
   int repeats = 20;
@@ -251,9 +226,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   int device = 0;
-  CHECK(cudaGetDevice(&device));
+  LW_CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, device));
+  LW_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   if (prop.major < 9) {
     std::fprintf(stderr, "bench_read: %s has compute capability %d.%d; the bulk copies need 9.0 or later\n", prop.name,
                  prop.major, prop.minor);
@@ -261,21 +236,21 @@ int main(int argc, char** argv) {
   }
   const int sms = prop.multiProcessorCount;
   cudaStream_t stream;
-  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  LW_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   uint32_t* sink = nullptr;
-  CHECK(cudaMalloc(&sink, 1 << 20));
+  LW_CUDA_CHECK(cudaMalloc(&sink, 1 << 20));
 
   const double biggest = *std::max_element(sizes_mb.begin(), sizes_mb.end()) * 1e6;
   const int64_t pool_bytes = std::max<int64_t>(int64_t{1} << 30, static_cast<int64_t>(2 * biggest) + 4096);
   uint8_t *pool = nullptr, *dst = nullptr;
-  CHECK(cudaMalloc(&pool, pool_bytes));
-  CHECK(cudaMalloc(&dst, int64_t{1} << 30));
-  fill_kernel<<<4 * sms, 256, 0, stream>>>(reinterpret_cast<uint32_t*>(pool), pool_bytes / 4);
-  CHECK(cudaGetLastError());
+  LW_CUDA_CHECK(cudaMalloc(&pool, pool_bytes));
+  LW_CUDA_CHECK(cudaMalloc(&dst, int64_t{1} << 30));
+  lw::gpu::launch("fill", fill_kernel, LaunchConfig(dim3(4 * sms), dim3(256), 0, stream), reinterpret_cast<uint32_t*>(pool),
+                  pool_bytes / 4);
 
   const int64_t gib = int64_t{1} << 30;
   const double copy_ms = median_ms(stream, repeats, 1, [&](int) {
-    CHECK(cudaMemcpyAsync(dst, pool, gib, cudaMemcpyDeviceToDevice, stream));
+    LW_CUDA_CHECK(cudaMemcpyAsync(dst, pool, gib, cudaMemcpyDeviceToDevice, stream));
   });
   const double copy_gbs = 2.0 * static_cast<double>(gib) / (copy_ms * 1e6);
 
@@ -283,10 +258,11 @@ int main(int argc, char** argv) {
   auto grid_way = [&](bool pdl) {
     auto kernel = pdl ? grid_kernel<4, true> : grid_kernel<4, false>;
     int per_sm = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
+    LW_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
     const int blocks = sms * per_sm;
     return Way{std::string("grid U4") + (pdl ? " pdl" : ""), [=](const uint8_t* buf, int64_t bytes, cudaStream_t s) {
-                 launch(kernel, pdl, dim3(blocks), dim3(256), 0, s, reinterpret_cast<const uint4*>(buf), bytes / 16, sink);
+                 lw::gpu::launch("grid_read", kernel, LaunchConfig(dim3(blocks), dim3(256), 0, s, pdl),
+                                 reinterpret_cast<const uint4*>(buf), bytes / 16, sink);
                }};
   };
   auto runs_way = [&](bool pdl) {
@@ -294,7 +270,8 @@ int main(int argc, char** argv) {
     return Way{std::string("runs D8") + (pdl ? " pdl" : ""), [=](const uint8_t* buf, int64_t bytes, cudaStream_t s) {
                  const int64_t n16 = bytes / 16, warps = int64_t{kRunBlocks} * kRunWarps;
                  const int64_t run16 = (n16 + warps - 1) / warps;
-                 launch(kernel, pdl, dim3(kRunBlocks), dim3(kRunWarps * 32), 0, s, reinterpret_cast<const uint4*>(buf), run16, n16, sink);
+                 lw::gpu::launch("runs_read", kernel, LaunchConfig(dim3(kRunBlocks), dim3(kRunWarps * 32), 0, s, pdl),
+                                 reinterpret_cast<const uint4*>(buf), run16, n16, sink);
                }};
   };
   ways.push_back(grid_way(false));
@@ -321,7 +298,7 @@ int main(int argc, char** argv) {
     const int sets = static_cast<int>(std::clamp<int64_t>((pool_bytes - 4096) / bytes, 1, 256));
     auto at = [&](int i) { return pool + static_cast<int64_t>(i) * bytes; };
     const double c_ms = median_ms(stream, repeats, sets, [&](int i) {
-      CHECK(cudaMemcpyAsync(dst, at(i), std::min(bytes, gib), cudaMemcpyDeviceToDevice, stream));
+      LW_CUDA_CHECK(cudaMemcpyAsync(dst, at(i), std::min(bytes, gib), cudaMemcpyDeviceToDevice, stream));
     });
     const double c_gbs = 2.0 * static_cast<double>(std::min(bytes, gib)) / (c_ms * 1e6);
     std::printf("| %.2f | %.0f (%.1f%%) |", static_cast<double>(bytes) / 1e6, c_gbs, 100.0 * c_gbs / copy_gbs);
@@ -333,9 +310,18 @@ int main(int argc, char** argv) {
     std::printf("\n");
     std::fflush(stdout);
   }
-  CHECK(cudaFree(pool));
-  CHECK(cudaFree(dst));
-  CHECK(cudaFree(sink));
-  CHECK(cudaStreamDestroy(stream));
+  LW_CUDA_CHECK(cudaFree(pool));
+  LW_CUDA_CHECK(cudaFree(dst));
+  LW_CUDA_CHECK(cudaFree(sink));
+  LW_CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_read: %s\n", e.what());
+    return 1;
+  }
 }
