@@ -5,6 +5,7 @@
 //   grid     every thread 16-byte loads in a grid-stride loop, U loads in flight (the copy's way)
 //   runs     each warp one contiguous run, 512 bytes a load, D loads in flight (the int4 GEMV's
 //            way: a warp streams its row tiles), 4 warps a block, the GEMV's 560 blocks
+//   block-runs  the same loads, but each block one contiguous run, its warps' pieces side by side
 //   bulk     each block one contiguous range, copied into a ring of shared memory by bulk copies
 //            (cp.async.bulk, one thread issues, an mbarrier a stage), the block reads the ring
 //   bulk-il  the same, chunks dealt to the blocks in turn, so the chip sweeps memory in order
@@ -69,13 +70,41 @@ __global__ void __launch_bounds__(256) grid_kernel(const uint4* src, int64_t n16
 }
 
 constexpr int kRunBlocks = 560, kRunWarps = 4;
-template <int D, bool kPdl>
+// kBlockRuns: the block's warps' runs side by side instead (the block reads one contiguous range,
+// 4 KiB a step, warp w the step's 512-byte pieces 2w and 2w + 1), so the warps resident together
+// read neighbouring bytes.
+template <int D, bool kPdl, bool kBlockRuns>
 __global__ void __launch_bounds__(kRunWarps * 32) runs_kernel(const uint4* src, int64_t run16, int64_t n16, uint32_t* sink) {
   const int lane = threadIdx.x % 32;
   const int64_t warp = static_cast<int64_t>(blockIdx.x) * kRunWarps + threadIdx.x / 32;
-  const int64_t begin = warp * run16, end = begin + run16 < n16 ? begin + run16 : n16;
   uint32_t acc = 0;
   bool waited = !kPdl;
+  if constexpr (kBlockRuns) {
+    static_assert(D % 2 == 0, "two pieces a step");
+    constexpr int64_t kStep = kRunWarps * 2 * 32;  // 16-byte units of a block's step
+    const int64_t begin = static_cast<int64_t>(blockIdx.x) * kRunWarps * run16;
+    const int64_t end = begin + kRunWarps * run16 < n16 ? begin + kRunWarps * run16 : n16;
+    const int64_t mine = (threadIdx.x / 32) * 64 + lane;  // piece 2w's lane; piece 2w + 1 is 32 further
+    int64_t s = begin;
+    for (; s + (D / 2) * kStep <= end; s += (D / 2) * kStep) {
+      uint4 v[D];
+#pragma unroll
+      for (int d = 0; d < D; ++d) v[d] = load_stream(src + s + (d / 2) * kStep + mine + 32 * (d % 2));
+      if (!waited) {
+        after_prior<kPdl>();
+        waited = true;
+      }
+#pragma unroll
+      for (int d = 0; d < D; ++d) acc ^= fold(v[d]);
+    }
+    for (; s < end; s += kStep)
+      for (int c = 0; c < 2; ++c)
+        if (s + mine + 32 * c < end) acc ^= fold(load_stream(src + s + mine + 32 * c));
+    if (!waited) after_prior<kPdl>();
+    if (acc == kNever) sink[warp] = acc;
+    return;
+  }
+  const int64_t begin = warp * run16, end = begin + run16 < n16 ? begin + run16 : n16;
   int64_t i = begin + lane;
   for (; i + 32 * (D - 1) < end; i += 32 * D) {
     uint4 v[D];
@@ -265,9 +294,11 @@ int run(int argc, char** argv) {
                                  reinterpret_cast<const uint4*>(buf), bytes / 16, sink);
                }};
   };
-  auto runs_way = [&](bool pdl) {
-    auto kernel = pdl ? runs_kernel<8, true> : runs_kernel<8, false>;
-    return Way{std::string("runs D8") + (pdl ? " pdl" : ""), [=](const uint8_t* buf, int64_t bytes, cudaStream_t s) {
+  auto runs_way = [&](bool pdl, bool block_runs) {
+    auto kernel = block_runs ? (pdl ? runs_kernel<8, true, true> : runs_kernel<8, false, true>)
+                             : (pdl ? runs_kernel<8, true, false> : runs_kernel<8, false, false>);
+    return Way{std::string(block_runs ? "block-runs D8" : "runs D8") + (pdl ? " pdl" : ""),
+               [=](const uint8_t* buf, int64_t bytes, cudaStream_t s) {
                  const int64_t n16 = bytes / 16, warps = int64_t{kRunBlocks} * kRunWarps;
                  const int64_t run16 = (n16 + warps - 1) / warps;
                  lw::gpu::launch("runs_read", kernel, LaunchConfig(dim3(kRunBlocks), dim3(kRunWarps * 32), 0, s, pdl),
@@ -276,8 +307,10 @@ int run(int argc, char** argv) {
   };
   ways.push_back(grid_way(false));
   ways.push_back(grid_way(true));
-  ways.push_back(runs_way(false));
-  ways.push_back(runs_way(true));
+  ways.push_back(runs_way(false, false));
+  ways.push_back(runs_way(true, false));
+  ways.push_back(runs_way(false, true));
+  ways.push_back(runs_way(true, true));
   ways.push_back(bulk_way<4, 8192, false, false>("bulk", sms, sink));
   ways.push_back(bulk_way<4, 8192, false, true>("bulk", sms, sink));
   ways.push_back(bulk_way<4, 16384, false, true>("bulk", sms, sink));

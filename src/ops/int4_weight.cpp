@@ -157,7 +157,7 @@ Weight int4_weight(Context& ctx, const Int4Tensors& t, Int4Part part) {
 Weight int4_stack_rows(Context& ctx, const std::vector<Weight>& parts) {
   LW_CHECK(!parts.empty(), "int4_stack_rows: no parts");
   const Weight& first = parts.front();
-  std::vector<Tensor> tiles, scales, zeros;
+  std::vector<Tensor> scales, zeros;
   int64_t n = 0;
   if (!same_column_order(ctx, parts)) return Weight();
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -165,14 +165,19 @@ Weight int4_stack_rows(Context& ctx, const std::vector<Weight>& parts) {
     if (p.format() != WeightFormat::int4 || p.in_features() != first.in_features() || p.group_size() != first.group_size())
       return Weight();
     if (i + 1 < parts.size() && p.out_features() % kernels::kInt4TileRows != 0) return Weight();
-    tiles.push_back(p.data());
     scales.push_back(p.scales());
     zeros.push_back(p.zeros());
     n += p.out_features();
   }
   if (parts.size() == 1) return first;
-  return Weight::int4(n, first.in_features(), stack_rows(ctx, tiles), stack_rows(ctx, scales), stack_rows(ctx, zeros),
-                      first.group_size(), first.perm());
+  const int64_t k = first.in_features();
+  Tensor stacked = ctx.empty({kernels::int4_tile_count(n, k) * kernels::kInt4TileBytes}, DType::i8);
+  int64_t row_tile0 = 0;
+  for (const Weight& p : parts) {
+    kernels::int4_place_tiles(stacked.data_ptr(), n, p.data().data_ptr(), p.out_features(), row_tile0, k, ctx.stream().get());
+    row_tile0 += p.out_features() / kernels::kInt4TileRows;
+  }
+  return Weight::int4(n, k, stacked, stack_rows(ctx, scales), stack_rows(ctx, zeros), first.group_size(), first.perm());
 }
 
 }  // namespace lw::ops

@@ -344,6 +344,41 @@ TEST(Int4Weights, ShardsAndStackedParts) {
   expect_values(uneven, ref, 256, 0, 48, 0, 256);
 }
 
+// Parts of several bands of row tiles (9 and 10 of them: the second part's tiles fall in the
+// first's last band and beyond, its last row tile half outside): the stacked weight expands to
+// the parts' expansions one after the other, and its fused product at 1 and 3 rows of x is the
+// float64 product of that expansion.
+TEST(Int4Weights, StackedPartsAcrossBands) {
+  const int64_t k = 384, group = 128, na = 144, nb = 152;
+  const ops::Weight a = ops::int4_weight(ctx(), random_gptq(na, k, group));
+  const ops::Weight b = ops::int4_weight(ctx(), random_gptq(nb, k, group));
+  const ops::Weight stacked = ops::int4_stack_rows(ctx(), {a, b});
+  ASSERT_EQ(stacked.format(), ops::WeightFormat::int4);
+  ASSERT_EQ(stacked.out_features(), na + nb);
+  const Tensor ea = ctx().to_host(ops::expand(ctx(), a, DType::f32)), eb = ctx().to_host(ops::expand(ctx(), b, DType::f32));
+  const Tensor es = ctx().to_host(ops::expand(ctx(), stacked, DType::f32));
+  ASSERT_EQ(std::memcmp(es.data_ptr(), ea.data_ptr(), ea.nbytes()), 0);
+  ASSERT_EQ(std::memcmp(static_cast<const char*>(es.data_ptr()) + ea.nbytes(), eb.data_ptr(), eb.nbytes()), 0);
+  for (int64_t m : {1, 3}) {
+    const Tensor xh = random_host({m, k}, DType::bf16);
+    Tensor out = ctx().empty({m, na + nb}, DType::bf16);
+    ops::linear(ctx(), ctx().to_device(xh), stacked, Tensor(), out, ops::GemmPath::gemv);
+    const Tensor got = ctx().to_host(out);
+    const double acc_eps = static_cast<double>(k) * std::ldexp(1.0, -24);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < na + nb; ++j) {
+        double ref = 0.0, mag = 0.0;
+        for (int64_t l = 0; l < k; ++l) {
+          const double p = element(xh, i * k + l) * static_cast<double>(es.data<float>()[j * k + l]);
+          ref += p;
+          mag += std::abs(p);
+        }
+        ASSERT_LE(std::abs(element(got, i * (na + nb) + j) - ref), epsilon(DType::bf16) * std::abs(ref) + acc_eps * mag + 1e-6)
+            << m << " rows, element [" << i << ", " << j << "]";
+      }
+  }
+}
+
 // Random GPTQ tensors of a shape the fixtures do not reach: K split over several blocks (the
 // fp32 workspace and its reduction), groups of 128 and of 64 (one tile) over several steps of a
 // split (the next group's parameters loaded a tile ahead), a split longer than the kernel's ring

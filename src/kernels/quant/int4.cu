@@ -28,6 +28,36 @@ constexpr int kSteps = kInt4TileCols / 16;
 constexpr int kTileWords = static_cast<int>(kInt4TileBytes / 4);
 static_assert(kDataLanes * kLaneBytes == kInt4TileBytes, "a tile is every data lane's run");
 
+// The tiles' order in memory: bands of kBand row tiles (the last band of a matrix may have
+// fewer), each band's tiles 64-column step by step, the band's row tiles side by side within a
+// step. The fused kernels' blocks cover whole bands (kGemmWarps x kRowTiles row tiles), so what
+// a block reads at one step is one run of bytes, and its whole split one range: the warps
+// resident together read neighbouring bytes rather than kBand streams a tile row apart (the
+// streamed kernel 0-2.5% faster at one row than over row-major tiles on the H200;
+// docs/PERFORMANCE.md).
+#ifndef LW_INT4_TILE_BAND
+#define LW_INT4_TILE_BAND 8
+#endif
+constexpr int kBand = LW_INT4_TILE_BAND;
+static_assert(kBand >= 1, "a band holds a row tile");
+// The fused kernels step through a band in 32-bit word offsets.
+constexpr int64_t kMostColumns = (int64_t{1} << 31) / (kBand * kTileWords) * kInt4TileCols;
+// Tile (row tile t, step s)'s index; its steps are `band_width(t)` tiles apart.
+LW_HOST_DEVICE inline int64_t band_width(int64_t t, int64_t row_tiles) {
+  const int64_t b0 = t / kBand * kBand;
+  return row_tiles - b0 < kBand ? row_tiles - b0 : kBand;
+}
+LW_HOST_DEVICE inline int64_t tile_index(int64_t t, int64_t s, int64_t row_tiles, int64_t tiles_k) {
+  const int64_t b0 = t / kBand * kBand;
+  return b0 * tiles_k + s * band_width(t, row_tiles) + (t - b0);
+}
+// The row tile and step of the tile at index i (tile_index's inverse).
+LW_HOST_DEVICE inline void tile_place(int64_t i, int64_t row_tiles, int64_t tiles_k, int64_t& t, int64_t& s) {
+  const int64_t b0 = i / (kBand * tiles_k) * kBand, width = band_width(b0, row_tiles), o = i - b0 * tiles_k;
+  s = o / width;
+  t = b0 + (o - s * width);
+}
+
 // Element e (0 .. 4 kA - 1) of a lane's run: word e / 8, nibble (e % 8) / 2 + 4 ((e % 8) odd).
 LW_DEVICE_INLINE constexpr int nibble_of(int e) { return ((e & 7) >> 1) + 4 * (e & 1); }
 
@@ -49,10 +79,13 @@ __global__ void unpack_kernel(uint8_t* out, const int32_t* src, Int4Unpack u) {
 // A thread per word of the tiles.
 __global__ void pack_kernel(uint32_t* tiles, const uint8_t* q, int64_t n, int64_t k, int64_t tiles_k, int64_t words) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t row_tiles = (n + kInt4TileRows - 1) / kInt4TileRows;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < words; idx += stride) {
     const int64_t tile = idx / kTileWords;
     const int w = static_cast<int>(idx - tile * kTileWords);
-    const int64_t row0 = (tile / tiles_k) * kInt4TileRows, col0 = (tile % tiles_k) * kInt4TileCols;
+    int64_t row_tile, step;
+    tile_place(tile, row_tiles, tiles_k, row_tile, step);
+    const int64_t row0 = row_tile * kInt4TileRows, col0 = step * kInt4TileCols;
     const int lane = w / kLaneWords;
     uint32_t word = 0;
 #pragma unroll
@@ -63,6 +96,18 @@ __global__ void pack_kernel(uint32_t* tiles, const uint8_t* q, int64_t n, int64_
       word |= v << (4 * nibble_of(slot));
     }
     tiles[idx] = word;
+  }
+}
+
+// A thread per word of the part's tiles.
+__global__ void place_kernel(uint32_t* tiles, int64_t row_tiles, const uint32_t* part, int64_t part_row_tiles,
+                             int64_t row_tile0, int64_t tiles_k) {
+  const int64_t words = part_row_tiles * tiles_k * kTileWords, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < words; idx += stride) {
+    const int64_t tile = idx / kTileWords;
+    int64_t t, s;
+    tile_place(tile, part_row_tiles, tiles_k, t, s);
+    tiles[tile_index(row_tile0 + t, s, row_tiles, tiles_k) * kTileWords + (idx - tile * kTileWords)] = part[idx];
   }
 }
 
@@ -83,8 +128,11 @@ __global__ void expand_kernel(T* out, Int4Matrix w, const int32_t* perm, int64_t
   const int64_t groups = (w.k + w.group - 1) / w.group;
   const int base = warp * kExpandTileBytes / 2;  // this warp's tile, in 16-bit units
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  const int64_t row_tiles = (w.n + kInt4TileRows - 1) / kInt4TileRows;
   for (int64_t tile = static_cast<int64_t>(blockIdx.x) * kWarps + warp; tile < tiles; tile += stride) {
-    const int64_t row0 = (tile / tiles_k) * kInt4TileRows, col0 = (tile % tiles_k) * kInt4TileCols;
+    int64_t row_tile, step;
+    tile_place(tile, row_tiles, tiles_k, row_tile, step);
+    const int64_t row0 = row_tile * kInt4TileRows, col0 = step * kInt4TileCols;
     if (lane < kDataLanes) {
       uint32_t run[kLaneWords];
 #pragma unroll
@@ -290,10 +338,14 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
   const BlockSpan block = block_span<R>(w, tiles_per_split);
   const int k = block.k, n = block.n, tiles_k = block.tiles_k, row_tiles = block.row_tiles, group_cols = block.group_cols,
             groups = block.groups, first = block.first, last = block.last, block_tile0 = block.block_tile0;
-  // Row tiles past the matrix read the last one again (their results are not written).
+  // Row tiles past the matrix read the last one again (their results are not written): the
+  // tile's step 0 and the words between its steps.
   auto tile_row = [&](int j) {
     const int t = min(block_tile0 + j, row_tiles - 1);
-    return static_cast<const uint32_t*>(w.tiles) + static_cast<int64_t>(t) * tiles_k * kTileWords;
+    return static_cast<const uint32_t*>(w.tiles) + tile_index(t, 0, row_tiles, tiles_k) * kTileWords;
+  };
+  auto step_words = [&](int j) {
+    return static_cast<int>(band_width(min(block_tile0 + j, row_tiles - 1), row_tiles)) * kTileWords;
   };
   int row0[R];
 #pragma unroll
@@ -306,12 +358,13 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
   constexpr int kWeightCopies = (kWeightPieces + kBlockThreads - 1) / kBlockThreads;
   constexpr int kXCopies = (kXPieces + kBlockThreads - 1) / kBlockThreads;
   const uint32_t* weight_src[kWeightCopies];
-  int weight_dst[kWeightCopies];
+  int weight_dst[kWeightCopies], weight_step[kWeightCopies];
 #pragma unroll
   for (int c = 0; c < kWeightCopies; ++c) {
     const int e = tid + c * kBlockThreads, j = e / kTilePieces, piece = e % kTilePieces;
     weight_dst[c] = e < kWeightPieces ? j * kTileWords + piece * 4 : -1;
     weight_src[c] = tile_row(e < kWeightPieces ? j : 0) + piece * 4;
+    weight_step[c] = step_words(e < kWeightPieces ? j : 0);
   }
   const T* x_src[kXCopies];
   int x_dst[kXCopies], x_col[kXCopies];
@@ -328,11 +381,10 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
   auto load_entry = [&](int t, int slot) {
     if (t < last) {
       const auto entry = ring + slot * E;
-      const int at = t * kTileWords;
 #pragma unroll
       for (int c = 0; c < kWeightCopies; ++c)
         if (kWeightPieces % kBlockThreads == 0 || weight_dst[c] >= 0)
-          gpu::copy_16_async(entry, weight_dst[c], weight_src[c] + at);
+          gpu::copy_16_async(entry, weight_dst[c], weight_src[c] + t * weight_step[c]);
       const auto xs = entry + kEntryWeightWords<NT>;
       const int k0 = t * kInt4TileCols;
       if (x_vectors) {
@@ -547,13 +599,17 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
   const int k = block.k, n = block.n, tiles_k = block.tiles_k, row_tiles = block.row_tiles, group_cols = block.group_cols,
             groups = block.groups, first = block.first, last = block.last, block_tile0 = block.block_tile0;
   int row0[R];
-  const uint32_t* runs[R];  // this lane's run of the row tile's first tile; rows past the matrix read the last tile row
+  // This lane's run of the row tile's step 0 and the words between its steps; rows past the
+  // matrix read the last row tile.
+  const uint32_t* runs[R];
+  int run_step[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const int t = block_tile0 + warp * R + r;
+    const int t = block_tile0 + warp * R + r, read = min(t, row_tiles - 1);
     row0[r] = t * static_cast<int>(kInt4TileRows);
-    runs[r] = static_cast<const uint32_t*>(w.tiles) + (static_cast<int64_t>(min(t, row_tiles - 1)) * tiles_k) * kTileWords +
+    runs[r] = static_cast<const uint32_t*>(w.tiles) + tile_index(read, 0, row_tiles, tiles_k) * kTileWords +
               (lane % kDataLanes) * kLaneWords;
+    run_step[r] = static_cast<int>(band_width(read, row_tiles)) * kTileWords;
   }
   uint32_t queue[D][R][kLaneWords];
   auto load_runs = [&](int t, uint32_t (&to)[R][kLaneWords]) {
@@ -561,7 +617,7 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int c = 0; c < kLaneWords; c += V) {
-        const auto v = load_run<V>(runs[r] + t * kTileWords + c);
+        const auto v = load_run<V>(runs[r] + t * run_step[r] + c);
 #pragma unroll
         for (int e = 0; e < V; ++e) to[r][c + e] = v.v[e];
       }
@@ -824,6 +880,16 @@ void int4_pack_tiles(void* tiles, const uint8_t* q, int64_t n, int64_t k, cudaSt
               static_cast<uint32_t*>(tiles), q, n, k, tiles_k, words);
 }
 
+void int4_place_tiles(void* tiles, int64_t n, const void* part, int64_t n_part, int64_t row_tile0, int64_t k,
+                      cudaStream_t stream) {
+  const int64_t row_tiles = (n + kInt4TileRows - 1) / kInt4TileRows, part_row_tiles = (n_part + kInt4TileRows - 1) / kInt4TileRows;
+  LW_CHECK(tiles && part && k > 0 && n_part > 0 && row_tile0 >= 0 && row_tile0 + part_row_tiles <= row_tiles,
+           "int4_place_tiles: a part of " << n_part << " rows at row tile " << row_tile0 << " of a matrix of " << n << " rows");
+  const int64_t tiles_k = (k + kInt4TileCols - 1) / kInt4TileCols, words = part_row_tiles * tiles_k * kTileWords;
+  gpu::launch("int4_place_tiles", place_kernel, {dim3(static_cast<unsigned>(grid_for(words))), dim3(kThreads), 0, stream},
+              static_cast<uint32_t*>(tiles), row_tiles, static_cast<const uint32_t*>(part), part_row_tiles, row_tile0, tiles_k);
+}
+
 template <class T>
 void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, int warp_size, cudaStream_t stream) {
   check_matrix("int4_expand", w);
@@ -917,7 +983,7 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
   const int64_t per_split = (tiles_k + splits - 1) / splits;
   // The kernel counts rows, columns, tiles and (row, group) parameters in 32 bits.
   const int64_t groups = (w.k + w.group - 1) / w.group;
-  LW_CHECK(w.n < (int64_t{1} << 30) && w.k < (int64_t{1} << 30) && w.n * groups < (int64_t{1} << 31) && ldx < (int64_t{1} << 31),
+  LW_CHECK(w.n < (int64_t{1} << 30) && w.k < kMostColumns && w.n * groups < (int64_t{1} << 31) && ldx < (int64_t{1} << 31),
            "int4_gemm: a matrix of [" << w.n << ", " << w.k << "] (ldx " << ldx << ") exceeds 32-bit indices");
   // 16-byte copies of x where its rows allow them, else 4-byte ones.
   const bool x_vectors = ldx % 8 == 0 && gpu::aligned_to(16, x);
@@ -969,7 +1035,7 @@ void int4_grouped_gemv(T* y, const T* x, const Int4Matrix& shape, const Int4Matr
   LW_CHECK(splits == 1 || workspace, op << ": " << splits << " splits need a workspace");
   LW_CHECK(gpu::aligned_to(4, x), op << ": x must be 4-byte aligned");
   const int64_t groups = (shape.k + shape.group - 1) / shape.group;
-  LW_CHECK(shape.n < (int64_t{1} << 30) && shape.k < (int64_t{1} << 30) && shape.n * groups < (int64_t{1} << 31),
+  LW_CHECK(shape.n < (int64_t{1} << 30) && shape.k < kMostColumns && shape.n * groups < (int64_t{1} << 31),
            op << ": a matrix of [" << shape.n << ", " << shape.k << "] exceeds 32-bit indices");
   if (rows == 0) return;
   const int64_t tiles_k = (shape.k + kInt4TileCols - 1) / kInt4TileCols, per_split = (tiles_k + splits - 1) / splits;

@@ -23,7 +23,7 @@ inline constexpr int64_t kInt4TileBytes = kInt4TileRows * kInt4TileCols / 2;
 inline constexpr int64_t kInt4GemmMaxRows = 64;  // lint: not-a-warp (four 16-row fragment tiles of x)
 
 struct Int4Matrix {
-  const void* tiles = nullptr;      // ceil(n / 16) x ceil(k / 64) tiles, row-major
+  const void* tiles = nullptr;      // ceil(n / 16) x ceil(k / 64) tiles (in the kernels' order)
   const float* scales = nullptr;    // [n, groups]
   const uint8_t* zeros = nullptr;   // [n, groups]
   int64_t n = 0, k = 0, group = 0;  // groups = ceil(k / group)
@@ -53,6 +53,11 @@ void int4_unpack(uint8_t* out, const int32_t* src, const Int4Unpack& u, cudaStre
 // The tiles of q [n, k] (one value 0..15 per byte, row-major); rows and columns past the matrix
 // hold 0.
 void int4_pack_tiles(void* tiles, const uint8_t* q, int64_t n, int64_t k, cudaStream_t stream);
+
+// The tiles of `part` (n_part rows) written as row tiles row_tile0.. of `tiles` (n rows): how
+// parts whose rows are whole tiles are stacked (the order of tiles in memory is the kernels').
+void int4_place_tiles(void* tiles, int64_t n, const void* part, int64_t n_part, int64_t row_tile0, int64_t k,
+                      cudaStream_t stream);
 
 // out [n, k] row-major: every weight in fp32 rounded once to T. perm (optional, [k]): the tiles'
 // column j is the matrix's column perm[j] (act-order checkpoints).
