@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compares lightwave with Hugging Face transformers on small randomly initialised models of
 every supported architecture: logits of a batch of prompts in fp32 and bf16, and greedy
-continuations in fp32. Needs torch and transformers (the GPU machine has both).
+continuations in fp32. Needs torch and transformers (the GPU machine has both; elsewhere
+transformers runs on the CPU, beside a host-emulator build of lightwave).
 
     python3 tools/compare_hf.py --lightwave build/device/src/app/lightwave [--arch llama,qwen3] [--keep DIR]
                                 [--tp N [--nnodes M]] [--quant fp8|gptq|gptq8|awq|w4a16] [--group-size 32]
@@ -69,6 +70,9 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
 
 VOCAB = 384
 GREEDY = 32
+# Where transformers runs: the GPU where there is one, else the CPU (lightwave then on whatever
+# its build targets: the host emulator on a machine without a GPU).
+TORCH_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 PROMPT_LENS = [5, 17, 40]
 
 
@@ -354,12 +358,12 @@ def compare(arch, cfg, lightwave, root, rng, tp=1, nnodes=1, quant=""):
             keys = sorted(json.load(open(os.path.join(d, "config.json"))))
             return f"lightwave score ({dtype}) failed: {r.stderr.strip()[-800:]}\n  config.json keys: {keys}"
         meta = json.load(open(os.path.join(out, "result.json")))
-        m = model.to("cuda", torch_dtype).eval()
+        m = model.to(TORCH_DEVICE, torch_dtype).eval()
         worst = ours_err = hf_err = 0.0
         for i, p in enumerate(prompts):
             ours = np.fromfile(os.path.join(out, f"logits_{i}.f32"), dtype=np.float32).reshape(len(p), meta["vocab"])
             with torch.no_grad():
-                ref = m(torch.tensor([p], device="cuda")).logits[0].float().cpu().numpy()
+                ref = m(torch.tensor([p], device=TORCH_DEVICE)).logits[0].float().cpu().numpy()
             worst = max(worst, float(np.abs(ours - ref).max() / np.abs(ref).max()))
             if dtype == "f32":
                 ref32[i] = ref
@@ -374,7 +378,7 @@ def compare(arch, cfg, lightwave, root, rng, tp=1, nnodes=1, quant=""):
             same = True
             for i, p in enumerate(prompts):
                 with torch.no_grad():
-                    g = m.generate(torch.tensor([p], device="cuda"), max_new_tokens=GREEDY, do_sample=False,
+                    g = m.generate(torch.tensor([p], device=TORCH_DEVICE), max_new_tokens=GREEDY, do_sample=False,
                                    eos_token_id=None, pad_token_id=0)[0, len(p):].tolist()
                 same &= g == meta["greedy"][i]
             results["greedy"] = same
