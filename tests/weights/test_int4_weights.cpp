@@ -346,8 +346,10 @@ TEST(Int4Weights, ShardsAndStackedParts) {
 
 // Parts of several bands of row tiles (9 and 10 of them: the second part's tiles fall in the
 // first's last band and beyond, its last row tile half outside): the stacked weight expands to
-// the parts' expansions one after the other, and its fused product at 1 and 3 rows of x is the
-// float64 product of that expansion.
+// the parts' expansions one after the other, and its fused product is the float64 product of
+// that expansion at 1 and 3 rows of x (the streamed kernel, a band a block), 20 (the ring
+// kernel, two bands a block) and 40 (the ring kernel, a band a block); a part that is not whole
+// tiles is placed only at the matrix's end.
 TEST(Int4Weights, StackedPartsAcrossBands) {
   const int64_t k = 384, group = 128, na = 144, nb = 152;
   const ops::Weight a = ops::int4_weight(ctx(), random_gptq(na, k, group));
@@ -359,7 +361,7 @@ TEST(Int4Weights, StackedPartsAcrossBands) {
   const Tensor es = ctx().to_host(ops::expand(ctx(), stacked, DType::f32));
   ASSERT_EQ(std::memcmp(es.data_ptr(), ea.data_ptr(), ea.nbytes()), 0);
   ASSERT_EQ(std::memcmp(static_cast<const char*>(es.data_ptr()) + ea.nbytes(), eb.data_ptr(), eb.nbytes()), 0);
-  for (int64_t m : {1, 3}) {
+  for (int64_t m : {1, 3, 20, 40}) {
     const Tensor xh = random_host({m, k}, DType::bf16);
     Tensor out = ctx().empty({m, na + nb}, DType::bf16);
     ops::linear(ctx(), ctx().to_device(xh), stacked, Tensor(), out, ops::GemmPath::gemv);
@@ -377,6 +379,13 @@ TEST(Int4Weights, StackedPartsAcrossBands) {
             << m << " rows, element [" << i << ", " << j << "]";
       }
   }
+  Tensor into = ctx().empty({kernels::int4_tile_count(na + nb + 16, k) * kernels::kInt4TileBytes}, DType::i8);
+  expect_error(
+      [&] {
+        kernels::int4_place_tiles(into.data_ptr(), na + nb + 16, b.data().data_ptr(), nb, na / kernels::kInt4TileRows, k,
+                                  ctx().stream().get());
+      },
+      "does not end the matrix");
 }
 
 // Random GPTQ tensors of a shape the fixtures do not reach: K split over several blocks (the

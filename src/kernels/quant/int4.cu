@@ -30,10 +30,11 @@ static_assert(kDataLanes * kLaneBytes == kInt4TileBytes, "a tile is every data l
 
 // The tiles' order in memory: bands of kBand row tiles (the last band of a matrix may have
 // fewer), each band's tiles 64-column step by step, the band's row tiles side by side within a
-// step. The fused kernels' blocks cover whole bands (kGemmWarps x kRowTiles row tiles), so what
-// a block reads at one step is one run of bytes, and its whole split one range: the warps
-// resident together read neighbouring bytes rather than kBand streams a tile row apart (the
-// streamed kernel 0-2.5% faster at one row than over row-major tiles on the H200;
+// step. The fused kernels' blocks cover whole bands (kGemmWarps x kRowTiles row tiles: one band
+// up to 16 rows of x and at 33-64, two at 17-32), so what a block reads at one step is one run of
+// bytes a band, and its split one range a band: the warps resident together read neighbouring
+// bytes rather than kBand streams a tile row apart (the streamed kernel 0-2.5% faster at one row
+// than over row-major tiles on the H200;
 // docs/PERFORMANCE.md).
 #ifndef LW_INT4_TILE_BAND
 #define LW_INT4_TILE_BAND 8
@@ -885,6 +886,11 @@ void int4_place_tiles(void* tiles, int64_t n, const void* part, int64_t n_part, 
   const int64_t row_tiles = (n + kInt4TileRows - 1) / kInt4TileRows, part_row_tiles = (n_part + kInt4TileRows - 1) / kInt4TileRows;
   LW_CHECK(tiles && part && k > 0 && n_part > 0 && row_tile0 >= 0 && row_tile0 + part_row_tiles <= row_tiles,
            "int4_place_tiles: a part of " << n_part << " rows at row tile " << row_tile0 << " of a matrix of " << n << " rows");
+  // A part's last tile padded with zero rows is the matrix's last: elsewhere its padding would
+  // stand in for the next part's rows.
+  LW_CHECK(n_part % kInt4TileRows == 0 || row_tile0 * kInt4TileRows + n_part == n,
+           "int4_place_tiles: a part of " << n_part << " rows (not whole tiles) at row " << row_tile0 * kInt4TileRows
+                                          << " does not end the matrix of " << n << " rows");
   const int64_t tiles_k = (k + kInt4TileCols - 1) / kInt4TileCols, words = part_row_tiles * tiles_k * kTileWords;
   gpu::launch("int4_place_tiles", place_kernel, {dim3(static_cast<unsigned>(grid_for(words))), dim3(kThreads), 0, stream},
               static_cast<uint32_t*>(tiles), row_tiles, static_cast<const uint32_t*>(part), part_row_tiles, row_tile0, tiles_k);
