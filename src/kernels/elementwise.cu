@@ -11,13 +11,6 @@ namespace lw::kernels {
 
 namespace {
 
-LW_DEVICE_INLINE float silu(float x) { return x / (1.0f + expf(-x)); }
-LW_DEVICE_INLINE float gelu_tanh(float x) {
-  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
-  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
-LW_DEVICE_INLINE float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
-
 LW_DEVICE_INLINE float apply(MapOp op, float a, float b, float s) {
   switch (op) {
     case MapOp::add: return a + b;
@@ -28,10 +21,6 @@ LW_DEVICE_INLINE float apply(MapOp op, float a, float b, float s) {
     case MapOp::gelu_tanh: return gelu_tanh(a);
     default: return gelu_erf(a);
   }
-}
-
-LW_DEVICE_INLINE float activate(Activation act, float x) {
-  return act == Activation::silu ? silu(x) : act == Activation::gelu_tanh ? gelu_tanh(x) : gelu_erf(x);
 }
 
 // Vector main part: VEC elements per step; a scalar tail covers n % VEC.
@@ -75,7 +64,7 @@ __global__ void act_mul_kernel(Activation act, T* out, const T* in, int64_t toke
     gpu::Vec<T, VEC> r;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-      r.v[k] = gpu::from_float<T>(activate(act, gpu::to_float(g.v[k])) * gpu::to_float(u.v[k]));
+      r.v[k] = gpu::from_float<T>(gated(act, gpu::to_float(g.v[k]), gpu::to_float(u.v[k])));
     }
     gpu::store_vec<VEC>(out + t * inter + c, r);
   }

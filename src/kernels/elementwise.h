@@ -4,11 +4,11 @@
 #include <cstdint>
 
 #include "gpu/compat.h"
+#include "kernels/activation.h"
 
 namespace lw::kernels {
 
 enum class MapOp : uint8_t { add, mul, scale, copy, silu, gelu_tanh, gelu_erf };
-enum class Activation : uint8_t { silu, gelu_tanh, gelu_erf };
 
 // out[i] = op(a[i], b[i]) for binary ops (add, mul), op(a[i]) for the others; scale
 // multiplies by `scalar`; copy converts TIn to TOut (the cast). b is unused by unary ops.

@@ -76,10 +76,9 @@ void attention(Context& ctx, const LayerContext& lc, const LayerWeights& w, cons
 void dense_mlp(Context& ctx, const LayerContext& lc, const ops::Weight& gate_up, const ops::Weight& down,
                const Tensor& x, const Tensor& out) {
   const int64_t t = x.size(0), i = down.in_features();
-  Tensor gu = ctx.empty({t, 2 * i}, lc.dtype), act = ctx.empty({t, i}, lc.dtype);
+  Tensor gu = ctx.empty({t, 2 * i}, lc.dtype);
   ops::linear(ctx, x, gate_up, Tensor(), gu);
-  ops::act_mul(ctx, ops::Activation::silu, gu, act);
-  ops::linear(ctx, act, down, Tensor(), out);
+  ops::gated_linear(ctx, ops::Activation::silu, gu, down, Tensor(), out);
 }
 
 void moe_mlp(Context& ctx, const LayerContext& lc, const LayerWeights& w, bool shared_expert, const Tensor& x,

@@ -491,37 +491,55 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   });
 }
 
-// 4-bit weights: the fused kernel on the matrix-fragment layer for decode-sized batches of f16
-// or bf16 rows where the device has matrix cores (the emulator runs the layer too), else the
-// weights expanded to x's dtype and the dense linear (deterministic mode always: one summation
-// order, the dense path's batch-invariant one).
-void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, GemmPath path) {
+// How linear_int4 runs rows of x: the fused kernel on the matrix-fragment layer for
+// decode-sized batches of f16 or bf16 rows where the device has matrix cores (the emulator runs
+// the layer too), else the weights expanded to x's dtype and the dense linear (deterministic mode
+// always: one summation order, the dense path's batch-invariant one).
+struct Int4Plan {
+  bool fused = false;
+  int splits = 1;
+  bool perm_in_kernel = false;  // act order: x's columns gathered by the streamed kernel
+  bool streamed = false;        // the streamed kernel serves the rows in one pass
+  Selection<GemmPath> sel;
+};
+
+Int4Plan plan_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& out, int64_t rows, GemmPath path) {
   const int64_t n = w.out_features(), k = w.in_features();
-  int64_t rows = 1;
-  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
   const GemmShape shape{GemmOp::linear, rows, n, k, 1, ctx.deterministic()};
-  const Selection<GemmPath> sel = select<GemmPaths>(ctx.caps(), shape, path);
+  Int4Plan p{.sel = select<GemmPaths>(ctx.caps(), shape, path)};
   const gpu::DeviceCaps& caps = ctx.caps();
   const kernels::Int4Matrix m = int4_matrix(w);
   const bool runs = x.dtype() != DType::f32 && kernels::int4_gemm_supports(m) && k % 8 == 0 && x.is_contiguous() &&
                     out.is_contiguous() && gpu::aligned_to(4, x.data_ptr()) && has_int4_kernels(caps);
-  const bool fused = runs && (sel.forced() ? sel.path == GemmPath::gemv
-                                           : !ctx.deterministic() && rows <= kInt4FusedMaxRows);
-  if (!fused) {
-    linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, sel.forced() ? sel.path : GemmPath::automatic);
-    return;
-  }
-  // Rows beyond the kernel's tiles of x run in passes of kInt4GemmMaxRows (the forced path).
-  const int splits = kernels::int4_gemm_splits(m, caps.multiprocessors);
+  p.fused = runs && (p.sel.forced() ? p.sel.path == GemmPath::gemv : !ctx.deterministic() && rows <= kInt4FusedMaxRows);
+  if (!p.fused) return p;
+  p.splits = kernels::int4_gemm_splits(m, caps.multiprocessors);
+  p.streamed = rows <= kernels::kInt4GemmMaxRows && kernels::int4_gemv_serves(m, rows, p.splits);
   // Act order: at up to kInt4GatherInKernelRows rows the streamed kernel gathers x's columns as it
   // stages them (no launch for a copy); more rows are gathered into a copy first, since every
   // block repeats the gather's scattered loads: on the H100 the kernel's gather saved
   // 3-4 us at 1 row, and cost up to 4 us at 8 rows of 14336 x 4096 against the copy.
   constexpr int64_t kInt4GatherInKernelRows = 4;
-  const bool perm_in_kernel =
-      w.perm().defined() && rows <= kInt4GatherInKernelRows && kernels::int4_gemv_serves(m, rows, splits);
-  const Tensor xs = w.perm().defined() && !perm_in_kernel ? gather_columns(ctx, x.view({rows, k}), w.perm()) : x.view({rows, k});
-  const int32_t* x_perm = perm_in_kernel ? w.perm().data<int32_t>() : nullptr;
+  p.perm_in_kernel = w.perm().defined() && rows <= kInt4GatherInKernelRows && p.streamed;
+  return p;
+}
+
+// gate: x's rows are gate/up pairs of 2K elements, multiplied as their gated product by the
+// streamed kernel (the plan's `streamed`, with any permutation in the kernel).
+void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, int64_t rows,
+                 const Int4Plan& plan, kernels::Int4Gate gate = {}) {
+  const int64_t n = w.out_features(), k = w.in_features(), ldx = gate.on ? 2 * k : k;
+  if (!plan.fused) {
+    linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, plan.sel.forced() ? plan.sel.path : GemmPath::automatic);
+    return;
+  }
+  LW_CHECK(!gate.on || (plan.streamed && (!w.perm().defined() || plan.perm_in_kernel)),
+           "linear: a gated x for int4 weights needs the streamed kernel (" << rows << " rows of x)");
+  const kernels::Int4Matrix m = int4_matrix(w);
+  const int splits = plan.splits;
+  const Tensor xs =
+      w.perm().defined() && !plan.perm_in_kernel ? gather_columns(ctx, x.view({rows, k}), w.perm()) : x.view({rows, ldx});
+  const int32_t* x_perm = plan.perm_in_kernel ? w.perm().data<int32_t>() : nullptr;
   Tensor workspace = splits > 1 ? ctx.empty({splits * std::min(rows, kernels::kInt4GemmMaxRows) * n}, DType::f32) : Tensor();
   // The splits are added by their last block up to 4 rows of x (one pass of its threads, as at
   // one row, where it measured as fast as the second launch); more rows take the second launch,
@@ -534,12 +552,39 @@ void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
   for (int64_t r0 = 0; r0 < rows; r0 += kernels::kInt4GemmMaxRows) {
     const int64_t count = std::min(rows - r0, kernels::kInt4GemmMaxRows);
     auto run = [&]<class T>() {
-      kernels::int4_gemm<T>(ys.data<T>() + r0 * n, xs.data<T>() + r0 * k, m, bias.defined() ? bias.data<T>() : nullptr,
-                            count, k, n, splits, splits > 1 ? workspace.data<float>() : nullptr, counters,
-                            ctx.warp_size(), ctx.stream().get(), kernels::Int4GemmKernel::automatic, x_perm);
+      kernels::int4_gemm<T>(ys.data<T>() + r0 * n, xs.data<T>() + r0 * ldx, m, bias.defined() ? bias.data<T>() : nullptr,
+                            count, ldx, n, splits, splits > 1 ? workspace.data<float>() : nullptr, counters,
+                            ctx.warp_size(), ctx.stream().get(), kernels::Int4GemmKernel::automatic, x_perm, gate);
     };
     if (x.dtype() == DType::bf16) run.operator()<bfloat16>();
     else run.operator()<half>();
+  }
+}
+
+int64_t leading_rows(const Tensor& x) {
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  return rows;
+}
+
+// x ([..., x_cols]), out and bias against the weight, for linear and gated_linear.
+void check_linear_args(const char* op, const Tensor& x, int64_t x_cols, const Weight& w, const Tensor& bias, const Tensor& out) {
+  check_float_input(op, "x", x);
+  check_float_input(op, "out", out);
+  check_same_dtype(op, "x", x, "out", out);
+  const int64_t n = w.out_features();
+  const int64_t k = w.in_features();
+  LW_CHECK(x.dim() >= 1 && x.size(-1) == x_cols,
+           op << ": x " << x.describe() << " must end in " << (x_cols == k ? "" : "2 x ") << "in_features " << k
+              << " of the weight " << w.describe() << (x_cols == k ? "" : " (gate and up)"));
+  std::vector<int64_t> want = x.shape();
+  want.back() = n;
+  LW_CHECK(out.shape() == want, op << ": out " << out.describe() << " must be " << shape_str(want));
+  if (bias.defined()) {
+    check_float_input(op, "bias", bias);
+    check_same_dtype(op, "x", x, "bias", bias);
+    LW_CHECK(bias.is_contiguous() && bias.shape() == std::vector<int64_t>({n}),
+             op << ": bias " << bias.describe() << " must be contiguous [" << n << "]");
   }
 }
 
@@ -552,23 +597,11 @@ void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, 
     linear(ctx, x, w.data(), bias, out, path);
     return;
   }
-  check_float_input(op, "x", x);
-  check_float_input(op, "out", out);
-  check_same_dtype(op, "x", x, "out", out);
   const int64_t n = w.out_features(), k = w.in_features();
-  LW_CHECK(x.dim() >= 1 && x.size(-1) == k,
-           op << ": x " << x.describe() << " must end in in_features " << k << " of the weight " << w.describe());
-  std::vector<int64_t> want = x.shape();
-  want.back() = n;
-  LW_CHECK(out.shape() == want, op << ": out " << out.describe() << " must be " << shape_str(want));
-  if (bias.defined()) {
-    check_float_input(op, "bias", bias);
-    check_same_dtype(op, "x", x, "bias", bias);
-    LW_CHECK(bias.is_contiguous() && bias.shape() == std::vector<int64_t>({n}),
-             op << ": bias " << bias.describe() << " must be contiguous [" << n << "]");
-  }
+  check_linear_args(op, x, k, w, bias, out);
   if (w.format() == WeightFormat::int4) {
-    linear_int4(ctx, x, w, bias, out, path);
+    const int64_t rows = leading_rows(x);
+    linear_int4(ctx, x, w, bias, out, rows, plan_int4(ctx, x, w, out, rows, path));
     return;
   }
   if (w.format() != WeightFormat::int8_per_channel) {
@@ -577,12 +610,35 @@ void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, 
   }
 
   // int8 per channel (W8A8): x quantised per token, the int8 GEMM with both scales.
-  int64_t rows = 1;
-  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  const int64_t rows = leading_rows(x);
   Tensor xq = ctx.empty({rows, k}, DType::i8);
   Tensor x_scale = ctx.empty({rows}, DType::f32);
   if (rows > 0) quantize_per_token(ctx, x.view({rows, k}), xq, x_scale);
   linear_int8(ctx, xq, x_scale, w.data(), w.scales(), bias, out.view({rows, n}), path);
+}
+
+void gated_linear(Context& ctx, Activation act, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out,
+                  GemmPath path) {
+  const char* op = "gated_linear";
+  LW_CHECK(w.defined(), op << ": the weight is undefined");
+  const int64_t k = w.in_features();
+  LW_CHECK(x.dim() >= 1 && x.size(-1) == 2 * k,
+           op << ": x " << x.describe() << " must end in 2 x in_features " << k << " of the weight " << w.describe()
+              << " (gate and up)");
+  if (w.format() == WeightFormat::int4) {
+    check_linear_args(op, x, 2 * k, w, bias, out);
+    const int64_t rows = leading_rows(x);
+    const Int4Plan plan = plan_int4(ctx, x, w, out, rows, path);
+    if (plan.fused && plan.streamed && (!w.perm().defined() || plan.perm_in_kernel)) {
+      linear_int4(ctx, x, w, bias, out, rows, plan, kernels::Int4Gate{true, act});
+      return;
+    }
+  }
+  std::vector<int64_t> shape = x.shape();
+  shape.back() = k;
+  Tensor product = ctx.empty(shape, x.dtype());
+  act_mul(ctx, act, x, product);
+  linear(ctx, product, w, bias, out, path);
 }
 
 void grouped_linear(Context& ctx, const Tensor& x, const std::vector<Weight>& weights, std::span<const int32_t> offsets,

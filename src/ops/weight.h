@@ -14,6 +14,7 @@
 #include "core/context.h"
 #include "core/tensor.h"
 #include "kernels/quant/dequant.h"
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 
 namespace lw::ops {
@@ -186,6 +187,14 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 // optional, [N] in that dtype.
 void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out,
             GemmPath path = GemmPath::automatic);
+
+// out = (act(x[..., :K]) * x[..., K:]) @ w^T (+ bias): an MLP's down projection of its gate/up
+// product x ([..., 2K]). int4 weights on the streamed kernel (up to kernels::mma::kNarrowCols
+// rows, act order up to 4) take the product as they stage x, in one launch; every other case
+// is act_mul into a temporary and `linear`. The same values either way (the product rounded
+// once to x's dtype).
+void gated_linear(Context& ctx, Activation act, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out,
+                  GemmPath path = GemmPath::automatic);
 
 // out[T, N] = x[T, K] through one weight per group (MoE experts): rows [offsets[e],
 // offsets[e + 1]) of x times weights[e] by `linear` above, each weight in its own format (so a

@@ -17,6 +17,7 @@
 #include "kernels/quant/int4.h"
 #include "model/weight_loader.h"
 #include "ops/check.h"
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/int4_weight.h"
 #include "ops/weight.h"
@@ -619,6 +620,100 @@ TEST(Int4Weights, StreamedKernelGathersActOrderColumns) {
         },
         "a column permutation of x is taken by the streamed kernel only");
   }
+}
+
+// gated_linear (an MLP's down projection over its gate/up product): the streamed kernel takes
+// act(gate) * up as it stages x, giving the bits of act_mul then linear, near float64 over the
+// reference weights; every layout (act order in the kernel up to 4 rows, a copy first above;
+// groups of 32 columns on the ring kernel), silu and gelu; 9 rows and f32 take act_mul and linear.
+TEST(Int4Weights, GatedLinearTakesTheProductAsItStagesX) {
+  Fixture fx;
+  for (const std::string& name : fx.cases()) {
+    const std::vector<int64_t> shape = fx.shape(name);
+    const int64_t n = shape[0], k = shape[1];
+    const ops::Weight w = fx.loader(name)->get_weight(name, shape);
+    const std::vector<float> wref = fx.values(name);
+    for (int64_t m : {1, 3, 6, 8, 9})
+      for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+        if (dt == DType::f32 && m != 3) continue;
+        const ops::Activation act = m == 3 ? ops::Activation::gelu_tanh : ops::Activation::silu;
+        const bool with_bias = m % 2 == 1;
+        SCOPED_TRACE(::testing::Message() << name << " " << dtype_name(dt) << " M=" << m << (with_bias ? " bias" : ""));
+        const Tensor gu = ctx().to_device(random_host({m, 2 * k}, dt, -3.0, 3.0));
+        const Tensor bias = with_bias ? ctx().to_device(random_host({n}, dt)) : Tensor();
+        Tensor product = ctx().empty({m, k}, dt), fused = ctx().empty({m, n}, dt), apart = ctx().empty({m, n}, dt);
+        poison(fused);
+        poison(apart);
+        ops::act_mul(ctx(), act, gu, product);
+        ops::gated_linear(ctx(), act, gu, w, bias, fused);
+        ops::linear(ctx(), product, w, bias, apart);
+        const Tensor got = ctx().to_host(fused);
+        EXPECT_TRUE(bitwise_equal(got, ctx().to_host(apart)));
+        expect_linear_near_reference(got, ctx().to_host(product), with_bias ? ctx().to_host(bias) : Tensor(), wref, n, k);
+      }
+  }
+  const ops::Weight w = fx.loader("awq_g128.weight")->get_weight("awq_g128.weight", fx.shape("awq_g128.weight"));
+  const int64_t n = w.out_features(), k = w.in_features();
+  Tensor out = ctx().empty({1, n}, DType::bf16);
+  expect_error([&] { ops::gated_linear(ctx(), ops::Activation::silu, ctx().empty({1, k}, DType::bf16), w, Tensor(), out); },
+               "must end in 2 x in_features " + std::to_string(k));
+}
+
+// The kernel's gate over rows of x that are not 16-byte multiples apart (its 4-byte copies), with
+// and without act order, in 1 and 3 splits: the bits of the kernel over act_mul's product.
+// Refused on the ring kernel and with rows narrower than gate and up.
+TEST(Int4Weights, StreamedKernelGatesPaddedRows) {
+  std::mt19937_64& gen = rng();
+  const int64_t n = 72, k = 1024, group = 128, ldx = 2 * k + 6;
+  const ops::Weight w = ops::int4_weight(ctx(), random_gptq(n, k, group));
+  const kernels::Int4Matrix km = int4_matrix_of(w, group);
+  std::vector<int32_t> perm(static_cast<size_t>(k));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), gen);
+  Tensor perm_h = Tensor::empty_host({k}, DType::i32);
+  std::copy(perm.begin(), perm.end(), perm_h.data<int32_t>());
+  const Tensor perm_d = ctx().to_device(perm_h);
+  const kernels::Int4Gate silu{true, kernels::Activation::silu};
+  for (int splits : {1, 3})
+    for (int64_t m = 1; m <= 8; ++m)
+      for (bool act_order : {false, true}) {
+        const DType dt = m % 2 == 0 ? DType::f16 : DType::bf16;
+        SCOPED_TRACE(::testing::Message() << splits << " splits, " << m << " rows, " << dtype_name(dt)
+                                          << (act_order ? ", act order" : ""));
+        const Tensor gu_h = random_host({m, 2 * k}, dt, -4.0, 4.0);
+        Tensor padded = Tensor::empty_host({m, ldx}, dt);
+        const size_t es = dtype_size(dt);
+        for (int64_t r = 0; r < m; ++r)
+          std::memcpy(static_cast<char*>(padded.data_ptr()) + r * ldx * es,
+                      static_cast<const char*>(gu_h.data_ptr()) + r * 2 * k * es, 2 * k * es);
+        const Tensor gu = ctx().to_device(gu_h), x = ctx().to_device(padded);
+        Tensor product = ctx().empty({m, k}, dt);
+        ops::act_mul(ctx(), ops::Activation::silu, gu, product);
+        Tensor ws = ctx().empty({splits * m * n}, DType::f32);
+        auto run = [&](const Tensor& from, int64_t ld, kernels::Int4Gate gate) {
+          Tensor y = ctx().empty({m, n}, dt);
+          poison(y);
+          ops::dispatch_float(dt, "test", [&]<class T>() {
+            if constexpr (!std::is_same_v<T, float>)
+              kernels::int4_gemm<T>(y.data<T>(), from.data<T>(), km, nullptr, m, ld, n, splits,
+                                    splits > 1 ? ws.data<float>() : nullptr, nullptr, ctx().warp_size(),
+                                    ctx().stream().get(), kernels::Int4GemmKernel::streamed,
+                                    act_order ? perm_d.data<int32_t>() : nullptr, gate);
+          });
+          return ctx().to_host(y);
+        };
+        const Tensor gated = run(x, ldx, silu);
+        EXPECT_TRUE(bitwise_equal(gated, run(product, k, {})));
+        for (double v : to_doubles(gated)) ASSERT_TRUE(std::isfinite(v)) << "an unwritten or non-finite output";
+      }
+  const Tensor x = ctx().to_device(random_host({1, 2 * k}, DType::bf16));
+  Tensor y = ctx().empty({1, n}, DType::bf16);
+  auto gated = [&](int64_t ld, kernels::Int4GemmKernel kernel) {
+    kernels::int4_gemm<bfloat16>(y.data<bfloat16>(), x.data<bfloat16>(), km, nullptr, 1, ld, n, 1, nullptr, nullptr,
+                                 ctx().warp_size(), ctx().stream().get(), kernel, nullptr, silu);
+  };
+  expect_error([&] { gated(2 * k, kernels::Int4GemmKernel::ring); }, "a gated x is taken by the streamed kernel only");
+  expect_error([&] { gated(k, kernels::Int4GemmKernel::automatic); }, "a gated x needs rows of gate and up");
 }
 
 // The fused kernel's splits on a 132-multiprocessor device for Llama-3-8B's projections: no

@@ -589,8 +589,8 @@ constexpr int kRunsAhead = LW_INT4_GEMV_RUNS_AHEAD;
 #if LW_MATRIX_CORES
 template <class T>
 LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, const T* bias, int m, int ldx, int64_t ldy,
-                                int tiles_per_split, bool x_vectors, const int32_t* x_perm, float* workspace, int64_t plane_rows,
-                                int32_t* counters) {
+                                int tiles_per_split, bool x_vectors, const int32_t* x_perm, Int4Gate gate, float* workspace,
+                                int64_t plane_rows, int32_t* counters) {
   constexpr int R = kRowTiles<1>, D = kRunsAhead;
   constexpr int V = kLaneWords < 4 ? kLaneWords : 4;
   const int warp = gpu::warp_id(), lane = gpu::lane_id();
@@ -677,24 +677,34 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
   const int col0 = first * static_cast<int>(kInt4TileCols), span = tiles_per_split * static_cast<int>(kInt4TileCols);
   const int xs_ld = span + 8;
   const int pieces = span / 8;  // 8-element pieces of a row (K is a multiple of 8: a piece is wholly in or out)
+  // Eight of x's elements from `from` (x_perm: the tiles' columns j.. of the row at `from`).
+  auto load_piece = [&](const T* from, int j0) {
+    gpu::Vec<T, 8> v;
+    if (x_perm) {  // act order: the tiles' column j is x's column x_perm[j]
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v.v[j] = from[x_perm[j0 + j]];
+    } else if (x_vectors) {
+      v = gpu::load_vec<8>(from + j0);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; j += 2) {
+        const auto pair = gpu::load_vec<2>(from + j0 + j);
+        v.v[j] = pair.v[0];
+        v.v[j + 1] = pair.v[1];
+      }
+    }
+    return v;
+  };
   for (int e = tid; e < m * pieces; e += kBlockThreads) {
     const int row = e / pieces, c = (e % pieces) * 8;
     gpu::Vec<T, 8> v;
     if (col0 + c < k) {
-      const T* from = x + static_cast<int64_t>(row) * ldx + col0 + c;
-      if (x_perm) {  // act order: the tiles' column j is x's column x_perm[j]
-        const T* x_row = x + static_cast<int64_t>(row) * ldx;
+      const T* x_row = x + static_cast<int64_t>(row) * ldx;
+      v = load_piece(x_row, col0 + c);
+      if (gate.on) {  // x's row is gate then up: the product rounded once, as act_mul rounds it
+        const gpu::Vec<T, 8> up = load_piece(x_row + k, col0 + c);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v.v[j] = x_row[x_perm[col0 + c + j]];
-      } else if (x_vectors) {
-        v = gpu::load_vec<8>(from);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 8; j += 2) {
-          const auto pair = gpu::load_vec<2>(from + j);
-          v.v[j] = pair.v[0];
-          v.v[j + 1] = pair.v[1];
-        }
+        for (int j = 0; j < 8; ++j) v.v[j] = gpu::from_float<T>(gated(gate.act, gpu::to_float(v.v[j]), gpu::to_float(up.v[j])));
       }
     } else {
 #pragma unroll
@@ -776,13 +786,13 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
 
 template <class T>
 __global__ void gemv_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m, int ldx, int64_t ldy, int tiles_per_split,
-                            bool x_vectors, const int32_t* x_perm, float* workspace, int32_t* counters) {
+                            bool x_vectors, const int32_t* x_perm, Int4Gate gate, float* workspace, int32_t* counters) {
   LW_DYNAMIC_SHARED(T, xs);
 #if LW_MATRIX_CORES
-  gemv_rows<T>(xs, y, x, w, bias, m, ldx, ldy, tiles_per_split, x_vectors, x_perm, workspace, m, counters);
+  gemv_rows<T>(xs, y, x, w, bias, m, ldx, ldy, tiles_per_split, x_vectors, x_perm, gate, workspace, m, counters);
 #else
   (void)xs, (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_split, (void)x_vectors,
-      (void)x_perm, (void)workspace, (void)counters;
+      (void)x_perm, (void)gate, (void)workspace, (void)counters;
 #endif
 }
 
@@ -824,7 +834,7 @@ __global__ void LW_INT4_GROUPED_BOUNDS grouped_gemv_kernel(T* y, const T* x, con
     if (r0 > begin) __syncthreads();  // every warp is done with the pass's x before it is overwritten
     const int m = min(end - r0, mma::kNarrowCols);
     gemv_rows<T>(xs, y + r0 * ldy, x + static_cast<int64_t>(r0) * ldx, w, static_cast<const T*>(nullptr), m, ldx, ldy,
-                 tiles_per_split, x_vectors, nullptr, workspace ? workspace + static_cast<int64_t>(r0) * w.n : nullptr, rows,
+                 tiles_per_split, x_vectors, nullptr, Int4Gate{}, workspace ? workspace + static_cast<int64_t>(r0) * w.n : nullptr, rows,
                  nullptr);
   }
 #else
@@ -969,7 +979,7 @@ bool int4_gemv_serves(const Int4Matrix& w, int64_t m, int splits) {
 template <class T>
 void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, int64_t ldx, int64_t ldy, int splits,
                float* workspace, int32_t* counters, int warp_size, cudaStream_t stream, Int4GemmKernel kernel,
-               const int32_t* x_perm) {
+               const int32_t* x_perm, Int4Gate gate) {
   check_matrix("int4_gemm", w);
   LW_CHECK(m >= 0 && m <= kInt4GemmMaxRows, "int4_gemm: " << m << " rows; at most " << kInt4GemmMaxRows);
   LW_CHECK(int4_gemm_supports(w), "int4_gemm: groups of " << w.group << " columns are not whole 16-column steps");
@@ -985,6 +995,12 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
                << m << " rows of x with groups of " << w.group << " columns of K = " << w.k << " in " << splits
                << " splits" << (kernel == Int4GemmKernel::ring ? " (the ring kernel was asked for)" : "")
                << ": gather x's columns first (gather_columns)");
+  LW_CHECK(!gate.on || (kernel != Int4GemmKernel::ring && int4_gemv_serves(w, m, splits)),
+           "int4_gemm: a gated x is taken by the streamed kernel only, which does not serve "
+               << m << " rows of x with groups of " << w.group << " columns of K = " << w.k << " in " << splits
+               << " splits" << (kernel == Int4GemmKernel::ring ? " (the ring kernel was asked for)" : "")
+               << ": act_mul first");
+  LW_CHECK(!gate.on || ldx >= 2 * w.k, "int4_gemm: a gated x needs rows of gate and up, 2 x " << w.k << " elements; ldx is " << ldx);
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols;
   const int64_t per_split = (tiles_k + splits - 1) / splits;
   // The kernel counts rows, columns, tiles and (row, group) parameters in 32 bits.
@@ -1006,7 +1022,7 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
                 {dim3(static_cast<unsigned>(gemm_row_blocks(w, m)), static_cast<unsigned>(splits)),
                  dim3(kGemmWarps * warp_size), shared, stream, gpu::kOverlapsPrior},
                 y, x, w, bias, static_cast<int>(m), static_cast<int>(ldx), ldy, static_cast<int>(per_split), x_vectors, x_perm,
-                workspace, counters);
+                gate, workspace, counters);
   } else if (m <= gpu::mma::kNarrowCols) {
     // Up to kNarrowCols rows: products of the MMA's first columns only (the same sums per row).
     run.template operator()<1, true>();
@@ -1081,9 +1097,9 @@ LW_INT4_INSTANTIATE(half)
 LW_INT4_INSTANTIATE(bfloat16)
 #undef LW_INT4_INSTANTIATE
 template void int4_gemm<half>(half*, const half*, const Int4Matrix&, const half*, int64_t, int64_t, int64_t, int, float*,
-                              int32_t*, int, cudaStream_t, Int4GemmKernel, const int32_t*);
+                              int32_t*, int, cudaStream_t, Int4GemmKernel, const int32_t*, Int4Gate);
 template void int4_gemm<bfloat16>(bfloat16*, const bfloat16*, const Int4Matrix&, const bfloat16*, int64_t, int64_t,
-                                  int64_t, int, float*, int32_t*, int, cudaStream_t, Int4GemmKernel, const int32_t*);
+                                  int64_t, int, float*, int32_t*, int, cudaStream_t, Int4GemmKernel, const int32_t*, Int4Gate);
 template void int4_grouped_gemv<half>(half*, const half*, const Int4Matrix&, const Int4Matrix*, int64_t, const int32_t*,
                                       int64_t, int, float*, int, cudaStream_t);
 template void int4_grouped_gemv<bfloat16>(bfloat16*, const bfloat16*, const Int4Matrix&, const Int4Matrix*, int64_t,

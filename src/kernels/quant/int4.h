@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "gpu/compat.h"
+#include "kernels/activation.h"
 
 namespace lw::kernels {
 
@@ -64,6 +65,14 @@ void int4_place_tiles(void* tiles, int64_t n, const void* part, int64_t n_part, 
 template <class T>
 void int4_expand(T* out, const Int4Matrix& w, const int32_t* perm, int warp_size, cudaStream_t stream);
 
+// The gated product the streamed kernel can multiply in x's place: each row of x holds 2k
+// elements, gate then up, and the kernel stages act(gate[j]) * up[j] rounded once to T, as
+// act_mul writes it (an MLP's down projection without act_mul's launch and round trip).
+struct Int4Gate {
+  bool on = false;
+  Activation act = Activation::silu;
+};
+
 // The two kernels of int4_gemm, which give the same bits wherever both serve: `ring` stages the
 // weight tiles and x through a ring of shared memory (every m); `streamed` loads each lane's runs
 // of the tiles straight into registers and x's columns once per block (few rows of x:
@@ -80,11 +89,12 @@ enum class Int4GemmKernel { automatic, ring, streamed };
 // of x. Needs matrix cores (int4_gemm_available). x_perm (optional, [k], act-order weights): the
 // tiles' column j multiplies x's column x_perm[j], gathered as the streamed kernel stages x (no
 // gathered copy of x, no launch for it); only where the streamed kernel serves (refused
-// otherwise: gather_columns first).
+// otherwise: gather_columns first). gate (streamed kernel only, like x_perm): x's rows are
+// gate/up pairs of 2k elements (ldx >= 2k), multiplied as their gated product.
 template <class T>
 void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, int64_t ldx, int64_t ldy, int splits,
                float* workspace, int32_t* counters, int warp_size, cudaStream_t stream,
-               Int4GemmKernel kernel = Int4GemmKernel::automatic, const int32_t* x_perm = nullptr);
+               Int4GemmKernel kernel = Int4GemmKernel::automatic, const int32_t* x_perm = nullptr, Int4Gate gate = {});
 // Whether the streamed kernel serves m rows of x in `splits` k splits: up to 8 rows (the MMA's
 // narrow products), groups of whole 64-column tiles (or one group), x's columns of a split in
 // 48 KiB of shared memory.
