@@ -525,7 +525,8 @@ TEST(MatrixDecodeAttention, WarpsOfABlockAndPartitionsMerge) {
     struct Plan {
       int warps, partition;  // partition 0: none
     };
-    for (const Plan p : {Plan{1, 0}, Plan{2, 0}, Plan{4, 0}, Plan{3, 0}, Plan{1, 256}, Plan{2, 512}, Plan{4, 128}, Plan{3, 96}}) {
+    for (const Plan p : {Plan{1, 0}, Plan{2, 0}, Plan{4, 0}, Plan{3, 0}, Plan{5, 0}, Plan{8, 0}, Plan{1, 256}, Plan{2, 512},
+                         Plan{4, 128}, Plan{3, 96}, Plan{8, 256}}) {
       SCOPED_TRACE(::testing::Message() << p.warps << " warps, partitions of " << p.partition);
       if (p.warps * warp_bytes > ctx().caps().shared_memory_per_block_optin) continue;
       kernels::MatrixDecodeArgs a{};

@@ -218,52 +218,57 @@ LW_HOST_DEVICE constexpr int merge_floats() {
 }
 
 // A block's warps each hold the same 16 rows over their own keys (o, m, l as online_softmax
-// leaves them): warps 1.. store theirs at spill(w) (merge_floats<DT>() floats of shared memory,
-// laid out by lane, so any fragment layout), and warp 0 adds them to its own, weighted by
-// 2^(m_w - m) against the larger reference (any reference will do: output and sum share it).
-// The whole block calls it, each warp done with what spill(w) overlays; afterwards warp 0's
-// o, m, l hold the block's rows.
+// leaves them), merged pairwise in rounds: while `count` warps hold rows, warps [half, count)
+// store theirs at spill(w) (merge_floats<DT>() floats of shared memory, laid out by lane, so any
+// fragment layout) and warps w < count - half add warp w + half's to their own, weighted by
+// 2^(m_w - m) against the larger reference (any reference will do: output and sum share it),
+// half = ceil(count / 2). log2(warps) merges on the block's critical path instead of warps - 1.
+// The whole block calls it, each warp done with what spill(w) overlays (a warp's own shared
+// memory: a round's stores never meet its loads, one barrier a round); afterwards warp 0's o, m,
+// l hold the block's rows.
 template <int DT, class Spill>
 LW_DEVICE_INLINE void merge_warps(mma::FragC (&o)[DT], float (&m)[mma::kRowSlots], float (&l)[mma::kRowSlots],
                                   int warps, Spill spill) {
-  if (warps <= 1) return;
   constexpr int kO = DT * mma::kC, W = gpu::kWarpSize;
   const int warp = gpu::warp_id(), lane = gpu::lane_id();
-  if (warp > 0) {
-    const auto at = spill(warp);
+  for (int count = warps; count > 1;) {
+    const int half = (count + 1) / 2;
+    if (warp >= half && warp < count) {
+      const auto at = spill(warp);
 #pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
+      for (int dt = 0; dt < DT; ++dt) {
 #pragma unroll
-      for (int i = 0; i < mma::kC; ++i) at[(dt * mma::kC + i) * W + lane] = o[dt].x[i];
-    }
+        for (int i = 0; i < mma::kC; ++i) at[(dt * mma::kC + i) * W + lane] = o[dt].x[i];
+      }
 #pragma unroll
-    for (int s = 0; s < mma::kRowSlots; ++s) {
-      at[(kO + s) * W + lane] = m[s];
-      at[(kO + mma::kRowSlots + s) * W + lane] = l[s];
-    }
-  }
-  __syncthreads();
-  if (warp != 0) return;
-  for (int w = 1; w < warps; ++w) {
-    const auto at = spill(w);
-    float mine[mma::kRowSlots], theirs[mma::kRowSlots];
-#pragma unroll
-    for (int s = 0; s < mma::kRowSlots; ++s) {
-      const float m_w = at[(kO + s) * W + lane], m_new = fmaxf(m[s], m_w);
-      const float ref = m_new == -INFINITY ? 0.0f : m_new;  // neither has seen a key: both weights 0
-      mine[s] = exp2f(m[s] - ref);
-      theirs[s] = exp2f(m_w - ref);
-      m[s] = m_new;
-      l[s] = l[s] * mine[s] + at[(kO + mma::kRowSlots + s) * W + lane] * theirs[s];
-    }
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-#pragma unroll
-      for (int i = 0; i < mma::kC; ++i) {
-        const int s = mma::c_slot(i);
-        o[dt].x[i] = o[dt].x[i] * mine[s] + at[(dt * mma::kC + i) * W + lane] * theirs[s];
+      for (int s = 0; s < mma::kRowSlots; ++s) {
+        at[(kO + s) * W + lane] = m[s];
+        at[(kO + mma::kRowSlots + s) * W + lane] = l[s];
       }
     }
+    __syncthreads();
+    if (warp < count - half) {
+      const auto at = spill(warp + half);
+      float mine[mma::kRowSlots], theirs[mma::kRowSlots];
+#pragma unroll
+      for (int s = 0; s < mma::kRowSlots; ++s) {
+        const float m_w = at[(kO + s) * W + lane], m_new = fmaxf(m[s], m_w);
+        const float ref = m_new == -INFINITY ? 0.0f : m_new;  // neither has seen a key: both weights 0
+        mine[s] = exp2f(m[s] - ref);
+        theirs[s] = exp2f(m_w - ref);
+        m[s] = m_new;
+        l[s] = l[s] * mine[s] + at[(kO + mma::kRowSlots + s) * W + lane] * theirs[s];
+      }
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+#pragma unroll
+        for (int i = 0; i < mma::kC; ++i) {
+          const int s = mma::c_slot(i);
+          o[dt].x[i] = o[dt].x[i] * mine[s] + at[(dt * mma::kC + i) * W + lane] * theirs[s];
+        }
+      }
+    }
+    count = half;
   }
 }
 
