@@ -65,6 +65,19 @@ ops::Int4Tensors random_gptq(int64_t n, int64_t k, int64_t group) {
   return t;
 }
 
+// 0..k-1 shuffled, and as an i32 tensor on the device.
+std::vector<int32_t> random_permutation(int64_t k) {
+  std::vector<int32_t> perm(static_cast<size_t>(k));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng());
+  return perm;
+}
+Tensor permutation_on_device(const std::vector<int32_t>& perm) {
+  Tensor h = Tensor::empty_host({static_cast<int64_t>(perm.size())}, DType::i32);
+  std::copy(perm.begin(), perm.end(), h.data<int32_t>());
+  return ctx().to_device(h);
+}
+
 kernels::Int4Matrix int4_matrix_of(const ops::Weight& w, int64_t group) {
   return {w.data().data_ptr(), w.scales().data<float>(), static_cast<const uint8_t*>(w.zeros().data_ptr()), w.out_features(),
           w.in_features(), group};
@@ -565,16 +578,11 @@ TEST(Int4Weights, StreamedKernelGivesTheRingKernelsBits) {
 // streamed kernel does not serve (9 rows, or the ring kernel asked for) the permutation is
 // refused.
 TEST(Int4Weights, StreamedKernelGathersActOrderColumns) {
-  std::mt19937_64& gen = rng();
   const int64_t n = 72, k = 1024, group = 128;
   const ops::Weight w = ops::int4_weight(ctx(), random_gptq(n, k, group));
   const kernels::Int4Matrix km = int4_matrix_of(w, group);
-  std::vector<int32_t> perm(static_cast<size_t>(k));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), gen);
-  Tensor perm_h = Tensor::empty_host({k}, DType::i32);
-  std::copy(perm.begin(), perm.end(), perm_h.data<int32_t>());
-  const Tensor perm_d = ctx().to_device(perm_h);
+  const std::vector<int32_t> perm = random_permutation(k);
+  const Tensor perm_d = permutation_on_device(perm);
   for (int splits : {1, 3}) {
     for (int64_t m = 1; m <= 8; ++m) {
       const DType dt = m % 2 == 0 ? DType::f16 : DType::bf16;
@@ -663,16 +671,10 @@ TEST(Int4Weights, GatedLinearTakesTheProductAsItStagesX) {
 // and without act order, in 1 and 3 splits: the bits of the kernel over act_mul's product.
 // Refused on the ring kernel and with rows narrower than gate and up.
 TEST(Int4Weights, StreamedKernelGatesPaddedRows) {
-  std::mt19937_64& gen = rng();
   const int64_t n = 72, k = 1024, group = 128, ldx = 2 * k + 6;
   const ops::Weight w = ops::int4_weight(ctx(), random_gptq(n, k, group));
   const kernels::Int4Matrix km = int4_matrix_of(w, group);
-  std::vector<int32_t> perm(static_cast<size_t>(k));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), gen);
-  Tensor perm_h = Tensor::empty_host({k}, DType::i32);
-  std::copy(perm.begin(), perm.end(), perm_h.data<int32_t>());
-  const Tensor perm_d = ctx().to_device(perm_h);
+  const Tensor perm_d = permutation_on_device(random_permutation(k));
   const kernels::Int4Gate silu{true, kernels::Activation::silu};
   for (int splits : {1, 3})
     for (int64_t m = 1; m <= 8; ++m)
