@@ -473,16 +473,19 @@ TEST(Int4Weights, FusedKernelOnLargerShapes) {
 
 // The fused kernel's k splits added by the last block of each row block (counters) and by a
 // second launch: the same bits, with a bias, over several row blocks (the last one partial, its
-// last row tile half outside N), at 1, 9 and 40 rows of x; the counters are zero after each
-// launch, and a second call through the same counters gives the same result.
+// last row tile half outside N), at 1, 9 and 40 rows of x in the planned splits and at 1 and 3
+// in 32 and 37 (a split a tile, twice as many as the last block loads at once; 5 of the 37
+// empty); the counters are zero after each launch, and a second call through the same counters
+// gives the same result.
 TEST(Int4Weights, SplitsAddedByTheirLastBlock) {
-  const int64_t n = 296, k = 1024, group = 128;
+  const int64_t n = 296, k = 2048, group = 128;
   const ops::Weight w = ops::int4_weight(ctx(), random_gptq(n, k, group));
   const kernels::Int4Matrix km = int4_matrix_of(w, group);
-  const int splits = kernels::int4_gemm_splits(km, 2);
-  ASSERT_GT(splits, 1);
+  const int planned = kernels::int4_gemm_splits(km, 2);
+  ASSERT_GT(planned, 1);
   const Tensor bias = ctx().to_device(random_host({n}, DType::bf16));
-  for (int64_t m : {1, 9, 40}) {
+  // Also more splits than the last block loads at once (16), some of them empty.
+  for (auto [m, splits] : {std::pair<int64_t, int>{1, planned}, {9, planned}, {40, planned}, {1, 32}, {3, 37}}) {
     SCOPED_TRACE(::testing::Message() << m << " rows of x, " << splits << " splits");
     const int64_t blocks = kernels::int4_gemm_counters(km, m);
     ASSERT_GT(blocks, 1);
