@@ -495,7 +495,8 @@ TEST(PrefillAttention, LongPromptWholeAndChunked) {
 }
 
 // The matrix decode kernel under plans forced past what the automatic choice gives this device:
-// blocks of 1 to 4 warps (their rows merged in shared memory), with and without partitions
+// blocks of 1 to 5 and 8 warps (their rows merged in shared memory in rounds; 5 and 8 where
+// the device's shared memory takes them), with and without partitions
 // (merged by a second launch or by the last block of each split), runs that leave some warps
 // of a block no keys, and sequences of several new tokens (the causal edge inside the
 // fragment); each against float64.

@@ -222,10 +222,11 @@ LW_HOST_DEVICE constexpr int merge_floats() {
 // store theirs at spill(w) (merge_floats<DT>() floats of shared memory, laid out by lane, so any
 // fragment layout) and warps w < count - half add warp w + half's to their own, weighted by
 // 2^(m_w - m) against the larger reference (any reference will do: output and sum share it),
-// half = ceil(count / 2). log2(warps) merges on the block's critical path instead of warps - 1.
-// The whole block calls it, each warp done with what spill(w) overlays (a warp's own shared
-// memory: a round's stores never meet its loads, one barrier a round); afterwards warp 0's o, m,
-// l hold the block's rows.
+// half = ceil(count / 2). ceil(log2(warps)) merges on the block's critical path instead of
+// warps - 1. The whole block calls it, each warp done with what spill(w) overlays (a warp's own
+// shared memory). One barrier a round, between its stores and its loads: a round stores to
+// warps [half', half) only, never to the regions [half, count) the round before loads from;
+// afterwards warp 0's o, m, l hold the block's rows.
 template <int DT, class Spill>
 LW_DEVICE_INLINE void merge_warps(mma::FragC (&o)[DT], float (&m)[mma::kRowSlots], float (&l)[mma::kRowSlots],
                                   int warps, Spill spill) {

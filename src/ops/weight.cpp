@@ -524,25 +524,30 @@ Int4Plan plan_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor&
   return p;
 }
 
+// Whether the plan's kernel takes a gated x: the streamed kernel, with any permutation gathered in it.
+bool gate_in_kernel(const Weight& w, const Int4Plan& plan) {
+  return plan.fused && plan.streamed && (!w.perm().defined() || plan.perm_in_kernel);
+}
+
 // gate: x's rows are gate/up pairs of 2K elements, multiplied as their gated product by the
-// streamed kernel (the plan's `streamed`, with any permutation in the kernel).
+// streamed kernel (gate_in_kernel).
 void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, int64_t rows,
                  const Int4Plan& plan, kernels::Int4Gate gate = {}) {
+  LW_CHECK(!gate.on || gate_in_kernel(w, plan),
+           "gated_linear: the int4 kernels take a gated x only on the streamed kernel (" << rows << " rows of x)");
   const int64_t n = w.out_features(), k = w.in_features(), ldx = gate.on ? 2 * k : k;
   if (!plan.fused) {
     linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, plan.sel.forced() ? plan.sel.path : GemmPath::automatic);
     return;
   }
-  LW_CHECK(!gate.on || (plan.streamed && (!w.perm().defined() || plan.perm_in_kernel)),
-           "linear: a gated x for int4 weights needs the streamed kernel (" << rows << " rows of x)");
   const kernels::Int4Matrix m = int4_matrix(w);
   const int splits = plan.splits;
   const Tensor xs =
       w.perm().defined() && !plan.perm_in_kernel ? gather_columns(ctx, x.view({rows, k}), w.perm()) : x.view({rows, ldx});
   const int32_t* x_perm = plan.perm_in_kernel ? w.perm().data<int32_t>() : nullptr;
   Tensor workspace = splits > 1 ? ctx.empty({splits * std::min(rows, kernels::kInt4GemmMaxRows) * n}, DType::f32) : Tensor();
-  // The splits are added by their last block up to 4 rows of x (one pass of its threads, as at
-  // one row, where it measured as fast as the second launch); more rows take the second launch,
+  // The splits are added by their last block up to 4 rows of x (each thread's elements one after
+  // another, as fast as the second launch at one row); more rows take the second launch,
   // whose many blocks add them faster (the last block's passes made 64 rows 28% slower).
   constexpr int64_t kInt4LastBlockRows = 4;
   int32_t* counters = splits > 1 && rows <= kInt4LastBlockRows
@@ -625,11 +630,11 @@ void gated_linear(Context& ctx, Activation act, const Tensor& x, const Weight& w
   LW_CHECK(x.dim() >= 1 && x.size(-1) == 2 * k,
            op << ": x " << x.describe() << " must end in 2 x in_features " << k << " of the weight " << w.describe()
               << " (gate and up)");
+  check_linear_args(op, x, 2 * k, w, bias, out);
   if (w.format() == WeightFormat::int4) {
-    check_linear_args(op, x, 2 * k, w, bias, out);
     const int64_t rows = leading_rows(x);
     const Int4Plan plan = plan_int4(ctx, x, w, out, rows, path);
-    if (plan.fused && plan.streamed && (!w.perm().defined() || plan.perm_in_kernel)) {
+    if (gate_in_kernel(w, plan)) {
       linear_int4(ctx, x, w, bias, out, rows, plan, kernels::Int4Gate{true, act});
       return;
     }
@@ -639,6 +644,11 @@ void gated_linear(Context& ctx, Activation act, const Tensor& x, const Weight& w
   Tensor product = ctx.empty(shape, x.dtype());
   act_mul(ctx, act, x, product);
   linear(ctx, product, w, bias, out, path);
+}
+
+bool gated_linear_fuses(Context& ctx, const Tensor& x, const Weight& w, const Tensor& out, GemmPath path) {
+  if (!w.defined() || w.format() != WeightFormat::int4 || x.dim() < 1 || x.size(-1) != 2 * w.in_features()) return false;
+  return gate_in_kernel(w, plan_int4(ctx, x, w, out, leading_rows(x), path));
 }
 
 void grouped_linear(Context& ctx, const Tensor& x, const std::vector<Weight>& weights, std::span<const int32_t> offsets,

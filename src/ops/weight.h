@@ -179,8 +179,9 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //   int4              f16/bf16 x on a device with matrix cores (and the emulator), up to
 //                     kInt4FusedMaxRows rows and on the forced gemv path (any rows, in passes of
 //                     kernels::kInt4GemmMaxRows): the fused
-//                     kernel on the matrix-fragment layer (kernels::int4_gemm; x's columns
-//                     gathered first where the weight has a permutation); more rows, f32 x,
+//                     kernel on the matrix-fragment layer (kernels::int4_gemm; where the weight
+//                     has a permutation, x's columns gathered by the streamed kernel up to 4
+//                     rows, into a copy first above); more rows, f32 x,
 //                     another forced path, deterministic mode, groups that are not whole
 //                     16-column steps or no matrix cores: the expansion and the dense linear.
 // x, out contiguous with the same leading dimensions and x's dtype (f32/f16/bf16); bias
@@ -189,12 +190,16 @@ void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, 
             GemmPath path = GemmPath::automatic);
 
 // out = (act(x[..., :K]) * x[..., K:]) @ w^T (+ bias): an MLP's down projection of its gate/up
-// product x ([..., 2K]). int4 weights on the streamed kernel (up to kernels::mma::kNarrowCols
-// rows, act order up to 4) take the product as they stage x, in one launch; every other case
-// is act_mul into a temporary and `linear`. The same values either way (the product rounded
-// once to x's dtype).
+// product x ([..., 2K]). int4 weights on the streamed kernel (up to gpu::mma::kNarrowCols rows,
+// act order up to 4) take the product as they stage x, in one launch; every other case is
+// act_mul into a temporary and `linear`. The same values either way (the product rounded once
+// to x's dtype).
 void gated_linear(Context& ctx, Activation act, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out,
                   GemmPath path = GemmPath::automatic);
+// Whether gated_linear(x, w, out) takes the product in the projection's kernel (one launch)
+// rather than act_mul first.
+bool gated_linear_fuses(Context& ctx, const Tensor& x, const Weight& w, const Tensor& out,
+                        GemmPath path = GemmPath::automatic);
 
 // out[T, N] = x[T, K] through one weight per group (MoE experts): rows [offsets[e],
 // offsets[e + 1]) of x times weights[e] by `linear` above, each weight in its own format (so a

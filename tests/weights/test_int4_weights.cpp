@@ -473,19 +473,19 @@ TEST(Int4Weights, FusedKernelOnLargerShapes) {
 
 // The fused kernel's k splits added by the last block of each row block (counters) and by a
 // second launch: the same bits, with a bias, over several row blocks (the last one partial, its
-// last row tile half outside N), at 1, 9 and 40 rows of x in the planned splits and at 1 and 3
-// in 32 and 37 (a split a tile, twice as many as the last block loads at once; 5 of the 37
-// empty); the counters are zero after each launch, and a second call through the same counters
-// gives the same result.
+// last row tile half outside N), at 1, 9 and 40 rows of x in the planned splits and at 1, 3 and
+// 9 in 37 and 40 (a split a tile of 37: two chunks of the 16 the last block loads at once and
+// part of a third; 3 of the 40 empty); the counters are zero after each launch, and a second
+// call through the same counters gives the same result.
 TEST(Int4Weights, SplitsAddedByTheirLastBlock) {
-  const int64_t n = 296, k = 2048, group = 128;
+  const int64_t n = 296, k = 2368, group = 64;
   const ops::Weight w = ops::int4_weight(ctx(), random_gptq(n, k, group));
   const kernels::Int4Matrix km = int4_matrix_of(w, group);
   const int planned = kernels::int4_gemm_splits(km, 2);
   ASSERT_GT(planned, 1);
   const Tensor bias = ctx().to_device(random_host({n}, DType::bf16));
   // Also more splits than the last block loads at once (16), some of them empty.
-  for (auto [m, splits] : {std::pair<int64_t, int>{1, planned}, {9, planned}, {40, planned}, {1, 32}, {3, 37}}) {
+  for (auto [m, splits] : {std::pair<int64_t, int>{1, planned}, {9, planned}, {40, planned}, {1, 37}, {3, 40}, {9, 37}}) {
     SCOPED_TRACE(::testing::Message() << m << " rows of x, " << splits << " splits");
     const int64_t blocks = kernels::int4_gemm_counters(km, m);
     ASSERT_GT(blocks, 1);
@@ -636,7 +636,8 @@ TEST(Int4Weights, StreamedKernelGathersActOrderColumns) {
 // gated_linear (an MLP's down projection over its gate/up product): the streamed kernel takes
 // act(gate) * up as it stages x, giving the bits of act_mul then linear, near float64 over the
 // reference weights; every layout (act order in the kernel up to 4 rows, a copy first above;
-// groups of 32 columns on the ring kernel), silu and gelu; 9 rows and f32 take act_mul and linear.
+// groups of 32 columns on the ring kernel), silu and both gelus; 9 rows and f32 take act_mul and
+// linear (gated_linear_fuses says which).
 TEST(Int4Weights, GatedLinearTakesTheProductAsItStagesX) {
   Fixture fx;
   for (const std::string& name : fx.cases()) {
@@ -647,7 +648,9 @@ TEST(Int4Weights, GatedLinearTakesTheProductAsItStagesX) {
     for (int64_t m : {1, 3, 6, 8, 9})
       for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
         if (dt == DType::f32 && m != 3) continue;
-        const ops::Activation act = m == 3 ? ops::Activation::gelu_tanh : ops::Activation::silu;
+        const ops::Activation act = m == 3   ? ops::Activation::gelu_tanh
+                                    : m == 6 ? ops::Activation::gelu_erf
+                                             : ops::Activation::silu;
         const bool with_bias = m % 2 == 1;
         SCOPED_TRACE(::testing::Message() << name << " " << dtype_name(dt) << " M=" << m << (with_bias ? " bias" : ""));
         const Tensor gu = ctx().to_device(random_host({m, 2 * k}, dt, -3.0, 3.0));
@@ -656,6 +659,12 @@ TEST(Int4Weights, GatedLinearTakesTheProductAsItStagesX) {
         poison(fused);
         poison(apart);
         ops::act_mul(ctx(), act, gu, product);
+        // The kernel takes the product wherever the streamed kernel serves (the layouts of
+        // whole 64-column groups or one group, up to 8 rows, act order up to 4 in the kernel).
+        const bool streamed_layout = name.rfind("gptq_sym_g32", 0) != 0;
+        const bool act_order = fx.manifest[name]["desc_act"].get<bool>();
+        EXPECT_EQ(ops::gated_linear_fuses(ctx(), gu, w, fused),
+                  dt != DType::f32 && streamed_layout && m <= (act_order ? 4 : 8));
         ops::gated_linear(ctx(), act, gu, w, bias, fused);
         ops::linear(ctx(), product, w, bias, apart);
         const Tensor got = ctx().to_host(fused);
