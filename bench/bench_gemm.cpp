@@ -19,11 +19,13 @@
 // by ops::int4_weight), where "gemv" is the fused matrix-fragment kernel (up to 64 rows) and
 // "vendor" the expansion followed by the vendor GEMM; up to 8 rows, "ring" times the fused
 // kernel's ring variant (kernels::Int4GemmKernel::ring) where "gemv" runs the streamed one, and
-// "streamed" the streamed one forced, both named with their k splits (ops' or each of --splits).
+// "streamed" the streamed one forced, both named with their k splits (ops' or each of --splits);
+// "hopper" the Hopper kernel forced (Int4GemmKernel::hopper: an sm_90 device and a build for 90)
+// at any rows, in one split above 64 rows.
 // --act-order (int4): a random g_idx, so that x's columns are permuted: gathered by the streamed
 // kernel as it stages x, or into a copy first above 4 rows ("ring" times the kernel alone).
 // --paths vendor,gemv,... times only the paths named (vendor, gemv, automatic, deterministic, ring,
-// streamed);
+// streamed, hopper);
 // --shapes 14336x4096,... only these weight shapes (N x K).
 // --experts E [--top-k 8]: grouped_linear (mixture-of-experts) instead, dense weights [E, N, K]:
 // each of M tokens sends a row to top-k distinct experts drawn at random, and the bandwidth is
@@ -54,6 +56,7 @@
 #include "core/context.h"
 #include "kernels/gemv.h"
 #include "kernels/quant/int4.h"
+#include "kernels/quant/int4_hopper.h"
 #include "ops/int4_weight.h"
 #include "ops/check.h"
 #include "ops/elementwise.h"
@@ -171,9 +174,9 @@ int main(int argc, char** argv) {
   app.add_option("--ms", ms, "rows of x (tokens)")->delimiter(',');
   app.add_option("--json", json_path, "also write the results as JSON");
   std::vector<std::string> only_paths;
-  app.add_option("--paths", only_paths, "time only these paths: vendor, gemv, automatic, deterministic, ring, streamed")
+  app.add_option("--paths", only_paths, "time only these paths: vendor, gemv, automatic, deterministic, ring, streamed, hopper")
       ->delimiter(',')
-      ->check(CLI::IsMember({"vendor", "gemv", "automatic", "deterministic", "ring", "streamed"}));
+      ->check(CLI::IsMember({"vendor", "gemv", "automatic", "deterministic", "ring", "streamed", "hopper"}));
   std::vector<int> forced_splits;
   app.add_option("--splits", forced_splits, "with --weights int4: the k splits of the ring and streamed paths (default: ops')")
       ->delimiter(',')
@@ -345,9 +348,17 @@ int main(int argc, char** argv) {
           split_counts.push_back(lw::kernels::int4_gemm_splits(shape, ctx.caps().multiprocessors));
         if (*format != lw::ops::WeightFormat::int4) split_counts.clear();
         for (const auto& [forced_name, forced] : {std::pair{"ring", lw::kernels::Int4GemmKernel::ring},
-                                                   std::pair{"streamed", lw::kernels::Int4GemmKernel::streamed}}) {
-          for (const int splits : split_counts) {
-            if (!wanted(forced_name) || !lw::kernels::int4_gemv_serves(shape, m, splits)) continue;
+                                                   std::pair{"streamed", lw::kernels::Int4GemmKernel::streamed},
+                                                   std::pair{"hopper", lw::kernels::Int4GemmKernel::hopper}}) {
+          const bool hopper = forced == lw::kernels::Int4GemmKernel::hopper;
+          for (const int listed : split_counts) {
+            if (!wanted(forced_name)) continue;
+            const bool one_split = hopper && m > lw::kernels::kInt4GemmMaxRows;
+            if (one_split && listed != split_counts.front()) continue;
+            const int splits = one_split ? 1 : listed;
+            if (hopper ? !(lw::kernels::kInt4HopperBuilt && ctx.caps().matrix.wgmma && lw::kernels::int4_hopper_serves(shape))
+                       : !lw::kernels::int4_gemv_serves(shape, m, splits))
+              continue;
             Tensor ws = ctx.empty({splits * m * n}, DType::f32);
             Tensor counters = ctx.to_device(Tensor::empty_host({lw::kernels::int4_gemm_counters(shape, m)}, DType::i32));
             LW_CUDA_CHECK(cudaMemsetAsync(counters.data_ptr(), 0, counters.nbytes(), ctx.stream().get()));

@@ -147,6 +147,44 @@ LW_DEVICE_INLINE void mma_rs_mn(mma::FragC (&d)[N / 16], const RegsA& a, uint64_
 #undef LW_WG_RS64
 #undef LW_WG_RS128
 }
+// d (64 x N, N / 16 FragCs per warp) += A.B: A from registers (the warp's 16 x 16 A fragment
+// as RegsA), B K-major in shared memory (descriptor b, as mma_64x64_ss's B: its rows are its N
+// columns). N: 16, 32, 64.
+template <class T, int N>
+LW_DEVICE_INLINE void mma_rs_k(mma::FragC (&d)[N / 16], const RegsA& a, uint64_t b) {
+  static_assert(N == 16 || N == 32 || N == 64, "mma_rs_k: N of 16, 32 or 64");  // lint: not-a-warp
+  const uint32_t a0 = a.r[0], a1 = a.r[1], a2 = a.r[2], a3 = a.r[3];
+#define LW_WG_RSK16(TYPE)                                                                                         \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n" LW_WG_MMA(TYPE, "m64n16k16")                      \
+               "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"                      \
+               : LW_WG_R8(0)                                                                                      \
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1))
+#define LW_WG_RSK32(TYPE)                                                                                         \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n" LW_WG_MMA(TYPE, "m64n32k16")                      \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, " \
+               "p, 1, 1, 0;\n}\n"                                                                                 \
+               : LW_WG_R8(0), LW_WG_R8(8)                                                                         \
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1))
+#define LW_WG_RSK64(TYPE)                                                                                         \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" LW_WG_MMA(TYPE, "m64n64k16") LW_WG_D32            \
+               ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                                    \
+               : LW_WG_R8(0), LW_WG_R8(8), LW_WG_R8(16), LW_WG_R8(24)                                             \
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1))
+  constexpr bool kBf16 = std::is_same_v<T, bfloat16>;
+  if constexpr (N == 16) {
+    if constexpr (kBf16) LW_WG_RSK16("bf16");
+    else LW_WG_RSK16("f16");
+  } else if constexpr (N == 32) {  // lint: not-a-warp
+    if constexpr (kBf16) LW_WG_RSK32("bf16");
+    else LW_WG_RSK32("f16");
+  } else {
+    if constexpr (kBf16) LW_WG_RSK64("bf16");
+    else LW_WG_RSK64("f16");
+  }
+#undef LW_WG_RSK16
+#undef LW_WG_RSK32
+#undef LW_WG_RSK64
+}
 #undef LW_WG_MMA
 #undef LW_WG_R8
 #undef LW_WG_D32

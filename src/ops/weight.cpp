@@ -1,6 +1,7 @@
 #include "ops/weight.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -15,6 +16,7 @@
 #include "kernels/quant/fp8_mma_gemv.h"
 #include "kernels/quant/gguf_gemv.h"
 #include "kernels/quant/int4.h"
+#include "kernels/quant/int4_hopper.h"
 #include "kernels/quant/quantize.h"
 #include "ops/check.h"
 #include "ops/copy.h"
@@ -500,8 +502,21 @@ struct Int4Plan {
   int splits = 1;
   bool perm_in_kernel = false;  // act order: x's columns gathered by the streamed kernel
   bool streamed = false;        // the streamed kernel serves the rows in one pass
+  bool hopper = false;          // the Hopper kernel (wgmma) takes the rows the streamed one does not
   Selection<GemmPath> sel;
 };
+
+// Whether int4 rows the streamed kernel does not serve go to the Hopper kernel: a build and a
+// device with it, and LW_INT4_HOPPER=1 (opt-in: its first form measured slower than the ring
+// kernel at 9-64 rows on the H100, docs/PERFORMANCE.md; the ring kernel otherwise, as on other
+// devices).
+bool int4_hopper_enabled(const gpu::DeviceCaps& caps) {
+  static const bool allowed = [] {
+    const char* v = std::getenv("LW_INT4_HOPPER");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return kernels::kInt4HopperBuilt && caps.matrix.wgmma && allowed;
+}
 
 Int4Plan plan_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& out, int64_t rows, GemmPath path) {
   const int64_t n = w.out_features(), k = w.in_features();
@@ -521,6 +536,7 @@ Int4Plan plan_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor&
   // 3-4 us at 1 row, and cost up to 4 us at 8 rows of 14336 x 4096 against the copy.
   constexpr int64_t kInt4GatherInKernelRows = 4;
   p.perm_in_kernel = w.perm().defined() && rows <= kInt4GatherInKernelRows && p.streamed;
+  p.hopper = !p.streamed && int4_hopper_enabled(caps) && kernels::int4_hopper_serves(m);
   return p;
 }
 
@@ -559,7 +575,8 @@ void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
     auto run = [&]<class T>() {
       kernels::int4_gemm<T>(ys.data<T>() + r0 * n, xs.data<T>() + r0 * ldx, m, bias.defined() ? bias.data<T>() : nullptr,
                             count, ldx, n, splits, splits > 1 ? workspace.data<float>() : nullptr, counters,
-                            ctx.warp_size(), ctx.stream().get(), kernels::Int4GemmKernel::automatic, x_perm, gate);
+                            ctx.warp_size(), ctx.stream().get(),
+                            plan.hopper ? kernels::Int4GemmKernel::hopper : kernels::Int4GemmKernel::automatic, x_perm, gate);
     };
     if (x.dtype() == DType::bf16) run.operator()<bfloat16>();
     else run.operator()<half>();

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/quant/int4.h"
+#include "kernels/quant/int4_hopper.h"
 #include "model/weight_loader.h"
 #include "ops/check.h"
 #include "ops/elementwise.h"
@@ -573,6 +574,80 @@ TEST(Int4Weights, StreamedKernelGivesTheRingKernelsBits) {
                                      ctx().warp_size(), ctx().stream().get(), kernels::Int4GemmKernel::streamed);
       },
       "the streamed kernel does not serve 1 rows");
+}
+
+// The Hopper kernel (wgmma, sm_90) against the ring kernel (the matrix-fragment layer, its
+// oracle) over the same splits: 1 to 130 rows of x (the ring kernel in 64-row chunks), partial
+// row tiles and blocks, K past the last whole tile, groups of one and several tiles and one
+// group a row, empty splits, f16 and bf16, x rows 4-byte aligned, bias. Only where the kernel
+// exists (a Hopper GPU and a build for 90); its refusals are checked everywhere below.
+TEST(Int4Weights, HopperKernelMatchesTheRingKernel) {
+  if (!kernels::kInt4HopperBuilt || !ctx().caps().matrix.wgmma)
+    GTEST_SKIP() << "no Hopper int4 kernel here (an sm_90 device and a build for 90)";
+  struct Shape {
+    int64_t n, k, group;
+  };
+  for (const Shape& sh : {Shape{296, 1024, 128}, Shape{40, 576, 64}, Shape{24, 1152, 192}, Shape{48, 200, 200}}) {
+    const ops::Weight w = ops::int4_weight(ctx(), random_gptq(sh.n, sh.k, sh.group));
+    const kernels::Int4Matrix km = int4_matrix_of(w, sh.group);
+    ASSERT_TRUE(kernels::int4_hopper_serves(km));
+    const int64_t tiles_k = (sh.k + kernels::kInt4TileCols - 1) / kernels::kInt4TileCols;
+    for (int splits : {1, kernels::int4_gemm_splits(km, 2), 3, static_cast<int>(tiles_k) + 2}) {
+      for (int64_t m : {1, 3, 8, 9, 16, 17, 30, 33, 64, 70, 130}) {
+        const DType dt = m % 2 == 0 ? DType::f16 : DType::bf16;
+        const bool aligned = m % 3 != 0;
+        SCOPED_TRACE(::testing::Message() << "[" << sh.n << ", " << sh.k << "] group " << sh.group << ", " << splits
+                                          << " splits, " << m << " rows, " << dtype_name(dt)
+                                          << (aligned ? "" : ", x 4-byte aligned"));
+        const int64_t ldx = aligned ? sh.k : sh.k + 2;
+        const Tensor x = ctx().to_device(random_host({m * ldx}, dt));
+        const Tensor bias = ctx().to_device(random_host({sh.n}, dt));
+        Tensor ws = ctx().empty({splits * m * sh.n}, DType::f32);
+        auto run = [&](kernels::Int4GemmKernel kernel, int64_t chunk) {
+          Tensor y = ctx().empty({m, sh.n}, dt);
+          poison(y);
+          ops::dispatch_float(dt, "test", [&]<class T>() {
+            if constexpr (!std::is_same_v<T, float>)
+              for (int64_t r0 = 0; r0 < m; r0 += chunk)
+                kernels::int4_gemm<T>(y.data<T>() + r0 * sh.n, x.data<T>() + r0 * ldx, km, bias.data<T>(),
+                                      std::min(chunk, m - r0), ldx, sh.n, splits, splits > 1 ? ws.data<float>() : nullptr,
+                                      nullptr, ctx().warp_size(), ctx().stream().get(), kernel);
+          });
+          return ctx().to_host(y);
+        };
+        const Tensor hopper = run(kernels::Int4GemmKernel::hopper, m);
+        const Tensor ring = run(kernels::Int4GemmKernel::ring, kernels::kInt4GemmMaxRows);
+        EXPECT_TRUE(bitwise_equal(hopper, ring));
+        for (double v : to_doubles(hopper)) ASSERT_TRUE(std::isfinite(v)) << "an unwritten or non-finite output";
+      }
+    }
+  }
+}
+
+// The Hopper kernel refused where it cannot run: groups that are not whole tiles, a permutation
+// or a gated x (the streamed kernel's), and anywhere in a build without it.
+TEST(Int4Weights, HopperKernelRefusals) {
+  const int64_t n = 32, k = 256;
+  const ops::Weight w = ops::int4_weight(ctx(), random_gptq(n, k, 32));
+  const kernels::Int4Matrix small_groups = int4_matrix_of(w, 32), whole{small_groups.tiles, small_groups.scales,
+                                                                        small_groups.zeros, n, k, k};
+  EXPECT_FALSE(kernels::int4_hopper_serves(small_groups));
+  EXPECT_TRUE(kernels::int4_hopper_serves(whole));
+  const Tensor x = ctx().to_device(random_host({2, 2 * k}, DType::bf16));
+  Tensor y = ctx().empty({2, n}, DType::bf16);
+  const Tensor perm = permutation_on_device(random_permutation(k));
+  auto call = [&](const kernels::Int4Matrix& km, const int32_t* x_perm, kernels::Int4Gate gate) {
+    kernels::int4_gemm<bfloat16>(y.data<bfloat16>(), x.data<bfloat16>(), km, nullptr, 2, 2 * k, n, 1, nullptr, nullptr,
+                                 ctx().warp_size(), ctx().stream().get(), kernels::Int4GemmKernel::hopper, x_perm, gate);
+  };
+  expect_error([&] { call(whole, perm.data<int32_t>(), {}); }, "(the hopper kernel was asked for)");
+  expect_error([&] { call(whole, nullptr, kernels::Int4Gate{true, kernels::Activation::silu}); },
+               "(the hopper kernel was asked for)");
+  if (kernels::kInt4HopperBuilt) {
+    expect_error([&] { call(small_groups, nullptr, {}); }, "the hopper kernel does not serve groups of 32 columns");
+  } else {
+    expect_error([&] { call(whole, nullptr, {}); }, "this build has no hopper kernel");
+  }
 }
 
 // Act order inside the streamed kernel: x's columns gathered through a permutation as x is

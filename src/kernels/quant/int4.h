@@ -73,13 +73,16 @@ struct Int4Gate {
   Activation act = Activation::silu;
 };
 
-// The two kernels of int4_gemm, which give the same bits wherever both serve: `ring` stages the
-// weight tiles and x through a ring of shared memory (every m); `streamed` loads each lane's runs
-// of the tiles straight into registers and x's columns once per block (few rows of x:
-// int4_gemv_serves). `automatic` takes `streamed` where it serves.
-enum class Int4GemmKernel { automatic, ring, streamed };
+// The kernels of int4_gemm. `ring` and `streamed` give the same bits wherever both serve: `ring`
+// stages the weight tiles and x through a ring of shared memory (every m); `streamed` loads each
+// lane's runs of the tiles straight into registers and x's columns once per block (few rows of
+// x: int4_gemv_serves). `automatic` takes `streamed` where it serves. `hopper` is the same
+// arithmetic on NVIDIA Hopper's warpgroup multiply (kernels/quant/int4_hopper.h: sm_90 devices,
+// builds for 90; any m; groups of whole 64-column tiles), only where asked for.
+enum class Int4GemmKernel { automatic, ring, streamed, hopper };
 
-// y[m, n] = x[m, k] @ W^T (+ bias) on the matrix-fragment layer, m <= kInt4GemmMaxRows: the
+// y[m, n] = x[m, k] @ W^T (+ bias) on the matrix-fragment layer, m <= kInt4GemmMaxRows (any m on
+// the hopper kernel, whose splits are always added by a second launch): the
 // zero points are subtracted exactly in T (integers), each group's products accumulate in fp32
 // and are multiplied by their scales there. x rows ldx elements apart (even, 4-byte aligned),
 // y rows ldy. `splits` > 1 divides k over that many blocks per row tile, whose fp32 partial sums

@@ -1,0 +1,353 @@
+#include "kernels/quant/int4_hopper.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "base/error.h"
+#include "gpu/async_copy.h"
+#include "gpu/launch.h"
+#include "gpu/matrix_fragment.h"
+#include "gpu/numeric.h"
+#include "gpu/wgmma.h"
+#include "kernels/quant/int4_tiles.h"
+
+namespace lw::kernels {
+
+namespace {
+
+namespace mma = gpu::mma;
+namespace wg = gpu::wgmma;
+using namespace int4_tiles;
+
+constexpr int kWarps = wg::kThreads / 32;  // lint: not-a-warp (CUDA's warp)
+constexpr int kTilePieces = static_cast<int>(kInt4TileBytes / 16);  // 16-byte pieces of a tile
+// A block's ring: kStages entries of one 64-column step each, the weight tiles of the block's
+// kWarps x R row tiles (every lane's run of each), then x's columns of the step for the block's
+// rows of x (swizzled rows of 128 bytes), filled kStages - 1 steps ahead by every thread's
+// cp.async: as many entries as fit 72 KiB (three blocks a multiprocessor), up to 8.
+template <int NTOK, int R>
+constexpr int kWeightBytes = kWarps * R * static_cast<int>(kInt4TileBytes);
+template <int NTOK, int R>
+constexpr int kEntryBytes = kWeightBytes<NTOK, R> + NTOK * wg::kRowBytes;
+template <int NTOK, int R>
+constexpr int kStages = 72 * 1024 / kEntryBytes<NTOK, R> < 8 ? 72 * 1024 / kEntryBytes<NTOK, R> : 8;
+template <int NTOK, int R>
+constexpr size_t shared_bytes() {
+  return wg::kAtomBytes + size_t{kStages<NTOK, R>} * kEntryBytes<NTOK, R>;
+}
+
+// Fragment elements i and i + 1 of a lane's run (zero point subtracted) as one register of a
+// wgmma A operand.
+template <class T>
+LW_DEVICE_INLINE uint32_t decode_register(uint32_t word, int p, uint32_t zbias) {
+  T lo, hi;
+  decode_pair<T>(word, p, zbias, lo, hi);
+  uint16_t l, h;
+  memcpy(&l, &lo, 2);
+  memcpy(&h, &hi, 2);
+  return static_cast<uint32_t>(l) | (static_cast<uint32_t>(h) << 16);
+}
+
+// Grid (chunks of NTOK rows of x, blocks of kWarps x R row tiles, k splits of `tiles_per_split`
+// 64-column tiles). Warp w of the warpgroup owns row tiles block_tile0 + w R + r (r < R): the
+// r-th multiply of every step takes warp w's A fragment of its tile r, so one multiply covers
+// the block's r-th row tile of each warp, and its accumulator gives each warp its own rows (the
+// layout of the matrix-fragment layer's C). Per 64-column tile: each lane's runs read from the
+// ring entry and decoded into A registers, then 4 steps x R multiplies of 64 x NTOK x 16 from the
+// entry's columns of x, waited for before the next tile. Groups of whole tiles: each group's
+// products accumulate in `sums`, scaled into `total` when the next group begins, as int4.cu's
+// kernels do, in the same splits.
+template <class T, int NTOK, int R, bool kOverlap>
+__global__ void __launch_bounds__(wg::kThreads) hopper_gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m,
+                                                                  int ldx, int64_t ldy, int tiles_per_split, bool x_vectors,
+                                                                  float* workspace) {
+#if LW_WGMMA
+  constexpr int NF = NTOK / 16, S = kStages<NTOK, R>, E = kEntryBytes<NTOK, R>, WB = kWeightBytes<NTOK, R>;
+  // Entries asked for ahead of the one multiplied: with kOverlap a step's multiplies run on while
+  // the next step is decoded, so its entry is refilled a step later.
+  constexpr int kAhead = kOverlap ? S - 2 : S - 1, kUnroll = kOverlap ? 2 : 1;
+  LW_DYNAMIC_SHARED(unsigned char, smem_raw);  // 16-byte aligned: the ring is aligned below
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t pad = (wg::kAtomBytes - raw % wg::kAtomBytes) % wg::kAtomBytes;
+  unsigned char* const ring = smem_raw + pad;
+  const uint32_t ring_addr = raw + pad;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;  // lint: not-a-warp (CUDA's warp)
+  const int tok0 = static_cast<int>(blockIdx.x) * NTOK, rows = min(NTOK, m - tok0);
+  const int k = static_cast<int>(w.k), n = static_cast<int>(w.n);
+  const int tiles_k = (k + static_cast<int>(kInt4TileCols) - 1) / static_cast<int>(kInt4TileCols);
+  const int row_tiles = (n + static_cast<int>(kInt4TileRows) - 1) / static_cast<int>(kInt4TileRows);
+  const int group_cols = static_cast<int>(w.group < w.k ? w.group : w.k);
+  const int groups = (k + group_cols - 1) / group_cols;
+  const int first = static_cast<int>(blockIdx.z) * tiles_per_split, last = min(first + tiles_per_split, tiles_k);
+  const int block_tile0 = static_cast<int>(blockIdx.y) * kWarps * R;
+  int row0[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) row0[r] = (block_tile0 + warp * R + r) * static_cast<int>(kInt4TileRows);
+
+  // Each thread's 16-byte pieces of an entry's weights: piece e = tid + c x 128 is piece e % 32 of
+  // the block's tile e / 32 (warp w's tile r is w R + r), from where it lies at step 0 and the
+  // words between steps; rows past the matrix read the last row tile (their results are not
+  // written).
+  constexpr int kWeightCopies = kWarps * R * kTilePieces / wg::kThreads;
+  static_assert(kWarps * kTilePieces % wg::kThreads == 0, "every thread copies whole pieces");
+  const uint32_t* weight_src[kWeightCopies];
+  int weight_step[kWeightCopies];
+#pragma unroll
+  for (int c = 0; c < kWeightCopies; ++c) {
+    const int e = tid + c * wg::kThreads, read = min(block_tile0 + e / kTilePieces, row_tiles - 1);
+    weight_src[c] = static_cast<const uint32_t*>(w.tiles) + tile_index(read, 0, row_tiles, tiles_k) * kTileWords +
+                    (e % kTilePieces) * 4;
+    weight_step[c] = static_cast<int>(band_width(read, row_tiles)) * kTileWords;
+  }
+  auto load_weights = [&](int t, int slot) {
+    if (t >= last) return;
+    uint32_t* const entry = reinterpret_cast<uint32_t*>(ring + slot * E);
+#pragma unroll
+    for (int c = 0; c < kWeightCopies; ++c) gpu::copy_16_async(entry, (tid + c * wg::kThreads) * 4, weight_src[c] + t * weight_step[c]);
+  };
+  // The weights do not depend on the kernel before: the first entries' are asked for before the
+  // wait.
+#pragma unroll
+  for (int d = 0; d < kAhead; ++d) load_weights(first + d, d);
+
+  // The group's scales (one per row slot of C) and zero points (one per row slot of A), the next
+  // group's loaded as soon as the one before it takes over; rows past the matrix read its last.
+  struct Params {
+    float scale[R][mma::kRowSlots];
+    uint32_t zero[R][mma::kARowSlots];
+  };
+  int slot_at[R][mma::kRowSlots], a_slot_at[R][mma::kARowSlots];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int sl = 0; sl < mma::kRowSlots; ++sl) slot_at[r][sl] = min(row0[r] + mma::slot_row(lane, sl), n - 1) * groups;
+#pragma unroll
+    for (int sl = 0; sl < mma::kARowSlots; ++sl) a_slot_at[r][sl] = min(row0[r] + mma::a_slot_row(lane, sl), n - 1) * groups;
+  }
+  auto load_group = [&](int g, Params& to) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int sl = 0; sl < mma::kRowSlots; ++sl) to.scale[r][sl] = w.scales[slot_at[r][sl] + g];
+#pragma unroll
+      for (int sl = 0; sl < mma::kARowSlots; ++sl) to.zero[r][sl] = w.zeros[a_slot_at[r][sl] + g];
+    }
+  };
+  const int split_end = min(last * static_cast<int>(kInt4TileCols), k);
+  int group = first * static_cast<int>(kInt4TileCols) / group_cols, next_group_at = (group + 1) * group_cols;
+  Params params, next_params;
+  if (first < last) load_group(group, params);
+  if (next_group_at < split_end) load_group(group + 1, next_params);
+  uint32_t zbias[R][mma::kARowSlots];  // (magic + zero) in both 16-bit halves, for decode_pair
+  auto take_zeros = [&]() {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int sl = 0; sl < mma::kARowSlots; ++sl) zbias[r][sl] = (kMagic<T> + params.zero[r][sl]) * 0x10001u;
+  };
+
+  gpu::begin_after_prior_grid();  // x comes from the kernel before
+  // Each thread's 16-byte pieces of an entry's x: piece e = tid + c x 128 is row e / 8 of the
+  // block's rows of x, elements 8 (e % 8) .. of the step. Rows past the block's are zeros in
+  // every entry (written once; the copies never reach them).
+  constexpr int kPieces = NTOK * 8, kCopies = (kPieces + wg::kThreads - 1) / wg::kThreads;
+  for (int e = tid; e < S * (NTOK - rows) * 8; e += wg::kThreads) {
+    const int stage = e / ((NTOK - rows) * 8), i = e % ((NTOK - rows) * 8);
+    uint4* piece = reinterpret_cast<uint4*>(ring + stage * E + WB + wg::piece_offset(rows + i / 8, i % 8, NTOK));
+    *piece = make_uint4(0u, 0u, 0u, 0u);
+  }
+  // x's columns of step t into entry `slot`; columns past K are zeros (K is a multiple of 8: a
+  // piece is wholly in or out).
+  auto load_x = [&](int t, int slot) {
+    if (t >= last) return;
+    unsigned char* const xs = ring + slot * E + WB;
+    const int k0 = t * static_cast<int>(kInt4TileCols);
+#pragma unroll
+    for (int c = 0; c < kCopies; ++c) {
+      const int e = tid + c * wg::kThreads, row = e / 8, p = e % 8;
+      if (e >= kPieces || row >= rows) continue;
+      const bool in = k0 + p * 8 < k;
+      const T* src = x + static_cast<int64_t>(tok0 + row) * ldx + (in ? k0 + p * 8 : 0);
+      uint32_t* const dst = reinterpret_cast<uint32_t*>(xs + wg::piece_offset(row, p, NTOK));
+      if (x_vectors) {
+        gpu::copy_16_async_or_zero(dst, 0, reinterpret_cast<const uint32_t*>(src), in);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (in) gpu::copy_4_async(dst, j, reinterpret_cast<const uint32_t*>(src + 2 * j));
+          else dst[j] = 0u;
+        }
+      }
+    }
+  };
+  // One commit an entry, so that the waits count steps (the first also holds the weights asked
+  // for before the wait).
+#pragma unroll
+  for (int d = 0; d < kAhead; ++d) {
+    load_x(first + d, d);
+    gpu::async_commit();
+  }
+
+  mma::FragC total[R][NF], sums[R][NF];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int f = 0; f < NF; ++f) {
+      mma::fill(total[r][f], 0.0f);
+      mma::fill(sums[r][f], 0.0f);
+    }
+  auto fold = [&]() {  // the group's sums times their rows' scales (as int4.cu's fold)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i) {
+        const float s = params.scale[r][mma::c_slot(i)];
+#pragma unroll
+        for (int f = 0; f < NF; ++f) {
+          total[r][f].x[i] += s * sums[r][f].x[i];
+          sums[r][f].x[i] = 0.0f;
+        }
+      }
+  };
+  if (first < last) take_zeros();
+
+  int slot = 0;  // the entry of step t; step t + kAhead goes to the one kAhead after it
+  for (int t0 = first; t0 < last; t0 += kUnroll) {
+#pragma unroll
+    for (int d = 0; d < kUnroll; ++d) {
+      const int t = t0 + d;
+      if (t >= last) break;
+      gpu::async_wait<kAhead - 1>();  // step t is in (this thread's pieces) ...
+      wg::fence_shared_writes();
+      __syncthreads();  // ... and every thread's; every warp's multiplies of the refilled entry are done
+      const int refill = slot + kAhead < S ? slot + kAhead : slot + kAhead - S;
+      load_weights(t + kAhead, refill);
+      load_x(t + kAhead, refill);
+      gpu::async_commit();
+      uint32_t words[R][kLaneWords];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const auto v = gpu::load_vec_at<kLaneWords, uint32_t>(reinterpret_cast<const uint32_t*>(ring + slot * E),
+                                                              ((warp * R + r) * kTileWords + lane * kLaneWords));
+#pragma unroll
+        for (int c = 0; c < kLaneWords; ++c) words[r][c] = v.v[c];
+      }
+      const int tile_col = t * static_cast<int>(kInt4TileCols);
+      if (tile_col >= next_group_at) {  // groups are whole tiles: a new one begins with this tile
+        if constexpr (kOverlap) {
+          wg::wait<0>();
+#pragma unroll
+          for (int r = 0; r < R; ++r) wg::pin(sums[r]);
+        }
+        fold();
+        ++group;
+        next_group_at += group_cols;
+        params = next_params;
+        take_zeros();
+        if (next_group_at < split_end) load_group(group + 1, next_params);
+      }
+      wg::RegsA a[R][kSteps];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int step = 0; step < kSteps; ++step)
+#pragma unroll
+          for (int i = 0; i < mma::kA; i += 2) {
+            const int e = step * mma::kA + i;
+            a[r][step].r[i / 2] = decode_register<T>(words[r][e >> 3], (e & 7) >> 1, zbias[r][mma::a_slot(i)]);
+          }
+      if constexpr (!kOverlap) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) wg::pin(sums[r]);
+      }
+      wg::fence();
+      // Every step, also those of the last tile past K: x's columns there are zeros, so they add
+      // nothing, and no branch between the multiplies makes the compiler wait for them.
+      const uint64_t desc = wg::k_major(ring_addr + static_cast<uint32_t>(slot * E + WB));
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) wg::mma_rs_k<T, NTOK>(sums[r], a[r][step], wg::advance(desc, wg::k_major_offset(NTOK, 16 * step)));
+      }
+      wg::commit();
+      if constexpr (kOverlap) {
+        wg::wait<1>();  // the step before; this one runs on while the next is decoded
+      } else {
+        wg::wait<0>();
+#pragma unroll
+        for (int r = 0; r < R; ++r) wg::pin(sums[r]);
+      }
+      slot = slot + 1 == S ? 0 : slot + 1;
+    }
+  }
+  if constexpr (kOverlap) {
+    wg::wait<0>();
+#pragma unroll
+    for (int r = 0; r < R; ++r) wg::pin(sums[r]);
+  }
+  gpu::async_wait<0>();  // no copy outlives the block (the ring's tail entries are empty commits)
+  if (first < last) fold();
+
+  // One split: y (+ bias); else the split's plane of the workspace ([splits, m, n]).
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int f = 0; f < NF; ++f)
+#pragma unroll
+      for (int i = 0; i < mma::kC; ++i) {
+        const int row = row0[r] + mma::c_row(lane, i), tok = f * 16 + mma::c_col(lane, i);
+        if (row >= n || tok >= rows) continue;
+        const float v = total[r][f].x[i];
+        const int64_t at = static_cast<int64_t>(tok0 + tok);
+        if (gridDim.z == 1) {
+          y[at * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
+        } else {
+          workspace[(static_cast<int64_t>(blockIdx.z) * m + at) * n + row] = v;
+        }
+      }
+#else
+  (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_split, (void)x_vectors, (void)workspace;
+  __trap();  // built without sm_90a code: int4_hopper_gemm is never called here
+#endif
+}
+
+}  // namespace
+
+template <class T>
+void int4_hopper_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, int64_t ldx, int64_t ldy, int splits,
+                      float* workspace, cudaStream_t stream) {
+  LW_CHECK(int4_hopper_serves(w), "int4_hopper_gemm: groups of " << w.group << " columns of K = " << w.k
+                                                                 << " are not whole 64-column tiles");
+  const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols, per_split = (tiles_k + splits - 1) / splits;
+  const int64_t row_tiles = (w.n + kInt4TileRows - 1) / kInt4TileRows;
+  const bool x_vectors = ldx % 8 == 0 && gpu::aligned_to(16, x);
+  static const bool overlap = [] {
+    const char* v = std::getenv("LW_INT4_HOPPER_OVERLAP");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  auto run = [&]<int NTOK, int R>() {
+    const int64_t chunks = (m + NTOK - 1) / NTOK, row_blocks = (row_tiles + kWarps * R - 1) / (kWarps * R);
+    LW_CHECK(chunks < (int64_t{1} << 31) && row_blocks <= 65535 && splits <= 65535,
+             "int4_hopper_gemm: " << m << " rows of x over [" << w.n << ", " << w.k << "] exceed the grid");
+    const auto kernel = overlap ? hopper_gemm_kernel<T, NTOK, R, true> : hopper_gemm_kernel<T, NTOK, R, false>;
+    gpu::allow_dynamic_shared(kernel, shared_bytes<NTOK, R>());
+    gpu::launch("int4_gemm_hopper", kernel,
+                {dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits)),
+                 dim3(wg::kThreads), shared_bytes<NTOK, R>(), stream, gpu::kOverlapsPrior},
+                y, x, w, bias, static_cast<int>(m), static_cast<int>(ldx), ldy, static_cast<int>(per_split), x_vectors, workspace);
+  };
+  // R = 2 row tiles a warp up to 32 rows of x (214 registers at 32: two blocks a
+  // multiprocessor), 1 above (160: three; 2 took 255 and spilled).
+  if (m <= 16) run.template operator()<16, 2>();
+  else if (m <= 32) run.template operator()<32, 2>();  // lint: not-a-warp
+  else run.template operator()<64, 1>();               // lint: not-a-warp
+}
+
+template void int4_hopper_gemm<half>(half*, const half*, const Int4Matrix&, const half*, int64_t, int64_t, int64_t, int, float*,
+                                     cudaStream_t);
+template void int4_hopper_gemm<bfloat16>(bfloat16*, const bfloat16*, const Int4Matrix&, const bfloat16*, int64_t, int64_t,
+                                         int64_t, int, float*, cudaStream_t);
+
+}  // namespace lw::kernels
