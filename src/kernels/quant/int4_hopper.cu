@@ -112,41 +112,8 @@ __global__ void __launch_bounds__(wg::kThreads) hopper_gemm_kernel(T* y, const T
 #pragma unroll
   for (int d = 0; d < kAhead; ++d) load_weights(first + d, d);
 
-  // The group's scales (one per row slot of C) and zero points (one per row slot of A), the next
-  // group's loaded as soon as the one before it takes over; rows past the matrix read its last.
-  struct Params {
-    float scale[R][mma::kRowSlots];
-    uint32_t zero[R][mma::kARowSlots];
-  };
-  int slot_at[R][mma::kRowSlots], a_slot_at[R][mma::kARowSlots];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int sl = 0; sl < mma::kRowSlots; ++sl) slot_at[r][sl] = min(row0[r] + mma::slot_row(lane, sl), n - 1) * groups;
-#pragma unroll
-    for (int sl = 0; sl < mma::kARowSlots; ++sl) a_slot_at[r][sl] = min(row0[r] + mma::a_slot_row(lane, sl), n - 1) * groups;
-  }
-  auto load_group = [&](int g, Params& to) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int sl = 0; sl < mma::kRowSlots; ++sl) to.scale[r][sl] = w.scales[slot_at[r][sl] + g];
-#pragma unroll
-      for (int sl = 0; sl < mma::kARowSlots; ++sl) to.zero[r][sl] = w.zeros[a_slot_at[r][sl] + g];
-    }
-  };
-  const int split_end = min(last * static_cast<int>(kInt4TileCols), k);
-  int group = first * static_cast<int>(kInt4TileCols) / group_cols, next_group_at = (group + 1) * group_cols;
-  Params params, next_params;
-  if (first < last) load_group(group, params);
-  if (next_group_at < split_end) load_group(group + 1, next_params);
-  uint32_t zbias[R][mma::kARowSlots];  // (magic + zero) in both 16-bit halves, for decode_pair
-  auto take_zeros = [&]() {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int sl = 0; sl < mma::kARowSlots; ++sl) zbias[r][sl] = (kMagic<T> + params.zero[r][sl]) * 0x10001u;
-  };
+  // The group parameters (before the wait: they do not depend on the kernel before).
+  GroupParams<T, R> g(w, row0, lane, n, k, groups, group_cols, first, last);
 
   gpu::begin_after_prior_grid();  // x comes from the kernel before
   // Each thread's 16-byte pieces of an entry's x: piece e = tid + c x 128 is row e / 8 of the
@@ -203,7 +170,7 @@ __global__ void __launch_bounds__(wg::kThreads) hopper_gemm_kernel(T* y, const T
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int i = 0; i < mma::kC; ++i) {
-        const float s = params.scale[r][mma::c_slot(i)];
+        const float s = g.now.scale[r][mma::c_slot(i)];
 #pragma unroll
         for (int f = 0; f < NF; ++f) {
           total[r][f].x[i] += s * sums[r][f].x[i];
@@ -211,7 +178,7 @@ __global__ void __launch_bounds__(wg::kThreads) hopper_gemm_kernel(T* y, const T
         }
       }
   };
-  if (first < last) take_zeros();
+  if (first < last) g.take_zeros();
 
   int slot = 0;  // the entry of step t; step t + kAhead goes to the one kAhead after it
   for (int t0 = first; t0 < last; t0 += kUnroll) {
@@ -235,18 +202,14 @@ __global__ void __launch_bounds__(wg::kThreads) hopper_gemm_kernel(T* y, const T
         for (int c = 0; c < kLaneWords; ++c) words[r][c] = v.v[c];
       }
       const int tile_col = t * static_cast<int>(kInt4TileCols);
-      if (tile_col >= next_group_at) {  // groups are whole tiles: a new one begins with this tile
+      if (g.begins_at(tile_col)) {  // groups are whole tiles: a new one begins with this tile
         if constexpr (kOverlap) {
           wg::wait<0>();
 #pragma unroll
           for (int r = 0; r < R; ++r) wg::pin(sums[r]);
         }
         fold();
-        ++group;
-        next_group_at += group_cols;
-        params = next_params;
-        take_zeros();
-        if (next_group_at < split_end) load_group(group + 1, next_params);
+        g.advance();
       }
       wg::RegsA a[R][kSteps];
 #pragma unroll
@@ -256,7 +219,7 @@ __global__ void __launch_bounds__(wg::kThreads) hopper_gemm_kernel(T* y, const T
 #pragma unroll
           for (int i = 0; i < mma::kA; i += 2) {
             const int e = step * mma::kA + i;
-            a[r][step].r[i / 2] = decode_register<T>(words[r][e >> 3], (e & 7) >> 1, zbias[r][mma::a_slot(i)]);
+            a[r][step].r[i / 2] = decode_register<T>(words[r][e >> 3], (e & 7) >> 1, g.zbias[r][mma::a_slot(i)]);
           }
       if constexpr (!kOverlap) {
 #pragma unroll

@@ -109,4 +109,69 @@ LW_DEVICE_INLINE gpu::Vec<uint32_t, V> load_run(const uint32_t* p) {
 }
 
 
+// A warp's group parameters over R row tiles (first rows row0[r]) where groups are whole tiles
+// or one group: the current group's scales (one per row slot of C) and zero points (one per row
+// slot of A), the next group's loaded as soon as the one before takes over; rows past the matrix
+// read its last row. The zero points become decode biases (`zbias`) only in take_zeros, so that
+// no instruction waits for their loads before the kernel calls it. Usage: construct (loads the
+// split's first two groups), take_zeros() where the first group's biases are needed, and at
+// each tile `if (begins_at(tile_col)) { fold with scale; advance(); }`.
+template <class T, int R>
+struct GroupParams {
+  struct Set {
+    float scale[R][mma::kRowSlots];
+    uint32_t zero[R][mma::kARowSlots];
+  };
+  const float* scales;
+  const uint8_t* zeros;
+  int slot_at[R][mma::kRowSlots], a_slot_at[R][mma::kARowSlots];
+  int group, next_group_at, group_cols, split_end;
+  Set now, next;
+  uint32_t zbias[R][mma::kARowSlots];  // (magic + zero) in both 16-bit halves, for decode_pair
+
+  // The split's tiles [first, last) of a matrix of n rows, K = k and `groups` groups of
+  // `group_cols` columns.
+  LW_DEVICE_INLINE GroupParams(const Int4Matrix& w, const int (&row0)[R], int lane, int n, int k, int groups, int cols,
+                               int first, int last)
+      : scales(w.scales), zeros(w.zeros), group_cols(cols) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int sl = 0; sl < mma::kRowSlots; ++sl) slot_at[r][sl] = min(row0[r] + mma::slot_row(lane, sl), n - 1) * groups;
+#pragma unroll
+      for (int sl = 0; sl < mma::kARowSlots; ++sl) a_slot_at[r][sl] = min(row0[r] + mma::a_slot_row(lane, sl), n - 1) * groups;
+    }
+    split_end = min(last * static_cast<int>(kInt4TileCols), k);
+    group = first * static_cast<int>(kInt4TileCols) / group_cols;
+    next_group_at = (group + 1) * group_cols;
+    if (first < last) load(group, now);
+    if (next_group_at < split_end) load(group + 1, next);
+  }
+  LW_DEVICE_INLINE void load(int g, Set& to) const {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int sl = 0; sl < mma::kRowSlots; ++sl) to.scale[r][sl] = scales[slot_at[r][sl] + g];
+#pragma unroll
+      for (int sl = 0; sl < mma::kARowSlots; ++sl) to.zero[r][sl] = zeros[a_slot_at[r][sl] + g];
+    }
+  }
+  LW_DEVICE_INLINE void take_zeros() {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int sl = 0; sl < mma::kARowSlots; ++sl) zbias[r][sl] = (kMagic<T> + now.zero[r][sl]) * 0x10001u;
+  }
+  // Whether a new group begins with the tile at column tile_col (the caller folds the group
+  // before it with now.scale, then calls advance()).
+  LW_DEVICE_INLINE bool begins_at(int tile_col) const { return tile_col >= next_group_at; }
+  LW_DEVICE_INLINE void advance() {
+    ++group;
+    next_group_at += group_cols;
+    now = next;
+    take_zeros();
+    if (next_group_at < split_end) load(group + 1, next);
+  }
+};
+
 }  // namespace lw::kernels::int4_tiles
