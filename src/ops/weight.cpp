@@ -507,9 +507,9 @@ struct Int4Plan {
 };
 
 // Whether int4 rows the streamed kernel does not serve go to the Hopper kernel: a build and a
-// device with it, and LW_INT4_HOPPER=1 (opt-in: its first form measured slower than the ring
-// kernel at 9-64 rows on the H100, docs/PERFORMANCE.md; the ring kernel otherwise, as on other
-// devices).
+// device with it, and LW_INT4_HOPPER=1 (opt-in: on the H100 it ties the ring kernel in the
+// engine and wins or loses by shape and rows, docs/PERFORMANCE.md; the ring kernel otherwise, as
+// on other devices).
 bool int4_hopper_enabled(const gpu::DeviceCaps& caps) {
   static const bool allowed = [] {
     const char* v = std::getenv("LW_INT4_HOPPER");

@@ -545,9 +545,45 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
 #pragma unroll
   for (int d = 0; d < kEarly; ++d) load_runs(min(first + d, last_loaded), queue[d]);
 
-  // The group parameters (asked for before the wait; the zero points become biases after x is
-  // staged).
-  GroupParams<T, R> g(w, row0, lane, n, k, groups, group_cols, first, last);
+  // The group's scales (one per row slot of C) and zero points (one per row slot of A), the
+  // next group's loaded as soon as the one before it takes over. Rows past the matrix read its
+  // last row. The zero points are turned into decode biases only where a group takes over (the
+  // first group's after x is staged), so that no instruction waits for their loads before then.
+  // (int4_tiles.h's GroupParams, which the Hopper kernel uses, does the same: here in place, as
+  // the struct made this kernel 2-3.5% slower at one row on the H100, docs/PERFORMANCE.md.)
+  struct Params {
+    float scale[R][mma::kRowSlots];
+    uint32_t zero[R][mma::kARowSlots];
+  };
+  int slot_at[R][mma::kRowSlots], a_slot_at[R][mma::kARowSlots];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int sl = 0; sl < mma::kRowSlots; ++sl) slot_at[r][sl] = min(row0[r] + mma::slot_row(lane, sl), n - 1) * groups;
+#pragma unroll
+    for (int sl = 0; sl < mma::kARowSlots; ++sl) a_slot_at[r][sl] = min(row0[r] + mma::a_slot_row(lane, sl), n - 1) * groups;
+  }
+  auto load_group = [&](int g, Params& to) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int sl = 0; sl < mma::kRowSlots; ++sl) to.scale[r][sl] = w.scales[slot_at[r][sl] + g];
+#pragma unroll
+      for (int sl = 0; sl < mma::kARowSlots; ++sl) to.zero[r][sl] = w.zeros[a_slot_at[r][sl] + g];
+    }
+  };
+  const int split_end = min(last * static_cast<int>(kInt4TileCols), k);
+  int group = first * static_cast<int>(kInt4TileCols) / group_cols, next_group_at = (group + 1) * group_cols;
+  Params params, next_params;
+  if (first < last) load_group(group, params);
+  if (next_group_at < split_end) load_group(group + 1, next_params);
+  uint32_t zbias[R][mma::kARowSlots];  // (magic + zero) in both 16-bit halves, for decode_pair
+  auto take_zeros = [&]() {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int sl = 0; sl < mma::kARowSlots; ++sl) zbias[r][sl] = (kMagic<T> + params.zero[r][sl]) * 0x10001u;
+  };
 
   // x's columns [first, last) tiles of its m rows (columns past K: zeros), then the zero row.
   gpu::begin_after_prior_grid();
@@ -594,7 +630,7 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
   for (int d = kEarly; d < D; ++d) load_runs(min(first + d, last_loaded), queue[d]);
   __syncthreads();
   const auto zeros = xs + m * xs_ld;
-  if (first < last) g.take_zeros();
+  if (first < last) take_zeros();
 
   mma::FragC total[R][1], sums[R][1];
 #pragma unroll
@@ -607,7 +643,7 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int i = 0; i < mma::kNarrowC; ++i) {
-        const float s = g.now.scale[r][mma::c_slot(i)];
+        const float s = params.scale[r][mma::c_slot(i)];
         total[r][0].x[i] += s * sums[r][0].x[i];
         sums[r][0].x[i] = 0.0f;
       }
@@ -621,7 +657,7 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
 #pragma unroll
       for (int i = 0; i < mma::kA; i += 2) {
         const int e = step * mma::kA + i;
-        decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, g.zbias[r][mma::a_slot(i)], a.x[i], a.x[i + 1]);
+        decode_pair<T>(words[r][e >> 3], (e & 7) >> 1, zbias[r][mma::a_slot(i)], a.x[i], a.x[i + 1]);
       }
       mma::mma_narrow(sums[r][0], a, b, sums[r][0]);
     }
@@ -638,9 +674,13 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
         for (int c = 0; c < kLaneWords; ++c) words[r][c] = queue[d][r][c];
       if (t + D < last) load_runs(t + D, queue[d]);
       const int tile_col = t * static_cast<int>(kInt4TileCols);
-      if (g.begins_at(tile_col)) {  // groups are whole tiles: a new one begins with this tile
+      if (tile_col >= next_group_at) {  // groups are whole tiles: a new one begins with this tile
         fold();
-        g.advance();
+        ++group;
+        next_group_at += group_cols;
+        params = next_params;
+        take_zeros();
+        if (next_group_at < split_end) load_group(group + 1, next_params);
       }
       if (tile_col + static_cast<int>(kInt4TileCols) <= k) {
 #pragma unroll

@@ -1,8 +1,6 @@
 #include "kernels/quant/int4_hopper.h"
 
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <type_traits>
 
 #include "base/error.h"
@@ -59,15 +57,13 @@ LW_DEVICE_INLINE uint32_t decode_register(uint32_t word, int p, uint32_t zbias) 
 // entry's columns of x, waited for before the next tile. Groups of whole tiles: each group's
 // products accumulate in `sums`, scaled into `total` when the next group begins, as int4.cu's
 // kernels do, in the same splits.
-template <class T, int NTOK, int R, bool kOverlap>
+template <class T, int NTOK, int R>
 __global__ void __launch_bounds__(wg::kThreads) hopper_gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m,
                                                                   int ldx, int64_t ldy, int tiles_per_split, bool x_vectors,
                                                                   float* workspace) {
 #if LW_WGMMA
   constexpr int NF = NTOK / 16, S = kStages<NTOK, R>, E = kEntryBytes<NTOK, R>, WB = kWeightBytes<NTOK, R>;
-  // Entries asked for ahead of the one multiplied: with kOverlap a step's multiplies run on while
-  // the next step is decoded, so its entry is refilled a step later.
-  constexpr int kAhead = kOverlap ? S - 2 : S - 1, kUnroll = kOverlap ? 2 : 1;
+  constexpr int kAhead = S - 1;  // entries asked for ahead of the one multiplied
   LW_DYNAMIC_SHARED(unsigned char, smem_raw);  // 16-byte aligned: the ring is aligned below
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t pad = (wg::kAtomBytes - raw % wg::kAtomBytes) % wg::kAtomBytes;
@@ -180,75 +176,54 @@ __global__ void __launch_bounds__(wg::kThreads) hopper_gemm_kernel(T* y, const T
   };
   if (first < last) g.take_zeros();
 
-  int slot = 0;  // the entry of step t; step t + kAhead goes to the one kAhead after it
-  for (int t0 = first; t0 < last; t0 += kUnroll) {
+  int slot = 0;  // the entry of step t; step t + kAhead goes to the one before it
+  for (int t = first; t < last; ++t) {
+    gpu::async_wait<kAhead - 1>();  // step t is in (this thread's pieces) ...
+    wg::fence_shared_writes();
+    __syncthreads();  // ... and every thread's; every warp's multiplies of the refilled entry are done
+    const int refill = slot + kAhead < S ? slot + kAhead : slot + kAhead - S;
+    load_weights(t + kAhead, refill);
+    load_x(t + kAhead, refill);
+    gpu::async_commit();
+    uint32_t words[R][kLaneWords];
 #pragma unroll
-    for (int d = 0; d < kUnroll; ++d) {
-      const int t = t0 + d;
-      if (t >= last) break;
-      gpu::async_wait<kAhead - 1>();  // step t is in (this thread's pieces) ...
-      wg::fence_shared_writes();
-      __syncthreads();  // ... and every thread's; every warp's multiplies of the refilled entry are done
-      const int refill = slot + kAhead < S ? slot + kAhead : slot + kAhead - S;
-      load_weights(t + kAhead, refill);
-      load_x(t + kAhead, refill);
-      gpu::async_commit();
-      uint32_t words[R][kLaneWords];
+    for (int r = 0; r < R; ++r) {
+      const auto v = gpu::load_vec_at<kLaneWords, uint32_t>(reinterpret_cast<const uint32_t*>(ring + slot * E),
+                                                            ((warp * R + r) * kTileWords + lane * kLaneWords));
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const auto v = gpu::load_vec_at<kLaneWords, uint32_t>(reinterpret_cast<const uint32_t*>(ring + slot * E),
-                                                              ((warp * R + r) * kTileWords + lane * kLaneWords));
-#pragma unroll
-        for (int c = 0; c < kLaneWords; ++c) words[r][c] = v.v[c];
-      }
-      const int tile_col = t * static_cast<int>(kInt4TileCols);
-      if (g.begins_at(tile_col)) {  // groups are whole tiles: a new one begins with this tile
-        if constexpr (kOverlap) {
-          wg::wait<0>();
-#pragma unroll
-          for (int r = 0; r < R; ++r) wg::pin(sums[r]);
-        }
-        fold();
-        g.advance();
-      }
-      wg::RegsA a[R][kSteps];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int step = 0; step < kSteps; ++step)
-#pragma unroll
-          for (int i = 0; i < mma::kA; i += 2) {
-            const int e = step * mma::kA + i;
-            a[r][step].r[i / 2] = decode_register<T>(words[r][e >> 3], (e & 7) >> 1, g.zbias[r][mma::a_slot(i)]);
-          }
-      if constexpr (!kOverlap) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) wg::pin(sums[r]);
-      }
-      wg::fence();
-      // Every step, also those of the last tile past K: x's columns there are zeros, so they add
-      // nothing, and no branch between the multiplies makes the compiler wait for them.
-      const uint64_t desc = wg::k_major(ring_addr + static_cast<uint32_t>(slot * E + WB));
-#pragma unroll
-      for (int step = 0; step < kSteps; ++step) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) wg::mma_rs_k<T, NTOK>(sums[r], a[r][step], wg::advance(desc, wg::k_major_offset(NTOK, 16 * step)));
-      }
-      wg::commit();
-      if constexpr (kOverlap) {
-        wg::wait<1>();  // the step before; this one runs on while the next is decoded
-      } else {
-        wg::wait<0>();
-#pragma unroll
-        for (int r = 0; r < R; ++r) wg::pin(sums[r]);
-      }
-      slot = slot + 1 == S ? 0 : slot + 1;
+      for (int c = 0; c < kLaneWords; ++c) words[r][c] = v.v[c];
     }
-  }
-  if constexpr (kOverlap) {
+    const int tile_col = t * static_cast<int>(kInt4TileCols);
+    if (g.begins_at(tile_col)) {  // groups are whole tiles: a new one begins with this tile
+      fold();
+      g.advance();
+    }
+    wg::RegsA a[R][kSteps];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step)
+#pragma unroll
+        for (int i = 0; i < mma::kA; i += 2) {
+          const int e = step * mma::kA + i;
+          a[r][step].r[i / 2] = decode_register<T>(words[r][e >> 3], (e & 7) >> 1, g.zbias[r][mma::a_slot(i)]);
+        }
+#pragma unroll
+    for (int r = 0; r < R; ++r) wg::pin(sums[r]);
+    wg::fence();
+    // Every step, also those of the last tile past K: x's columns there are zeros, so they add
+    // nothing, and no branch between the multiplies makes the compiler wait for them.
+    const uint64_t desc = wg::k_major(ring_addr + static_cast<uint32_t>(slot * E + WB));
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) wg::mma_rs_k<T, NTOK>(sums[r], a[r][step], wg::advance(desc, wg::k_major_offset(NTOK, 16 * step)));
+    }
+    wg::commit();
     wg::wait<0>();
 #pragma unroll
     for (int r = 0; r < R; ++r) wg::pin(sums[r]);
+    slot = slot + 1 == S ? 0 : slot + 1;
   }
   gpu::async_wait<0>();  // no copy outlives the block (the ring's tail entries are empty commits)
   if (first < last) fold();
@@ -286,15 +261,11 @@ void int4_hopper_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int6
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols, per_split = (tiles_k + splits - 1) / splits;
   const int64_t row_tiles = (w.n + kInt4TileRows - 1) / kInt4TileRows;
   const bool x_vectors = ldx % 8 == 0 && gpu::aligned_to(16, x);
-  static const bool overlap = [] {
-    const char* v = std::getenv("LW_INT4_HOPPER_OVERLAP");
-    return v != nullptr && std::string(v) == "1";
-  }();
   auto run = [&]<int NTOK, int R>() {
     const int64_t chunks = (m + NTOK - 1) / NTOK, row_blocks = (row_tiles + kWarps * R - 1) / (kWarps * R);
     LW_CHECK(chunks < (int64_t{1} << 31) && row_blocks <= 65535 && splits <= 65535,
              "int4_hopper_gemm: " << m << " rows of x over [" << w.n << ", " << w.k << "] exceed the grid");
-    const auto kernel = overlap ? hopper_gemm_kernel<T, NTOK, R, true> : hopper_gemm_kernel<T, NTOK, R, false>;
+    const auto kernel = hopper_gemm_kernel<T, NTOK, R>;
     gpu::allow_dynamic_shared(kernel, shared_bytes<NTOK, R>());
     gpu::launch("int4_gemm_hopper", kernel,
                 {dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits)),
