@@ -341,7 +341,9 @@ int main(int argc, char** argv) {
           return only_paths.empty() || std::find(only_paths.begin(), only_paths.end(), name) != only_paths.end();
         };
         // The fused int4 kernels forced (ring, streamed) where the streamed one serves, at ops'
-        // splits or each of --splits, with a workspace and (up to 4 rows) counters.
+        // splits or each of --splits, with a workspace and (up to 4 rows) counters; the Hopper
+        // kernel (which adds its splits by a second launch, counters or not) where it is built
+        // and the device has it.
         const lw::kernels::Int4Matrix shape{nullptr, nullptr, nullptr, n, k, std::min<int64_t>(128, k)};
         std::vector<int> split_counts = forced_splits;
         if (*format == lw::ops::WeightFormat::int4 && split_counts.empty())

@@ -24,13 +24,17 @@ constexpr int kTilePieces = static_cast<int>(kInt4TileBytes / 16);  // 16-byte p
 // A block's ring: kStages entries of one 64-column step each, the weight tiles of the block's
 // kWarps x R row tiles (every lane's run of each), then x's columns of the step for the block's
 // rows of x (swizzled rows of 128 bytes), filled kStages - 1 steps ahead by every thread's
-// cp.async: as many entries as fit 72 KiB (three blocks a multiprocessor), up to 8.
+// cp.async: as many entries as fit 72 KiB (three blocks a multiprocessor at 32 and 64 rows of x,
+// where the entries are larger), up to 8.
 template <int NTOK, int R>
 constexpr int kWeightBytes = kWarps * R * static_cast<int>(kInt4TileBytes);
 template <int NTOK, int R>
 constexpr int kEntryBytes = kWeightBytes<NTOK, R> + NTOK * wg::kRowBytes;
 template <int NTOK, int R>
 constexpr int kStages = 72 * 1024 / kEntryBytes<NTOK, R> < 8 ? 72 * 1024 / kEntryBytes<NTOK, R> : 8;
+// The wgmma descriptors read x's part of an entry from a 1024-byte swizzle atom.
+static_assert(kWeightBytes<16, 1> % wg::kAtomBytes == 0 && 16 * wg::kRowBytes % wg::kAtomBytes == 0,
+              "entries and their x parts begin on a swizzle atom");
 template <int NTOK, int R>
 constexpr size_t shared_bytes() {
   return wg::kAtomBytes + size_t{kStages<NTOK, R>} * kEntryBytes<NTOK, R>;
@@ -258,6 +262,15 @@ void int4_hopper_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int6
                       float* workspace, cudaStream_t stream) {
   LW_CHECK(int4_hopper_serves(w), "int4_hopper_gemm: groups of " << w.group << " columns of K = " << w.k
                                                                  << " are not whole 64-column tiles");
+  LW_CHECK(m >= 0 && m < (int64_t{1} << 31) && ldx < (int64_t{1} << 31),
+           "int4_hopper_gemm: " << m << " rows of x (ldx " << ldx << ") exceed the kernel's 32-bit rows");
+  // The kernel is sm_90a code: another device is refused by name rather than at the launch.
+  int device = 0, major = 0, minor = 0;
+  LW_CUDA_CHECK(cudaGetDevice(&device));
+  LW_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  LW_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  LW_CHECK(major == 9 && minor == 0,
+           "int4_hopper_gemm: the kernel is sm_90a code (Hopper); device " << device << " is sm_" << major << minor);
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols, per_split = (tiles_k + splits - 1) / splits;
   const int64_t row_tiles = (w.n + kInt4TileRows - 1) / kInt4TileRows;
   const bool x_vectors = ldx % 8 == 0 && gpu::aligned_to(16, x);
@@ -272,8 +285,8 @@ void int4_hopper_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int6
                  dim3(wg::kThreads), shared_bytes<NTOK, R>(), stream, gpu::kOverlapsPrior},
                 y, x, w, bias, static_cast<int>(m), static_cast<int>(ldx), ldy, static_cast<int>(per_split), x_vectors, workspace);
   };
-  // R = 2 row tiles a warp up to 32 rows of x (214 registers at 32: two blocks a
-  // multiprocessor), 1 above (160: three; 2 took 255 and spilled).
+  // R = 2 row tiles a warp up to 32 rows of x (127 registers at 16, 167 at 32), 1 above (128;
+  // 2 took 255 and spilled).
   if (m <= 16) run.template operator()<16, 2>();
   else if (m <= 32) run.template operator()<32, 2>();  // lint: not-a-warp
   else run.template operator()<64, 1>();               // lint: not-a-warp
