@@ -264,11 +264,16 @@ void int4_hopper_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int6
                                                                  << " are not whole 64-column tiles");
   LW_CHECK(m >= 0 && m < (int64_t{1} << 31) && ldx < (int64_t{1} << 31),
            "int4_hopper_gemm: " << m << " rows of x (ldx " << ldx << ") exceed the kernel's 32-bit rows");
-  // The kernel is sm_90a code: another device is refused by name rather than at the launch.
-  int device = 0, major = 0, minor = 0;
+  // The kernel is sm_90a code: another device is refused by name rather than at the launch. The
+  // device's capability is asked once per thread and device, not at every launch.
+  int device = 0;
   LW_CUDA_CHECK(cudaGetDevice(&device));
-  LW_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  LW_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  thread_local int known_device = -1, major = 0, minor = 0;
+  if (device != known_device) {
+    LW_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    LW_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    known_device = device;
+  }
   LW_CHECK(major == 9 && minor == 0,
            "int4_hopper_gemm: the kernel is sm_90a code (Hopper); device " << device << " is sm_" << major << minor);
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols, per_split = (tiles_k + splits - 1) / splits;
