@@ -579,7 +579,7 @@ TEST(Int4Weights, StreamedKernelGivesTheRingKernelsBits) {
 // The Hopper kernel (wgmma, sm_90) against the ring kernel (the matrix-fragment layer, its
 // oracle) over the same splits: 1 to 130 rows of x (the ring kernel in 64-row chunks), partial
 // row tiles and blocks, K past the last whole tile, groups of one and several tiles and one
-// group a row, empty splits, f16 and bf16, x rows 4-byte aligned, bias. Only where the kernel
+// group a row, empty splits, f16 and bf16, x rows 4-byte aligned, bias, y's rows wider than n. Only where the kernel
 // exists (a Hopper GPU and a build for 90); its refusals are checked everywhere below.
 TEST(Int4Weights, HopperKernelMatchesTheRingKernel) {
   if (!kernels::kInt4HopperBuilt || !ctx().caps().matrix.wgmma)
@@ -603,22 +603,36 @@ TEST(Int4Weights, HopperKernelMatchesTheRingKernel) {
         const Tensor x = ctx().to_device(random_host({m * ldx}, dt));
         const Tensor bias = ctx().to_device(random_host({sh.n}, dt));
         Tensor ws = ctx().empty({splits * m * sh.n}, DType::f32);
-        auto run = [&](kernels::Int4GemmKernel kernel, int64_t chunk) {
-          Tensor y = ctx().empty({m, sh.n}, dt);
+        // y's rows ldy apart: the columns past n keep their poison.
+        auto run = [&](kernels::Int4GemmKernel kernel, int64_t chunk, int64_t ldy) {
+          Tensor y = ctx().empty({m, ldy}, dt);
           poison(y);
           ops::dispatch_float(dt, "test", [&]<class T>() {
             if constexpr (!std::is_same_v<T, float>)
               for (int64_t r0 = 0; r0 < m; r0 += chunk)
-                kernels::int4_gemm<T>(y.data<T>() + r0 * sh.n, x.data<T>() + r0 * ldx, km, bias.data<T>(),
-                                      std::min(chunk, m - r0), ldx, sh.n, splits, splits > 1 ? ws.data<float>() : nullptr,
+                kernels::int4_gemm<T>(y.data<T>() + r0 * ldy, x.data<T>() + r0 * ldx, km, bias.data<T>(),
+                                      std::min(chunk, m - r0), ldx, ldy, splits, splits > 1 ? ws.data<float>() : nullptr,
                                       nullptr, ctx().warp_size(), ctx().stream().get(), kernel);
           });
           return ctx().to_host(y);
         };
-        const Tensor hopper = run(kernels::Int4GemmKernel::hopper, m);
-        const Tensor ring = run(kernels::Int4GemmKernel::ring, kernels::kInt4GemmMaxRows);
+        const int64_t ldy = m % 2 == 1 ? sh.n + 8 : sh.n;
+        const Tensor wide = run(kernels::Int4GemmKernel::hopper, m, ldy);
+        const Tensor ring = run(kernels::Int4GemmKernel::ring, kernels::kInt4GemmMaxRows, sh.n);
+        Tensor hopper = Tensor::empty_host({m, sh.n}, dt);
+        const size_t row_bytes = static_cast<size_t>(sh.n) * dtype_size(dt);
+        for (int64_t r = 0; r < m; ++r)
+          std::memcpy(static_cast<char*>(hopper.data_ptr()) + static_cast<size_t>(r) * row_bytes,
+                      static_cast<const char*>(wide.data_ptr()) + static_cast<size_t>(r * ldy) * dtype_size(dt), row_bytes);
         EXPECT_TRUE(bitwise_equal(hopper, ring));
         for (double v : to_doubles(hopper)) ASSERT_TRUE(std::isfinite(v)) << "an unwritten or non-finite output";
+        if (ldy > sh.n) {
+          const auto* bytes = static_cast<const unsigned char*>(wide.data_ptr());
+          const auto es = static_cast<int64_t>(dtype_size(dt));
+          for (int64_t r = 0; r < m; ++r)
+            for (int64_t b = (r * ldy + sh.n) * es; b < (r + 1) * ldy * es; ++b)
+              ASSERT_EQ(bytes[b], 0xffu) << "row " << r << ": a column past n written";
+        }
       }
     }
   }
