@@ -502,21 +502,25 @@ struct Int4Plan {
   int splits = 1;
   bool perm_in_kernel = false;  // act order: x's columns gathered by the streamed kernel
   bool streamed = false;        // the streamed kernel serves the rows in one pass
-  bool hopper = false;          // the Hopper kernel (wgmma) takes the rows the streamed one does not
+  bool hopper = false;          // the Hopper kernel (wgmma) may take passes the streamed one does not serve
   Selection<GemmPath> sel;
 };
 
-// Whether int4 rows the streamed kernel does not serve go to the Hopper kernel: a build and a
-// device with it, and LW_INT4_HOPPER=1 (opt-in: on the H100 it ties the ring kernel in the
-// engine and wins or loses by shape and rows, docs/PERFORMANCE.md; the ring kernel otherwise, as
-// on other devices).
+// Whether int4 rows the streamed kernel does not serve may go to the Hopper kernel: a build and
+// a device with it, unless LW_INT4_HOPPER=0 (the ring kernel then, as on other devices).
 bool int4_hopper_enabled(const gpu::DeviceCaps& caps) {
   static const bool allowed = [] {
     const char* v = std::getenv("LW_INT4_HOPPER");
-    return v != nullptr && std::string(v) == "1";
+    return v == nullptr || std::string(v) != "0";
   }();
   return kernels::kInt4HopperBuilt && caps.matrix.wgmma && allowed;
 }
+
+// Whether a pass of `count` rows of x takes the Hopper kernel where it may: not at 17-32 rows,
+// where the ring kernel's blocks of 2 x 4 warps over 16 row tiles beat it on the large matrices
+// (H100, docs/PERFORMANCE.md "4-bit weights on Hopper, pipelined": 3-8% at 14336 x 4096,
+// 28672 x 4096 and 4096 x 14336), while it is faster at 9-16 and 33-64 rows.
+bool int4_hopper_takes(int64_t count) { return count <= 16 || count > 32; }
 
 Int4Plan plan_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& out, int64_t rows, GemmPath path) {
   const int64_t n = w.out_features(), k = w.in_features();
@@ -572,11 +576,13 @@ void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
   Tensor ys = out.view({rows, n});
   for (int64_t r0 = 0; r0 < rows; r0 += kernels::kInt4GemmMaxRows) {
     const int64_t count = std::min(rows - r0, kernels::kInt4GemmMaxRows);
+    // A last pass of few rows may be the streamed kernel's (automatic), as a call of as many.
+    const bool hopper = plan.hopper && int4_hopper_takes(count) && !kernels::int4_gemv_serves(m, count, splits);
     auto run = [&]<class T>() {
       kernels::int4_gemm<T>(ys.data<T>() + r0 * n, xs.data<T>() + r0 * ldx, m, bias.defined() ? bias.data<T>() : nullptr,
                             count, ldx, n, splits, splits > 1 ? workspace.data<float>() : nullptr, counters,
                             ctx.warp_size(), ctx.stream().get(),
-                            plan.hopper ? kernels::Int4GemmKernel::hopper : kernels::Int4GemmKernel::automatic, x_perm, gate);
+                            hopper ? kernels::Int4GemmKernel::hopper : kernels::Int4GemmKernel::automatic, x_perm, gate);
     };
     if (x.dtype() == DType::bf16) run.operator()<bfloat16>();
     else run.operator()<half>();

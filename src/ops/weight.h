@@ -181,9 +181,9 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //                     kernels::kInt4GemmMaxRows): the fused
 //                     kernel on the matrix-fragment layer (kernels::int4_gemm; where the weight
 //                     has a permutation, x's columns gathered by the streamed kernel up to 4
-//                     rows, into a copy first above; on sm_90 with LW_INT4_HOPPER=1, the rows
-//                     the streamed kernel does not serve go to its warpgroup twin,
-//                     kernels::Int4GemmKernel::hopper); more rows, f32 x,
+//                     rows, into a copy first above; on sm_90 the passes of 9-16 and 33-64
+//                     rows the streamed kernel does not serve go to its warpgroup twin,
+//                     kernels::Int4GemmKernel::hopper, unless LW_INT4_HOPPER=0); more rows, f32 x,
 //                     another forced path, deterministic mode, groups that are not whole
 //                     16-column steps or no matrix cores: the expansion and the dense linear.
 // x, out contiguous with the same leading dimensions and x's dtype (f32/f16/bf16); bias
