@@ -86,8 +86,8 @@ LW_DEVICE_INLINE void pin(mma::FragC (&c)[N]) {
 
 // An A fragment (gpu/matrix_fragment.h's NVIDIA layout: element pairs 0-1, 2-3, 4-5, 6-7) as the
 // four 32-bit registers a multiply from registers reads. Fill them before the fence that
-// precedes the multiplies: a register written between two multiplies makes the compiler wait
-// for the first.
+// precedes their multiply; a set that an issued multiply may still read is rewritten only after
+// a wait for it (wgmma.wait_group), else the compiler inserts that wait itself.
 struct RegsA {
   uint32_t r[4];
 };

@@ -516,11 +516,13 @@ bool int4_hopper_enabled(const gpu::DeviceCaps& caps) {
   return kernels::kInt4HopperBuilt && caps.matrix.wgmma && allowed;
 }
 
-// Whether a pass of `count` rows of x takes the Hopper kernel where it may: not at 17-32 rows,
-// where the ring kernel's blocks of 2 x 4 warps over 16 row tiles beat it on the large matrices
-// (H100, docs/PERFORMANCE.md "4-bit weights on Hopper, pipelined": 3-8% at 14336 x 4096,
-// 28672 x 4096 and 4096 x 14336), while it is faster at 9-16 and 33-64 rows.
-bool int4_hopper_takes(int64_t count) { return count <= 16 || count > 32; }
+// Whether a pass of `count` rows of x takes the Hopper kernel where it may: at 9-16 and 33-64
+// rows, where it is faster (H100, docs/PERFORMANCE.md "4-bit weights on Hopper, pipelined"). Not
+// at 17-32, where the ring kernel's blocks of 4 warps over 4 row tiles each beat it on the large
+// matrices (3-8% at 14336 x 4096, 28672 x 4096 and 4096 x 14336), nor at 1-8 (the streamed
+// kernel, or the ring kernel's narrow form where a split's x does not fit the streamed one: not
+// timed against it).
+bool int4_hopper_takes(int64_t count) { return (count > 8 && count <= 16) || count > 32; }
 
 Int4Plan plan_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& out, int64_t rows, GemmPath path) {
   const int64_t n = w.out_features(), k = w.in_features();
@@ -576,8 +578,7 @@ void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
   Tensor ys = out.view({rows, n});
   for (int64_t r0 = 0; r0 < rows; r0 += kernels::kInt4GemmMaxRows) {
     const int64_t count = std::min(rows - r0, kernels::kInt4GemmMaxRows);
-    // A last pass of few rows may be the streamed kernel's (automatic), as a call of as many.
-    const bool hopper = plan.hopper && int4_hopper_takes(count) && !kernels::int4_gemv_serves(m, count, splits);
+    const bool hopper = plan.hopper && int4_hopper_takes(count);
     auto run = [&]<class T>() {
       kernels::int4_gemm<T>(ys.data<T>() + r0 * n, xs.data<T>() + r0 * ldx, m, bias.defined() ? bias.data<T>() : nullptr,
                             count, ldx, n, splits, splits > 1 ? workspace.data<float>() : nullptr, counters,

@@ -182,7 +182,7 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //                     kernel on the matrix-fragment layer (kernels::int4_gemm; where the weight
 //                     has a permutation, x's columns gathered by the streamed kernel up to 4
 //                     rows, into a copy first above; on sm_90 the passes of 9-16 and 33-64
-//                     rows the streamed kernel does not serve go to its warpgroup twin,
+//                     rows go to its warpgroup twin,
 //                     kernels::Int4GemmKernel::hopper, unless LW_INT4_HOPPER=0); more rows, f32 x,
 //                     another forced path, deterministic mode, groups that are not whole
 //                     16-column steps or no matrix cores: the expansion and the dense linear.
