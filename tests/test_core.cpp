@@ -187,6 +187,19 @@ TEST(Errors, LaunchConfigurationIsChecked) {
   EXPECT_THROW(gpu::check_launch_config("k", {dim3(0), dim3(32), 0, nullptr}), Error);
   EXPECT_THROW(gpu::check_launch_config("k", {dim3(1, 70000), dim3(32), 0, nullptr}), Error);
   EXPECT_NO_THROW(gpu::check_launch_config("k", {dim3(1000), dim3(32, 32), 0, nullptr}));
+  // Clusters along y: at most 8 blocks, dividing grid y; only CUDA builds launch them.
+  gpu::LaunchConfig clustered{dim3(2, 12), dim3(128), 0, nullptr};
+  clustered.cluster_y = 5;
+  EXPECT_THROW(gpu::check_launch_config("k", clustered), Error);
+  clustered.cluster_y = 9;
+  clustered.grid = dim3(2, 18);
+  EXPECT_THROW(gpu::check_launch_config("k", clustered), Error);
+  clustered.cluster_y = 0;
+  EXPECT_THROW(gpu::check_launch_config("k", clustered), Error);
+  clustered.cluster_y = 4;
+  clustered.grid = dim3(2, 12);
+  if (std::string(gpu::target_name()) == "cuda") EXPECT_NO_THROW(gpu::check_launch_config("k", clustered));
+  else EXPECT_THROW(gpu::check_launch_config("k", clustered), Error);
   try {
     gpu::check_launch_config("my_kernel", {dim3(1), dim3(33, 32), 0, nullptr});
   } catch (const Error& e) {

@@ -46,17 +46,27 @@ void launch(const char* name, void (*kernel)(KArgs...), const LaunchConfig& cfg,
   }
 #else
 #if defined(LW_TARGET_CUDA)
-  if (cfg.overlaps_prior && overlapped_launch(reinterpret_cast<const void*>(kernel), cfg.stream)) {
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  const bool overlapped = cfg.overlaps_prior && overlapped_launch(reinterpret_cast<const void*>(kernel), cfg.stream);
+  if (overlapped || cfg.cluster_y > 1) {
+    cudaLaunchAttribute attribute[2];
+    unsigned attributes = 0;
+    if (overlapped) {
+      attribute[attributes].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attribute[attributes++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cfg.cluster_y > 1) {
+      attribute[attributes].id = cudaLaunchAttributeClusterDimension;
+      attribute[attributes].val.clusterDim.x = 1;
+      attribute[attributes].val.clusterDim.y = cfg.cluster_y;
+      attribute[attributes++].val.clusterDim.z = 1;
+    }
     cudaLaunchConfig_t lc{};
     lc.gridDim = cfg.grid;
     lc.blockDim = cfg.block;
     lc.dynamicSmemBytes = cfg.shared_bytes;
     lc.stream = cfg.stream;
     lc.attrs = attribute;
-    lc.numAttrs = 1;
+    lc.numAttrs = attributes;
     const cudaError_t err = cudaLaunchKernelEx(&lc, kernel, std::forward<Args>(args)...);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();

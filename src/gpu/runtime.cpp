@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 #include <unordered_map>
 
@@ -114,6 +115,56 @@ bool overlapped_launch(const void* kernel, cudaStream_t stream) {
 #endif
 }
 
+int most_cluster_blocks(const void* kernel, const LaunchConfig& cfg) {
+#if defined(LW_TARGET_CUDA)
+  static const bool wanted = [] {
+    const char* env = std::getenv("LW_SPLIT_CLUSTERS");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  if (!wanted) return 1;
+  int device = 0;
+  LW_CUDA_CHECK(cudaGetDevice(&device));
+  const unsigned threads = cfg.block.x * cfg.block.y * cfg.block.z;
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, unsigned, size_t>, int> known;
+  std::lock_guard lock(mu);
+  const auto key = std::tuple{device, kernel, threads, cfg.shared_bytes};
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  int most = 1, major = 0;
+  LW_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  cudaFuncAttributes attr{};
+  LW_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  if (major >= 9 && attr.ptxVersion >= 90) {
+    // The largest portable size whose clusters the device can hold at least one of at a time.
+    for (int size = static_cast<int>(kMostClusterBlocks); size >= 2 && most == 1; --size) {
+      cudaLaunchAttribute attribute[1];
+      attribute[0].id = cudaLaunchAttributeClusterDimension;
+      attribute[0].val.clusterDim.x = 1;
+      attribute[0].val.clusterDim.y = static_cast<unsigned>(size);
+      attribute[0].val.clusterDim.z = 1;
+      cudaLaunchConfig_t lc{};
+      lc.gridDim = dim3(1, static_cast<unsigned>(size), 1);
+      lc.blockDim = cfg.block;
+      lc.dynamicSmemBytes = cfg.shared_bytes;
+      lc.attrs = attribute;
+      lc.numAttrs = 1;
+      int clusters = 0;
+      const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &lc);
+      if (err != cudaSuccess) {
+        (void)cudaGetLastError();  // a size the device refuses: try a smaller one
+        continue;
+      }
+      if (clusters > 0) most = size;
+    }
+  }
+  known.emplace(key, most);
+  return most;
+#else
+  (void)kernel, (void)cfg;
+  return 1;
+#endif
+}
+
 void check_launch_config(const char* kernel, const LaunchConfig& cfg) {
   const dim3 g = cfg.grid, b = cfg.block;
   LW_CHECK(g.x >= 1 && g.y >= 1 && g.z >= 1 && b.x >= 1 && b.y >= 1 && b.z >= 1,
@@ -126,6 +177,14 @@ void check_launch_config(const char* kernel, const LaunchConfig& cfg) {
   LW_CHECK(g.y <= 65535 && g.z <= 65535,
            "launch of " << kernel << ": grid y/z dimensions (" << g.y << ", " << g.z << ") exceed 65535");
   LW_CHECK(g.x <= 0x7fffffffu, "launch of " << kernel << ": grid x dimension " << g.x << " exceeds 2^31-1");
+  LW_CHECK(cfg.cluster_y >= 1 && cfg.cluster_y <= kMostClusterBlocks && g.y % cfg.cluster_y == 0,
+           "launch of " << kernel << ": clusters of " << cfg.cluster_y << " blocks along y (at most " << kMostClusterBlocks
+                        << ") must divide grid y "
+                        << g.y);
+#if !defined(LW_TARGET_CUDA)
+  LW_CHECK(cfg.cluster_y == 1, "launch of " << kernel << ": clusters of blocks are CUDA's (compute capability 9.0 and later); this "
+                                            << target_name() << " build has none");
+#endif
 }
 
 }  // namespace lw::gpu

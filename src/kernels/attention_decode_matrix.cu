@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "gpu/async_copy.h"
+#include "gpu/last_block.h"
 #include "gpu/launch.h"
 #include "gpu/matrix_fragment.h"
 #include "gpu/numeric.h"
@@ -285,19 +286,8 @@ __global__ void LW_MATRIX_DECODE_BOUNDS matrix_decode_kernel(MatrixDecodeArgs a,
         part_out, part_max, part_sum, out_factor);
   }
   if (a.parts == 1 || counters == nullptr) return;
-  // The last of the (entry, head)'s blocks to finish merges the partitions: its count comes
-  // after every block's partial results are visible device-wide (the fence before each count).
-  LW_SHARED(int, last_block, [1]);
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t* count = counters + static_cast<int64_t>(blockIdx.x) * a.kv_heads + kvh;
-    last_block[0] = atomicAdd(count, 1) == a.parts - 1;
-    if (last_block[0]) *count = 0;  // every block has counted: zero again for the next launch
-  }
-  __syncthreads();
-  if (!last_block[0]) return;
-  __threadfence();
+  // The last of the (entry, head)'s blocks to finish merges the partitions.
+  if (!gpu::last_to_arrive(counters + static_cast<int64_t>(blockIdx.x) * a.kv_heads + kvh, a.parts)) return;
   for (int r = warp; r < rows; r += a.warps) {
     const int64_t at = part_row(a, blockIdx.x) + static_cast<int64_t>(r / group) * a.q_heads + q_head(r);
     merge_partitions(part_out + at * a.parts * D, part_max + at * a.parts, part_sum + at * a.parts, a.parts, D,

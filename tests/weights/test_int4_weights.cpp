@@ -512,7 +512,8 @@ TEST(Int4Weights, SplitsAddedByTheirLastBlock) {
 
 // The streamed kernel (weights into registers, up to 8 rows of x) against the ring kernel, bit
 // for bit: 1 to 8 rows, f16 and bf16, one split, the device's splits, splits that cut groups and
-// more splits than tiles (empty splits), with and without the last block's counters, x rows 16-
+// more splits than tiles (empty splits), with and without the last block's counters (counted
+// runs of 2-8 splits are added in a cluster of their blocks on compute capability 9.0+), x rows 16-
 // and only 4-byte aligned, several row blocks with a partial last row tile, groups of 64, 128 and
 // 192 columns and one group per row with K not a multiple of the tile (its last step partial).
 // Where it does not serve (9 rows, groups of 32), forcing it is refused.

@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "gpu/async_copy.h"
+#include "gpu/last_block.h"
 #include "gpu/launch.h"
 #include "gpu/matrix_fragment.h"
 #include "gpu/numeric.h"
@@ -209,19 +210,8 @@ LW_DEVICE_INLINE void finish_rows(T* y, const mma::FragC (&total)[R][NT], const 
       }
   if (gridDim.y == 1 || counters == nullptr) return;
   // The last of the row block's splits to finish adds them (in split order, as
-  // reduce_splits_kernel does): its count comes after every split's sums are visible
-  // device-wide (the fence before each count).
-  LW_SHARED(int, last_block, [1]);
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    int32_t* count = counters + blockIdx.x;
-    last_block[0] = atomicAdd(count, 1) == static_cast<int>(gridDim.y) - 1;
-    if (last_block[0]) *count = 0;  // every split has counted: zero again for the next launch
-  }
-  __syncthreads();
-  if (!last_block[0]) return;
-  __threadfence();
+  // reduce_splits_kernel does).
+  if (!gpu::last_to_arrive(counters + blockIdx.x, static_cast<int>(gridDim.y))) return;
   const int block_row0 = block_tile0 * static_cast<int>(kInt4TileRows);
   const int block_rows = min(kGemmWarps * R * static_cast<int>(kInt4TileRows), n - block_row0);
   // Each of the thread's elements of the row block: kSplitsAhead of its splits loaded at once,
@@ -248,6 +238,55 @@ LW_DEVICE_INLINE void finish_rows(T* y, const mma::FragC (&total)[R][NT], const 
     y[tok * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
   }
 }
+
+#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// finish_rows for a row block whose splits are one cluster of blocks (blockIdx.y each one's
+// rank): each block puts its sums in its own shared memory (`sums`: m rows of the block's rows),
+// and after the cluster's barrier the block of rank r adds the elements r, r + splits, ... of
+// the row block in split order from every block's shared memory (the order of the counted path:
+// the same bits), no store, fence or count through global memory on the way. The second barrier
+// keeps each block's shared memory until the others have read it.
+template <class T, int R>
+LW_DEVICE_INLINE void finish_rows_in_cluster(T* y, const mma::FragC (&total)[R][1], const int (&row0)[R], const T* bias, int m,
+                                             int n, int64_t ldy, float* sums, int block_tile0) {
+  const int lane = gpu::lane_id(), tid = static_cast<int>(threadIdx.x);
+  constexpr int kBlockThreads = kGemmWarps * gpu::kWarpSize;
+  constexpr int kBlockRows = kGemmWarps * R * static_cast<int>(kInt4TileRows);
+  const int block_row0 = block_tile0 * static_cast<int>(kInt4TileRows);
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int i = 0; i < mma::kNarrowC; ++i) {
+      const int row = row0[r] + mma::c_row(lane, i), tok = mma::c_col(lane, i);
+      if (row < n && tok < m) sums[tok * kBlockRows + row - block_row0] = total[r][0].x[i];
+    }
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+  const int splits = static_cast<int>(gridDim.y), rank = static_cast<int>(blockIdx.y);
+  const int block_rows = min(kBlockRows, n - block_row0);
+  const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(sums));
+  constexpr int kMostSplits = static_cast<int>(gpu::kMostClusterBlocks);
+  for (int e = rank + splits * tid; e < m * block_rows; e += splits * kBlockThreads) {
+    const int tok = e / block_rows, row = e % block_rows;
+    const uint32_t at = local + static_cast<uint32_t>(4 * (tok * kBlockRows + row));
+    float part[kMostSplits];
+#pragma unroll
+    for (int sp = 0; sp < kMostSplits; ++sp) {
+      part[sp] = 0.0f;
+      if (sp < splits) {
+        uint32_t remote;
+        asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(at), "r"(sp));
+        asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(part[sp]) : "r"(remote) : "memory");
+      }
+    }
+    float v = 0.0f;
+#pragma unroll
+    for (int sp = 0; sp < kMostSplits; ++sp)
+      if (sp < splits) v += part[sp];
+    y[tok * ldy + block_row0 + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[block_row0 + row]) : 0.0f));
+  }
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+#endif
 
 // y[:m] = x[:m] @ W^T for the block's kGemmWarps x kRowTiles row tiles and split of k
 // (blockIdx.y; `tiles_per_split` 64-column tiles each). The block fills its ring of steps with
@@ -501,7 +540,7 @@ constexpr int kRunsAhead = LW_INT4_GEMV_RUNS_AHEAD;
 template <class T>
 LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, const T* bias, int m, int ldx, int64_t ldy,
                                 int tiles_per_split, bool x_vectors, const int32_t* x_perm, Int4Gate gate, float* workspace,
-                                int64_t plane_rows, int32_t* counters) {
+                                int64_t plane_rows, int32_t* counters, bool cluster_sums = false) {
   constexpr int R = kRowTiles<1>, D = kRunsAhead;
   constexpr int V = kLaneWords < 4 ? kLaneWords : 4;
   const int warp = gpu::warp_id(), lane = gpu::lane_id();
@@ -693,19 +732,29 @@ LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, co
     }
   }
   if (first < last) fold();
+#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (cluster_sums) {
+    // The sums after x's rows, on a 16-byte boundary (gemv_cluster_shared_bytes).
+    const int sums_at = ((m * xs_ld + 8) * static_cast<int>(sizeof(T)) + 15) / 16 * 16;
+    finish_rows_in_cluster<T, R>(y, total, row0, bias, m, n, ldy, reinterpret_cast<float*>(reinterpret_cast<char*>(xs) + sums_at),
+                                 block_tile0);
+    return;
+  }
+#endif
   finish_rows<T, R, 1, mma::kNarrowC>(y, total, row0, bias, m, n, ldy, workspace, plane_rows, counters, block_tile0);
 }
 #endif
 
 template <class T>
 __global__ void gemv_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m, int ldx, int64_t ldy, int tiles_per_split,
-                            bool x_vectors, const int32_t* x_perm, Int4Gate gate, float* workspace, int32_t* counters) {
+                            bool x_vectors, const int32_t* x_perm, Int4Gate gate, float* workspace, int32_t* counters,
+                            bool cluster_sums) {
   LW_DYNAMIC_SHARED(T, xs);
 #if LW_MATRIX_CORES
-  gemv_rows<T>(xs, y, x, w, bias, m, ldx, ldy, tiles_per_split, x_vectors, x_perm, gate, workspace, m, counters);
+  gemv_rows<T>(xs, y, x, w, bias, m, ldx, ldy, tiles_per_split, x_vectors, x_perm, gate, workspace, m, counters, cluster_sums);
 #else
   (void)xs, (void)y, (void)x, (void)w, (void)bias, (void)m, (void)ldx, (void)ldy, (void)tiles_per_split, (void)x_vectors,
-      (void)x_perm, (void)gate, (void)workspace, (void)counters;
+      (void)x_perm, (void)gate, (void)workspace, (void)counters, (void)cluster_sums;
 #endif
 }
 
@@ -881,6 +930,11 @@ size_t gemv_shared_bytes(const Int4Matrix& w, int64_t m, int splits, size_t elem
   const int64_t tiles_k = (w.k + kInt4TileCols - 1) / kInt4TileCols, per_split = (tiles_k + splits - 1) / splits;
   return static_cast<size_t>(m * (per_split * kInt4TileCols + 8) + 8) * element;
 }
+// ... and with its sums added in a cluster: theirs after x's rows, on a 16-byte boundary.
+size_t gemv_cluster_shared_bytes(const Int4Matrix& w, int64_t m, int splits, size_t element) {
+  constexpr int64_t kBlockRows = kGemmWarps * kRowTiles<1> * kInt4TileRows;
+  return (gemv_shared_bytes(w, m, splits, element) + 15) / 16 * 16 + static_cast<size_t>(m * kBlockRows) * sizeof(float);
+}
 }  // namespace
 
 bool int4_gemv_serves(const Int4Matrix& w, int64_t m, int splits) {
@@ -947,12 +1001,25 @@ void int4_gemm(T* y, const T* x, const Int4Matrix& w, const T* bias, int64_t m, 
                 static_cast<int>(per_split), x_vectors, workspace, counters);
   };
   if (kernel != Int4GemmKernel::ring && int4_gemv_serves(w, m, splits)) {
-    const size_t shared = gemv_shared_bytes(w, m, splits, sizeof(T));
-    gpu::launch("int4_gemv", gemv_kernel<T>,
-                {dim3(static_cast<unsigned>(gemm_row_blocks(w, m)), static_cast<unsigned>(splits)),
-                 dim3(kGemmWarps * warp_size), shared, stream, gpu::kOverlapsPrior},
-                y, x, w, bias, static_cast<int>(m), static_cast<int>(ldx), ldy, static_cast<int>(per_split), x_vectors, x_perm,
-                gate, workspace, counters);
+    gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(gemm_row_blocks(w, m)), static_cast<unsigned>(splits)),
+                          dim3(kGemmWarps * warp_size), gemv_shared_bytes(w, m, splits, sizeof(T)), stream, gpu::kOverlapsPrior};
+    // Where the splits would be added by their last block, a cluster of them adds them instead
+    // where the device has clusters of that many blocks (their sums through shared memory).
+    bool cluster_sums = false;
+#if defined(LW_TARGET_CUDA)
+    if (counters && splits > 1) {
+      gpu::LaunchConfig in_cluster = cfg;
+      in_cluster.shared_bytes = gemv_cluster_shared_bytes(w, m, splits, sizeof(T));
+      gpu::allow_dynamic_shared(gemv_kernel<T>, in_cluster.shared_bytes);
+      if (splits <= gpu::most_cluster_blocks(reinterpret_cast<const void*>(gemv_kernel<T>), in_cluster)) {
+        cfg = in_cluster;
+        cfg.cluster_y = static_cast<unsigned>(splits);
+        cluster_sums = true;
+      }
+    }
+#endif
+    gpu::launch("int4_gemv", gemv_kernel<T>, cfg, y, x, w, bias, static_cast<int>(m), static_cast<int>(ldx), ldy,
+                static_cast<int>(per_split), x_vectors, x_perm, gate, workspace, counters, cluster_sums);
   } else if (m <= gpu::mma::kNarrowCols) {
     // Up to kNarrowCols rows: products of the MMA's first columns only (the same sums per row).
     run.template operator()<1, true>();
