@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "gpu/async_copy.h"
+#include "gpu/cluster.h"
 #include "gpu/last_block.h"
 #include "gpu/launch.h"
 #include "gpu/matrix_fragment.h"
@@ -260,31 +261,17 @@ LW_DEVICE_INLINE void finish_rows_in_cluster(T* y, const mma::FragC (&total)[R][
       const int row = row0[r] + mma::c_row(lane, i), tok = mma::c_col(lane, i);
       if (row < n && tok < m) sums[tok * kBlockRows + row - block_row0] = total[r][0].x[i];
     }
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+  gpu::cluster_barrier();
   const int splits = static_cast<int>(gridDim.y), rank = static_cast<int>(blockIdx.y);
   const int block_rows = min(kBlockRows, n - block_row0);
   const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(sums));
-  constexpr int kMostSplits = static_cast<int>(gpu::kMostClusterBlocks);
   for (int e = rank + splits * tid; e < m * block_rows; e += splits * kBlockThreads) {
     const int tok = e / block_rows, row = e % block_rows;
-    const uint32_t at = local + static_cast<uint32_t>(4 * (tok * kBlockRows + row));
-    float part[kMostSplits];
-#pragma unroll
-    for (int sp = 0; sp < kMostSplits; ++sp) {
-      part[sp] = 0.0f;
-      if (sp < splits) {
-        uint32_t remote;
-        asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(at), "r"(sp));
-        asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(part[sp]) : "r"(remote) : "memory");
-      }
-    }
-    float v = 0.0f;
-#pragma unroll
-    for (int sp = 0; sp < kMostSplits; ++sp)
-      if (sp < splits) v += part[sp];
+    const uint32_t at = local + static_cast<uint32_t>(sizeof(float) * (tok * kBlockRows + row));
+    const float v = gpu::cluster_sum_in_order<static_cast<int>(gpu::kMostClusterBlocks)>(at, splits);
     y[tok * ldy + block_row0 + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[block_row0 + row]) : 0.0f));
   }
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+  gpu::cluster_barrier();
 }
 #endif
 
