@@ -32,7 +32,8 @@ LW_DEVICE_INLINE void begin_after_prior_grid() {
 inline std::string describe_launch(const char* name, const LaunchConfig& cfg) {
   return std::string(name) + " (grid " + std::to_string(cfg.grid.x) + "," + std::to_string(cfg.grid.y) + "," +
          std::to_string(cfg.grid.z) + ", block " + std::to_string(cfg.block.x * cfg.block.y * cfg.block.z) + ", " +
-         std::to_string(cfg.shared_bytes) + " bytes of dynamic shared memory)";
+         std::to_string(cfg.shared_bytes) + " bytes of dynamic shared memory" +
+         (cfg.cluster_y > 1 ? ", clusters of " + std::to_string(cfg.cluster_y) + " blocks" : std::string()) + ")";
 }
 
 template <class... KArgs, class... Args>

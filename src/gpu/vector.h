@@ -27,8 +27,9 @@ LW_DEVICE_INLINE void store_vec(T* p, const Vec<T, N>& v) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
 
-// A float another block of the same launch wrote (before a fence this thread has passed):
-// read from L2, past this multiprocessor's L1, which is not coherent with other blocks' writes.
+// A float another block of the same launch wrote (ordered before this read, e.g. by
+// gpu::last_to_arrive): read from L2, past this multiprocessor's L1, which is not coherent with
+// other blocks' writes.
 LW_DEVICE_INLINE float load_from_other_block(const float* p) {
 #if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__)
   return __ldcg(p);

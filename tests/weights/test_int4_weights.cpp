@@ -477,7 +477,9 @@ TEST(Int4Weights, FusedKernelOnLargerShapes) {
 // last row tile half outside N), at 1, 9 and 40 rows of x in the planned splits and at 1, 3 and
 // 9 in 37 and 40 (a split a tile of 37: two chunks of the 16 the last block loads at once and
 // part of a third; 3 of the 40 empty); the counters are zero after each launch, and a second
-// call through the same counters gives the same result.
+// call through the same counters gives the same result. (On compute capability 9.0+ the runs
+// of 2-8 splits and up to 4 rows are added in a cluster of their blocks instead, the counters
+// untouched.)
 TEST(Int4Weights, SplitsAddedByTheirLastBlock) {
   const int64_t n = 296, k = 2368, group = 64;
   const ops::Weight w = ops::int4_weight(ctx(), random_gptq(n, k, group));

@@ -522,7 +522,8 @@ __global__ void gemm_kernel(T* y, const T* x, Int4Matrix w, const T* bias, int m
 #endif
 constexpr int kRunsAhead = LW_INT4_GEMV_RUNS_AHEAD;
 // The body of the streamed kernels: the block's row tiles and split of w over m rows of x, xs
-// the dynamic shared memory (m rows of the split's columns, then 8 zeros).
+// the dynamic shared memory (m rows of the split's columns, then 8 zeros; with cluster_sums,
+// then the block's sums for finish_rows_in_cluster).
 #if LW_MATRIX_CORES
 template <class T>
 LW_DEVICE_INLINE void gemv_rows(T* xs, T* y, const T* x, const Int4Matrix& w, const T* bias, int m, int ldx, int64_t ldy,
