@@ -16,7 +16,7 @@ namespace lw::gpu {
 // writes of the block's threads ordered before it by the barrier, the acquire the writes of
 // the blocks counted before: PTX's memory model), then a barrier. With every thread fencing
 // (__threadfence, fence.sc) before the count and the last block's threads again after it, the
-// int4 GEMV took 0.3-0.5 us (2-6%) longer on the H200 (docs/PERFORMANCE.md).
+// int4 GEMV took 0.3-0.5 us (1-6%) longer on the H200 (docs/PERFORMANCE.md).
 LW_DEVICE_INLINE bool last_to_arrive(int32_t* count, int blocks) {
   LW_SHARED(int, last, [1]);
 #if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
