@@ -9,7 +9,8 @@
 // --weights gguf_q4_k (any GGUF block format of ops/weight.h) times the same shapes over weights
 // kept in GGML blocks (random bits: the values do not change the time), where "gemv" is the
 // fused dequantising GEMV at any M and "vendor" the expansion followed by the vendor GEMM; the
-// bandwidth is counted on the packed bytes. --weights fp8_e4m3_per_block (_per_channel,
+// bandwidth is counted on the packed bytes; --unaligned places the blocks 2 bytes past a 16-byte
+// boundary, where the decoders read their fields byte by byte. --weights fp8_e4m3_per_block (_per_channel,
 // _per_tensor) or int8_per_channel: 8-bit weights with random codes and scales, where "vendor" is
 // the scaled FP8 GEMM over x quantised to e4m3 (W8A8; on a device without one, the expansion and
 // the dense GEMM) or the int8 GEMM over x quantised per token, and "gemv" the fused FP8 GEMV.
@@ -187,6 +188,9 @@ int main(int argc, char** argv) {
                  "block format (gguf_q4_0 ... gguf_q6_k)");
   std::vector<std::string> shape_names = {"4096x4096", "14336x4096", "4096x14336", "128256x4096"};
   app.add_option("--shapes", shape_names, "weight shapes N x K (default: Llama-3-8B's)")->delimiter(',');
+  bool unaligned = false;
+  app.add_flag("--unaligned", unaligned,
+               "with a GGUF block format: the blocks 2 bytes past a 16-byte boundary (the decoders' byte loads)");
   bool act_order = false;
   app.add_flag("--act-order", act_order, "with --weights int4: GPTQ act order (a random g_idx, x's columns permuted)");
   int64_t experts = 0, top_k = 8;
@@ -304,7 +308,10 @@ int main(int argc, char** argv) {
       const int64_t bytes = n * k / lw::ops::gguf_block_elems(*format) * lw::ops::gguf_block_bytes(*format);
       Tensor h = Tensor::empty_host({bytes}, DType::i8);
       for (int64_t i = 0; i < bytes; ++i) h.data<int8_t>()[i] = static_cast<int8_t>(rng() & 0xff);
-      return lw::ops::Weight::gguf(*format, n, k, ctx.to_device(h));
+      if (!unaligned) return lw::ops::Weight::gguf(*format, n, k, ctx.to_device(h));
+      Tensor moved = ctx.empty({bytes + 2}, DType::i8).slice(0, 2, bytes + 2);
+      moved.copy_from(h, ctx.stream().get());
+      return lw::ops::Weight::gguf(*format, n, k, moved);
     };
 
     if (experts > 0) {

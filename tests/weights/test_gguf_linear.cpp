@@ -81,6 +81,14 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
     // The expansion is gguf's dequantisation, rounded once.
     const Tensor dense = ctx().to_host(ops::expand(ctx(), w, DType::f32));
     for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(dense.data<float>()[i], wref[i]) << name << " element " << i;
+    // The same blocks 2 bytes past a 16-byte boundary (the decoders' byte-by-byte loads where a
+    // block's 16-byte fields are not 16-aligned).
+    const Tensor raw = w.data().view({w.data().numel()});
+    Tensor shifted = ctx().empty({raw.numel() + 2}, raw.dtype()).slice(0, 2, raw.numel() + 2);
+    shifted.copy_from(raw, ctx().stream().get());
+    const ops::Weight moved = ops::Weight::gguf(w.format(), n, k, shifted);
+    const Tensor dense_moved = ctx().to_host(ops::expand(ctx(), moved, DType::f32));
+    for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(dense_moved.data<float>()[i], wref[i]) << name << " element " << i << " (unaligned)";
   }
 }
 

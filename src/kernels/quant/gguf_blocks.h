@@ -8,13 +8,15 @@
 // Each format is a struct with kElems (elements per block), kBytes (bytes per block) and
 //   decode16(block, run, out): out[i] = element 16 * run + i of the block, run < kElems / 16.
 // Block payloads are byte streams whose fp16 fields are only 2-aligned: fields are assembled
-// from bytes.
+// from bytes, except where a block's layout keeps 16-byte fields 16-aligned (Q4_K, Q5_K:
+// load_16_bytes), whose loads are one instruction instead of sixteen.
 #pragma once
 #include <cstdint>
 
 #include "gpu/compat.h"
 #include "gpu/numeric.h"
 #include "gpu/portable_math.h"
+#include "gpu/vector.h"
 
 namespace lw::kernels::gguf {
 
@@ -132,19 +134,43 @@ struct Q3_K {
 };
 
 // Q4_K and Q5_K: d and dmin, then eight 32-element sub-blocks' 6-bit scales and mins packed in
-// 12 bytes; sub-block j's step dl = d * scale and offset ml = dmin * min.
-LW_DEVICE_INLINE void sub_block_k4(const uint8_t* b, int j, float& dl, float& ml) {
-  const uint8_t* s = b + 4;
+// 12 bytes; sub-block j's step dl = d * scale and offset ml = dmin * min. `head` is the block's
+// first 16 bytes as four little-endian words (d | dmin << 16, then scales[0..12)).
+LW_DEVICE_INLINE void sub_block_k4(const uint32_t (&head)[4], int j, float& dl, float& ml) {
+  // Byte i of scales[] (i < 12), from registers: no indexed array, so no local memory.
+  auto sb = [&](int i) {
+    const uint32_t word = i < 4 ? head[1] : i < 8 ? head[2] : head[3];
+    return static_cast<int>((word >> (8 * (i % 4))) & 0xff);
+  };
   int sc, m;
   if (j < 4) {
-    sc = s[j] & 63;
-    m = s[j + 4] & 63;
+    sc = sb(j) & 63;
+    m = sb(j + 4) & 63;
   } else {
-    sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    sc = (sb(j + 4) & 0x0f) | ((sb(j - 4) >> 6) << 4);
+    m = (sb(j + 4) >> 4) | ((sb(j) >> 6) << 4);
   }
-  dl = fp16_at(b) * static_cast<float>(sc);
-  ml = fp16_at(b + 2) * static_cast<float>(m);
+  dl = gpu::to_float(__ushort_as_half(static_cast<unsigned short>(head[0] & 0xffff))) * static_cast<float>(sc);
+  ml = gpu::to_float(__ushort_as_half(static_cast<unsigned short>(head[0] >> 16))) * static_cast<float>(m);
+}
+
+// The 16 bytes at p as four little-endian words: one 16-byte load where p is 16-aligned (the
+// K-quants of 144- and 176-byte blocks in a 16-aligned matrix: each block and each 16-byte
+// field of it), else byte by byte.
+LW_DEVICE_INLINE void load_16_bytes(const uint8_t* p, uint32_t (&out)[4]) {
+  if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    const gpu::Vec<uint32_t, 4> v = gpu::load_vec<4>(reinterpret_cast<const uint32_t*>(p));
+#pragma unroll
+    for (int w = 0; w < 4; ++w) out[w] = v.v[w];
+  } else {
+#pragma unroll
+    for (int w = 0; w < 4; ++w) out[w] = u32_at(p + 4 * w);
+  }
+}
+
+// Byte i of four words (i a constant after unrolling).
+LW_DEVICE_INLINE int byte_of(const uint32_t (&words)[4], int i) {
+  return static_cast<int>((words[i / 4] >> (8 * (i % 4))) & 0xff);
 }
 
 // Sub-block j (runs 2j, 2j + 1) is nibble j % 2 of qs[32 * (j / 2) + 16 * (r % 2) + i].
@@ -152,12 +178,14 @@ struct Q4_K {
   static constexpr int kElems = 256, kBytes = 144;  // d, dmin, scales[12], qs[128]
   LW_DEVICE_INLINE static void decode16(const uint8_t* b, int run, float (&out)[kRun]) {
     const int j = run / 2;
+    uint32_t head[4], q[4];
+    load_16_bytes(b, head);
+    load_16_bytes(b + 16 + 32 * (j / 2) + 16 * (run % 2), q);  // lint: not-a-warp
     float dl, ml;
-    sub_block_k4(b, j, dl, ml);
-    const uint8_t* q = b + 16 + 32 * (j / 2) + 16 * (run % 2);  // lint: not-a-warp
+    sub_block_k4(head, j, dl, ml);
     const int shift = 4 * (j % 2);
 #pragma unroll
-    for (int i = 0; i < kRun; ++i) out[i] = mul_sub(dl, static_cast<float>((q[i] >> shift) & 0x0f), ml);
+    for (int i = 0; i < kRun; ++i) out[i] = mul_sub(dl, static_cast<float>((byte_of(q, i) >> shift) & 0x0f), ml);
   }
 };
 
@@ -166,14 +194,16 @@ struct Q5_K {
   static constexpr int kElems = 256, kBytes = 176;  // d, dmin, scales[12], qh[32], qs[128]
   LW_DEVICE_INLINE static void decode16(const uint8_t* b, int run, float (&out)[kRun]) {
     const int j = run / 2;
+    uint32_t head[4], q[4], qh[4];
+    load_16_bytes(b, head);
+    load_16_bytes(b + 48 + 32 * (j / 2) + 16 * (run % 2), q);  // lint: not-a-warp
+    load_16_bytes(b + 16 + 16 * (run % 2), qh);
     float dl, ml;
-    sub_block_k4(b, j, dl, ml);
-    const uint8_t* q = b + 48 + 32 * (j / 2) + 16 * (run % 2);  // lint: not-a-warp
-    const uint8_t* qh = b + 16 + 16 * (run % 2);
+    sub_block_k4(head, j, dl, ml);
     const int shift = 4 * (j % 2);
 #pragma unroll
     for (int i = 0; i < kRun; ++i) {
-      const int v = ((q[i] >> shift) & 0x0f) + (((qh[i] >> j) & 1) << 4);
+      const int v = ((byte_of(q, i) >> shift) & 0x0f) + (((byte_of(qh, i) >> j) & 1) << 4);
       out[i] = mul_sub(dl, static_cast<float>(v), ml);
     }
   }
