@@ -88,7 +88,8 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
     shifted.copy_from(raw, ctx().stream().get());
     const ops::Weight moved = ops::Weight::gguf(w.format(), n, k, shifted);
     const Tensor dense_moved = ctx().to_host(ops::expand(ctx(), moved, DType::f32));
-    for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(dense_moved.data<float>()[i], wref[i]) << name << " element " << i << " (unaligned)";
+    for (int64_t i = 0; i < n * k; ++i)
+      ASSERT_EQ(dense_moved.data<float>()[i], wref[i]) << name << " element " << i << " (unaligned)";
   }
 }
 

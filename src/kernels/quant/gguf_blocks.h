@@ -22,10 +22,11 @@ namespace lw::kernels::gguf {
 
 constexpr int kRun = 16;  // elements one decode16 call produces
 
-LW_DEVICE_INLINE float fp16_at(const uint8_t* p) {
-  const unsigned short bits = static_cast<unsigned short>(p[0] | (p[1] << 8));
-  return gpu::to_float(__ushort_as_half(bits));
+LW_DEVICE_INLINE float fp16_bits_to_float(uint32_t bits) {
+  return gpu::to_float(__ushort_as_half(static_cast<unsigned short>(bits & 0xffff)));
 }
+
+LW_DEVICE_INLINE float fp16_at(const uint8_t* p) { return fp16_bits_to_float(p[0] | (p[1] << 8)); }
 
 LW_DEVICE_INLINE uint32_t u32_at(const uint8_t* p) {
   return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
@@ -150,8 +151,8 @@ LW_DEVICE_INLINE void sub_block_k4(const uint32_t (&head)[4], int j, float& dl, 
     sc = (sb(j + 4) & 0x0f) | ((sb(j - 4) >> 6) << 4);
     m = (sb(j + 4) >> 4) | ((sb(j) >> 6) << 4);
   }
-  dl = gpu::to_float(__ushort_as_half(static_cast<unsigned short>(head[0] & 0xffff))) * static_cast<float>(sc);
-  ml = gpu::to_float(__ushort_as_half(static_cast<unsigned short>(head[0] >> 16))) * static_cast<float>(m);
+  dl = fp16_bits_to_float(head[0]) * static_cast<float>(sc);
+  ml = fp16_bits_to_float(head[0] >> 16) * static_cast<float>(m);
 }
 
 // The 16 bytes at p as four little-endian words: one 16-byte load where p is 16-aligned (the
