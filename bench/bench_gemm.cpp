@@ -6,6 +6,9 @@
 // rotated so that the L2 cache does not hold the weights of shapes of 1 MB or more), divided by
 // the number of calls: decode runs its GEMMs back to
 // back, so a launch's latency is hidden behind the previous kernel as it is here.
+// --l2-resident times one weight set, so that weights smaller than the L2 cache are read from it
+// (the dense paths; the int4 kernels' overlapped launches over one set measured slower than over
+// rotated sets, docs/PERFORMANCE.md).
 // --weights gguf_q4_k (any GGUF block format of ops/weight.h) times the same shapes over weights
 // kept in GGML blocks (random bits: the values do not change the time), where "gemv" is the
 // fused dequantising GEMV at any M and "vendor" the expansion followed by the vendor GEMM; the
@@ -191,6 +194,10 @@ int main(int argc, char** argv) {
   bool unaligned = false;
   app.add_flag("--unaligned", unaligned,
                "with a GGUF block format: the blocks 2 bytes past a 16-byte boundary (the decoders' byte loads)");
+  bool l2_resident = false;
+  app.add_flag("--l2-resident", l2_resident,
+               "one weight set per case, so that weights that fit the L2 cache are read from it (dense weights: "
+               "int4's overlapped launches are slower over one set)");
   bool act_order = false;
   app.add_flag("--act-order", act_order, "with --weights int4: GPTQ act order (a random g_idx, x's columns permuted)");
   int64_t experts = 0, top_k = 8;
@@ -334,7 +341,7 @@ int main(int argc, char** argv) {
       const double wbytes = static_cast<double>(w[0].device_bytes());
       // Enough weight sets to exceed the L2 cache several times over (at most kMostSets: a weight
       // under 1 MB is mostly served from the L2 whatever the count).
-      const int sets = std::clamp(static_cast<int>(std::ceil(256e6 / wbytes)), 2, kMostSets);
+      const int sets = l2_resident ? 1 : std::clamp(static_cast<int>(std::ceil(256e6 / wbytes)), 2, kMostSets);
       while (static_cast<int>(w.size()) < sets) w.push_back(random_weight(n, k));
       for (int64_t m : ms) {
         Tensor x = random({m, k}), y = ctx.empty({m, n}, dt);
