@@ -9,12 +9,14 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "core/logging.h"
 #include "gpu/runtime.h"
 #include "gpu/vector.h"
 #include "kernels/quant/fp8_mma_gemv.h"
 #include "kernels/quant/gguf_gemv.h"
+#include "kernels/quant/gguf_mma_gemv.h"
 #include "kernels/quant/int4.h"
 #include "kernels/quant/int4_hopper.h"
 #include "kernels/quant/quantize.h"
@@ -303,9 +305,17 @@ kernels::Int4Matrix int4_matrix(const Weight& w) {
           w.out_features(), w.in_features(), w.group_size()};
 }
 
-// Whether the device runs the fused int4 kernels (matrix cores, or the emulator's).
-bool has_int4_kernels(const gpu::DeviceCaps& caps) {
+// Whether the device runs the kernels on the matrix-fragment layer (matrix cores, or the
+// emulator's): the fused int4 kernels and the Q4_K GEMV.
+bool has_fragment_kernels(const gpu::DeviceCaps& caps) {
   return caps.emulator() || caps.matrix.mma_sync || caps.matrix.mfma || caps.matrix.wmma;
+}
+
+// Whether GGUF blocks of this format take the GEMV on the matrix-fragment layer (f16 and bf16
+// x; the SIMT GEMV otherwise): where the device has the layer and the kernel the format, with
+// the weights 16-byte aligned (`data`; null: device allocations, which are).
+bool gguf_on_fragments(const gpu::DeviceCaps& caps, kernels::BlockFormat block, const void* data) {
+  return has_fragment_kernels(caps) && kernels::gguf_mma_gemv_serves(block) && gpu::aligned_to(16, data);
 }
 
 }  // namespace
@@ -470,7 +480,10 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   if (fp8 && vendor && has_fp8_gemm(ctx.caps()) && rows > 0 && fp8_gemm(ctx, x, w, bias, out, rows, !sel.forced()))
     return;
   const bool runs = gguf || (k % 16 == 0 && gpu::aligned_to(gpu::kVectorBytes, w.data().data_ptr()));
-  const bool fused = runs && (sel.forced() ? sel.path == GemmPath::gemv : !ctx.deterministic() && rows <= kGgufGemvMaxRows);
+  const bool fragments =
+      gguf && x.dtype() != DType::f32 && gguf_on_fragments(ctx.caps(), *gguf_block(w.format()), w.data().data_ptr());
+  const int64_t most_rows = fragments ? kGgufMmaGemvMaxRows : kGgufGemvMaxRows;
+  const bool fused = runs && (sel.forced() ? sel.path == GemmPath::gemv : !ctx.deterministic() && rows <= most_rows);
   if (!fused) {
     linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, sel.forced() ? sel.path : GemmPath::automatic);
     return;
@@ -483,8 +496,16 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   dispatch_float(x.dtype(), op, [&]<class T>() {
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
     if (gguf) {
-      kernels::gguf_gemv<T>(out.data<T>(), xs.data<T>(), w.data().data_ptr(), *gguf_block(w.format()), b, rows, n, k, k, n,
-                            ctx.warp_size(), ctx.stream().get());
+      const kernels::BlockFormat block = *gguf_block(w.format());
+      if constexpr (!std::is_same_v<T, float>) {
+        if (fragments) {
+          kernels::gguf_mma_gemv<T>(out.data<T>(), xs.data<T>(), w.data().data_ptr(), block, b, rows, n, k, k, n,
+                                    ctx.caps().multiprocessors, ctx.stream().get());
+          return;
+        }
+      }
+      kernels::gguf_gemv<T>(out.data<T>(), xs.data<T>(), w.data().data_ptr(), block, b, rows, n, k, k, n, ctx.warp_size(),
+                            ctx.stream().get());
     } else {
       kernels::ScaledMatrix m = scaled_matrix(w);
       m.col_perm = nullptr;  // x's columns are gathered
@@ -531,7 +552,7 @@ Int4Plan plan_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor&
   const gpu::DeviceCaps& caps = ctx.caps();
   const kernels::Int4Matrix m = int4_matrix(w);
   const bool runs = x.dtype() != DType::f32 && kernels::int4_gemm_supports(m) && k % 8 == 0 && x.is_contiguous() &&
-                    out.is_contiguous() && gpu::aligned_to(4, x.data_ptr()) && has_int4_kernels(caps);
+                    out.is_contiguous() && gpu::aligned_to(4, x.data_ptr()) && has_fragment_kernels(caps);
   p.fused = runs && (p.sel.forced() ? p.sel.path == GemmPath::gemv : !ctx.deterministic() && rows <= kInt4FusedMaxRows);
   if (!p.fused) return p;
   p.splits = kernels::int4_gemm_splits(m, caps.multiprocessors);
@@ -748,7 +769,7 @@ void grouped_linear(Context& ctx, const Tensor& x, const ExpertWeights& experts,
   const Weight& w0 = experts.weights()[0];
   const int64_t n = w0.out_features(), k = w0.in_features();
   const bool half_x = x.dtype() == DType::bf16 || x.dtype() == DType::f16;
-  if (table.defined() && half_x && !ctx.deterministic() && has_int4_kernels(ctx.caps()) && x.dim() == 2 &&
+  if (table.defined() && half_x && !ctx.deterministic() && has_fragment_kernels(ctx.caps()) && x.dim() == 2 &&
       x.size(1) == k && x.is_contiguous() && gpu::aligned_to(4, x.data_ptr()) && out.dtype() == x.dtype() &&
       out.is_contiguous() && out.shape() == std::vector<int64_t>({x.size(0), n}) && e <= 65535 &&
       (path == GemmPath::gemv ||
@@ -781,9 +802,19 @@ void grouped_linear(Context& ctx, const Tensor& x, const ExpertWeights& experts,
       (path == GemmPath::gemv || path == GemmPath::automatic)) {
     check_float_input(op, "x", x);
     const auto* table = static_cast<const void* const*>(blocks.data_ptr());
+    const kernels::BlockFormat block = *gguf_block(w0.format());
+    const bool aligned = std::all_of(experts.weights().begin(), experts.weights().end(),
+                                     [](const Weight& ew) { return gpu::aligned_to(16, ew.data().data_ptr()); });
     dispatch_float(x.dtype(), op, [&]<class T>() {
-      kernels::gguf_grouped_gemv<T>(out.data<T>(), x.data<T>(), table, e, *gguf_block(w0.format()), offsets.data<int32_t>(),
-                                    x.size(0), n, k, ctx.warp_size(), ctx.stream().get());
+      if constexpr (!std::is_same_v<T, float>) {
+        if (aligned && gguf_on_fragments(ctx.caps(), block, nullptr)) {
+          kernels::gguf_mma_grouped_gemv<T>(out.data<T>(), x.data<T>(), table, e, block, offsets.data<int32_t>(), x.size(0),
+                                            n, k, ctx.caps().multiprocessors, ctx.stream().get());
+          return;
+        }
+      }
+      kernels::gguf_grouped_gemv<T>(out.data<T>(), x.data<T>(), table, e, block, offsets.data<int32_t>(), x.size(0), n, k,
+                                    ctx.warp_size(), ctx.stream().get());
     });
     return;
   }

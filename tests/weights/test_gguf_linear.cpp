@@ -3,11 +3,13 @@
 // reference over gguf's dequantised values, on the fused GEMV (one and several passes over the
 // weights) and the expand-then-GEMM paths, in each float dtype; and the loader's handling of a
 // real model's blocks.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/weight.h"
 #include "test_util.h"
@@ -37,7 +39,8 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
     int64_t m;
     ops::GemmPath path;
   };
-  // Automatic: the fused GEMV up to kGgufGemvMaxRows rows, the expansion above; forced: the GEMV
+  // Automatic: the fused GEMV up to kGgufGemvMaxRows rows (kGgufMmaGemvMaxRows for Q4_K on
+  // matrix fragments), the expansion above; forced: the GEMV
   // at 9 and 33 rows (two and five passes over the weights), the expansion and the tiled GEMM at 3.
   const Case cases[] = {{1, ops::GemmPath::automatic}, {4, ops::GemmPath::automatic}, {20, ops::GemmPath::automatic},
                         {9, ops::GemmPath::gemv},      {33, ops::GemmPath::gemv},      {3, ops::GemmPath::tiled}};
@@ -60,15 +63,20 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
         poison(out);
         ops::linear(ctx(), ctx().to_device(xh), w, with_bias ? ctx().to_device(bh) : Tensor(), out, c.path);
         const Tensor got = ctx().to_host(out);
-        // The weights are gguf's values rounded to dt; fp32 accumulation over K terms (each
-        // within 2^-24 relative, K * 2^-24 in all of sum |x w|), one rounding to dt at the end,
-        // and with a bias one more of the product (cuBLASLt's bias epilogue, ops/gemm.h).
+        // The weights are gguf's values rounded to dt, except on the Q4_K GEMV of the
+        // matrix-fragment layer (f16 and bf16 x), which scales each sub-block's sums in fp32 and
+        // so uses them unrounded; fp32 accumulation over K terms (each within 2^-24 relative,
+        // K * 2^-24 in all of sum |x w|), one rounding to dt at the end, and with a bias one more
+        // of the product (cuBLASLt's bias epilogue, ops/gemm.h).
+        const bool fragments = dt != DType::f32 && name == "w.q4_k";
+        const int64_t most_rows = fragments ? ops::kGgufMmaGemvMaxRows : ops::kGgufGemvMaxRows;
+        const bool exact = fragments && (c.path == ops::GemmPath::gemv || (c.path == ops::GemmPath::automatic && c.m <= most_rows));
         const double eps = epsilon(dt), acc_eps = static_cast<double>(k) * std::ldexp(1.0, -24);
         for (int64_t i = 0; i < c.m; ++i)
           for (int64_t j = 0; j < n; ++j) {
             double ref = with_bias ? element(bh, j) : 0.0, mag = std::abs(ref);
             for (int64_t l = 0; l < k; ++l) {
-              const double p = element(xh, i * k + l) * rounded_to(wref[j * k + l], dt);
+              const double p = element(xh, i * k + l) * (exact ? wref[j * k + l] : rounded_to(wref[j * k + l], dt));
               ref += p;
               mag += std::abs(p);
             }
@@ -90,6 +98,41 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
     const Tensor dense_moved = ctx().to_host(ops::expand(ctx(), moved, DType::f32));
     for (int64_t i = 0; i < n * k; ++i)
       ASSERT_EQ(dense_moved.data<float>()[i], wref[i]) << name << " element " << i << " (unaligned)";
+  }
+}
+
+// Row p of x the unit vector e_p, so that row p of the result is column p of W: every weight seen
+// in its place, on the GEMV of each format in f16 and bf16 (a kernel that pairs a weight with
+// the wrong element of x or a sub-block with the wrong scale fails here, where sums over random x
+// can hide it within their bound). The SIMT GEMV gives each weight rounded to dt; the Q4_K GEMV
+// on matrix fragments gguf's fp32 value formed in its own order (one fp32 rounding apart), rounded
+// to dt: within one unit in dt's last place.
+TEST(GgufLinear, UnitRowsOfXGiveEveryWeightInPlace) {
+  std::ifstream mf(kDir + "/manifest.json");
+  ASSERT_TRUE(mf.good()) << "run the weights.make_fixtures test first (ctest -L weights)";
+  const nlohmann::json manifest = nlohmann::json::parse(mf)["linear.gguf"];
+  const std::unique_ptr<weights::Checkpoint> ckpt = weights::open_checkpoint(kDir + "/linear.gguf");
+  for (const auto& [name, info] : manifest.items()) {
+    const ops::Weight w = gguf_weight(ckpt->get(name));
+    const int64_t n = w.out_features(), k = w.in_features();
+    const std::vector<float> wref = read_values<float>(kDir + "/" + info["expected"].get<std::string>());
+    Tensor eye = Tensor::empty_host({k, k}, DType::f32);
+    std::fill_n(eye.data<float>(), k * k, 0.0f);
+    for (int64_t p = 0; p < k; ++p) eye.data<float>()[p * k + p] = 1.0f;
+    const Tensor eye_device = ctx().to_device(eye);
+    for (DType dt : {DType::f16, DType::bf16}) {
+      SCOPED_TRACE(::testing::Message() << name << " " << dtype_name(dt));
+      Tensor x = ctx().empty({k, k}, dt), out = ctx().empty({k, n}, dt);
+      ops::cast(ctx(), eye_device, x);
+      poison(out);
+      ops::linear(ctx(), x, w, Tensor(), out, ops::GemmPath::gemv);
+      const Tensor got = ctx().to_host(out);
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t j = 0; j < n; ++j) {
+          const double want = wref[j * k + p], v = element(got, p * n + j);
+          ASSERT_LE(std::abs(v - want), 2.0 * epsilon(dt) * std::abs(want) + 1e-7) << "weight [" << j << ", " << p << "]";
+        }
+    }
   }
 }
 

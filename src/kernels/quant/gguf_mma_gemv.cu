@@ -1,0 +1,409 @@
+#include "kernels/quant/gguf_mma_gemv.h"
+
+#include <type_traits>
+
+#include "gpu/launch.h"
+#include "gpu/matrix_fragment.h"
+#include "gpu/numeric.h"
+#include "gpu/vector.h"
+#include "gpu/warp.h"
+#include "kernels/expert_rows.h"
+#include "kernels/quant/gguf_blocks.h"
+#include "kernels/quant/int4_tiles.h"
+
+namespace lw::kernels {
+
+namespace {
+
+namespace mma = gpu::mma;
+
+constexpr int kMaxWarps = 8;  // warps of a block, each a slice of the row tile's blocks of K
+constexpr int kPassRows = 8;  // rows of x a block serves: the narrow multiply's columns
+static_assert(kPassRows == mma::kNarrowCols, "a pass is the narrow multiply's columns");
+constexpr int kSubBlock = 32;  // lint: not-a-warp (elements sharing a scale and a minimum)
+
+// ---- which k of a sub-block each fragment slot holds ----
+// The lanes holding one row of A ("ranks") each hold E of a 16-column step's slots; a lane's
+// slots of both steps of a sub-block take one run of 2E bytes of the row's 32-byte chunk (the
+// low nibbles for the even sub-block, the high for the odd), so that a lane reads one run per
+// chunk and row. Position p (0..E-1) of a step is byte kByteOf(p) of the step's E bytes: fragment
+// pairs (p, p + 1), p even, are bytes (0, 2) or (1, 3) of a 32-bit word, which one mask turns
+// into a pair of 16-bit lanes (int4_tiles::decode_pair). B takes x at the same k.
+constexpr int kE = mma::kA / mma::kARowSlots;
+constexpr int kRanks = 16 / kE;
+constexpr int kRunBytes = 2 * kE;  // a lane's bytes of a chunk (both steps)
+constexpr int kRunWords = kRunBytes / 4;
+constexpr int kRunElems = kRunBytes;  // x's elements a lane's B takes per sub-block (a nibble a byte)
+static_assert(kE % 4 == 0 && kRanks * kE == 16, "a step's slots are whole words per rank");
+
+LW_DEVICE_INLINE constexpr int byte_of_pos(int p) { return 4 * (p / 4) + ((p % 4) == 1 ? 2 : (p % 4) == 2 ? 1 : p % 4); }
+
+// The rank of a lane among those holding its A row (its B column's lanes are ranked alike), and
+// the position of A element i and of B element i among their lane's elements of one step.
+template <mma::Layout L = mma::kLayout>
+LW_DEVICE_INLINE constexpr int lane_rank(int lane) {
+  if constexpr (L == mma::Layout::nvidia_m16n8k16) return lane & 3;
+  else if constexpr (L == mma::Layout::amd_mfma_16x16) return (lane >> 4) & 3;
+  (void)lane;
+  return 0;
+}
+template <mma::Layout L = mma::kLayout>
+LW_DEVICE_INLINE constexpr int a_pos(int i) {
+  if constexpr (L == mma::Layout::nvidia_m16n8k16) return (i & 1) + 2 * (i >> 2);
+  return i;
+}
+template <mma::Layout L = mma::kLayout>
+LW_DEVICE_INLINE constexpr int b_pos(int i) {
+  if constexpr (L == mma::Layout::nvidia_m16n8k16) return (i & 1) + 2 * ((i >> 1) & 1);
+  return i;
+}
+
+#if defined(LW_TARGET_HOST)
+// Proof in the host builds (every layout) that the ranks and positions above agree with the
+// layer's accessors: the k slot of (rank, position) is one per step (the lanes of row 0 define
+// it), every lane's A and B elements lie there, A's pairs are positions (p, p + 1) of one row
+// with p even, and a lane's B elements of the narrow multiply's columns are all of one column.
+template <mma::Layout L>
+constexpr bool slots_agree() {
+  constexpr int A = mma::Shape<L>::a, B = mma::Shape<L>::b, E = A / mma::Shape<L>::a_row_slots;
+  const int warp = L == mma::Layout::amd_mfma_16x16 ? 64 : 32;  // lint: not-a-warp (the layouts' warps)
+  int slot[16][16];  // [rank][position]
+  for (auto& r : slot)
+    for (int& v : r) v = -1;
+  bool seen[16] = {};
+  for (int lane = 0; lane < warp; ++lane)
+    for (int i = 0; i < A; ++i)
+      if (mma::a_row<L>(lane, i) == 0) {
+        int& v = slot[lane_rank<L>(lane)][a_pos<L>(i)];
+        const int col = mma::a_col<L>(lane, i);
+        if (v >= 0 && v != col) return false;
+        if (v < 0 && seen[col]) return false;
+        v = col;
+        seen[col] = true;
+      }
+  for (bool s : seen)
+    if (!s) return false;
+  for (int lane = 0; lane < warp; ++lane) {
+    const int r = lane_rank<L>(lane);
+    for (int i = 0; i < A; ++i) {
+      if (a_pos<L>(i) >= E || mma::a_col<L>(lane, i) != slot[r][a_pos<L>(i)]) return false;
+      if (i % 2 == 0 && (mma::a_slot<L>(i + 1) != mma::a_slot<L>(i) || a_pos<L>(i) % 2 != 0 || a_pos<L>(i + 1) != a_pos<L>(i) + 1))
+        return false;
+    }
+    for (int i = 0; i < B; ++i) {
+      if (mma::b_col<L>(lane, i) >= mma::kNarrowCols) continue;
+      if (b_pos<L>(i) >= E || mma::b_row<L>(lane, i) != slot[r][b_pos<L>(i)]) return false;
+      if (mma::b_col<L>(lane, i) != mma::b_col<L>(lane, 0)) return false;
+    }
+  }
+  return true;
+}
+static_assert(slots_agree<mma::Layout::nvidia_m16n8k16>() && slots_agree<mma::Layout::amd_mfma_16x16>() &&
+                  slots_agree<mma::Layout::amd_wmma_16x16>(),
+              "the Q4_K GEMV's k slots disagree with the matrix-fragment layer");
+#endif
+
+// ---- Q4_K ----
+constexpr int kQ4kElems = 256;  // lint: not-a-warp (a super-block's elements)
+constexpr int kQ4kBytes = 144;  // d, dmin (fp16), scales[12] (6-bit pairs), qs[128]
+constexpr int kChunks = 4;      // 32-byte chunks of qs: sub-blocks 2c (low nibbles) and 2c + 1 (high)
+
+// What a lane reads of one super-block: its runs of each chunk for each of its A rows, and the
+// headers of its C rows.
+struct Q4kLoaded {
+  uint32_t qs[mma::kARowSlots][kChunks][kRunWords];
+  uint32_t head[mma::kRowSlots][4];
+};
+
+// The scales and minima of a C row's sub-blocks, d * sc and dmin * m in fp32 as ggml forms them
+// (each 6-bit field made a float exactly, through the bits of 2^23 + v): the header's fields
+// unpacked once a super-block, one sub-block's products formed where they are used.
+LW_DEVICE_INLINE float small_uint_to_float(uint32_t v) { return __builtin_bit_cast(float, 0x4b000000u | v) - 8388608.0f; }
+struct Q4kScales {
+  float d[mma::kRowSlots], dmin[mma::kRowSlots];
+  // Byte j of sc[sl][0] / mn[sl][0]: sub-block j's fields (j < 4); of sc[sl][1] / mn[sl][1]: 4 + j's.
+  uint32_t sc[mma::kRowSlots][2], mn[mma::kRowSlots][2];
+  LW_DEVICE_INLINE explicit Q4kScales(const Q4kLoaded& in) {
+#pragma unroll
+    for (int sl = 0; sl < mma::kRowSlots; ++sl) {
+      const uint32_t h0 = in.head[sl][0], h1 = in.head[sl][1], h2 = in.head[sl][2], h3 = in.head[sl][3];
+      d[sl] = gguf::fp16_bits_to_float(h0);
+      dmin[sl] = gguf::fp16_bits_to_float(h0 >> 16);
+      sc[sl][0] = h1 & 0x3f3f3f3fu;
+      mn[sl][0] = h2 & 0x3f3f3f3fu;
+      sc[sl][1] = (h3 & 0x0f0f0f0fu) | ((h1 >> 2) & 0x30303030u);
+      mn[sl][1] = ((h3 >> 4) & 0x0f0f0f0fu) | ((h2 >> 2) & 0x30303030u);
+    }
+  }
+  LW_DEVICE_INLINE float d1(int sl, int sub) const {
+    return d[sl] * small_uint_to_float((sc[sl][sub / 4] >> (8 * (sub % 4))) & 0xffu);
+  }
+  LW_DEVICE_INLINE float m1(int sl, int sub) const {
+    return dmin[sl] * small_uint_to_float((mn[sl][sub / 4] >> (8 * (sub % 4))) & 0xffu);
+  }
+};
+
+// x's elements a lane's B fragments of one sub-block take: its rank's run of 2E elements of row
+// `row` (zeros past the pass's rows).
+template <class T, int V>
+LW_DEVICE_INLINE void load_x_run(T (&run)[kRunElems], const T* x_row, bool has_row) {
+  if (has_row) {
+#pragma unroll
+    for (int c = 0; c < kRunElems; c += V) {
+      const gpu::Vec<T, V> v = gpu::load_vec<V>(x_row + c);
+#pragma unroll
+      for (int e = 0; e < V; ++e) run[c + e] = v.v[e];
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kRunElems; ++e) run[e] = gpu::from_float<T>(0.0f);
+  }
+}
+
+// The sums of one row tile (16 rows of W from row0) over super-blocks [first, last) of its
+// rows, for `rows` rows of x (<= kPassRows) from x: the warp's C fragment, summed over its slice.
+template <class T, int V>
+LW_DEVICE_INLINE void q4k_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n, int64_t k,
+                                int64_t ldx, int first, int last) {
+  const int lane = gpu::lane_id(), rank = lane_rank(lane);
+  const int64_t row_bytes = k / kQ4kElems * kQ4kBytes;
+  const uint8_t* a_rows[mma::kARowSlots];
+  const uint8_t* c_rows[mma::kRowSlots];
+#pragma unroll
+  for (int sl = 0; sl < mma::kARowSlots; ++sl) {
+    const int64_t r = row0 + mma::a_slot_row(lane, sl);
+    a_rows[sl] = w + (r < n ? r : n - 1) * row_bytes + 16 + rank * kRunBytes;
+  }
+#pragma unroll
+  for (int sl = 0; sl < mma::kRowSlots; ++sl) {
+    const int64_t r = row0 + mma::slot_row(lane, sl);
+    c_rows[sl] = w + (r < n ? r : n - 1) * row_bytes;
+  }
+  const int x_col = mma::b_col(lane, 0);
+  const bool has_x = x_col < rows;
+  const T* x_row = x + (has_x ? x_col : 0) * ldx + rank * kRunElems;
+
+  auto load = [&](int b, Q4kLoaded& to) {
+#pragma unroll
+    for (int sl = 0; sl < mma::kARowSlots; ++sl)
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c)
+#pragma unroll
+        for (int o = 0; o < kRunWords; o += 4) {
+          constexpr int U = kRunWords < 4 ? kRunWords : 4;
+          const auto v = int4_tiles::load_run<U>(
+              reinterpret_cast<const uint32_t*>(a_rows[sl] + static_cast<int64_t>(b) * kQ4kBytes + 32 * c) + o);
+#pragma unroll
+          for (int u = 0; u < U; ++u) to.qs[sl][c][o + u] = v.v[u];
+        }
+#pragma unroll
+    for (int sl = 0; sl < mma::kRowSlots; ++sl) {
+      const auto v = gpu::load_vec<4>(reinterpret_cast<const uint32_t*>(c_rows[sl] + static_cast<int64_t>(b) * kQ4kBytes));
+#pragma unroll
+      for (int u = 0; u < 4; ++u) to.head[sl][u] = v.v[u];
+    }
+  };
+
+  mma::FragA<T> ones;
+#pragma unroll
+  for (int i = 0; i < mma::kA; ++i) ones.x[i] = gpu::from_float<T>(1.0f);
+  constexpr uint32_t kBias = int4_tiles::kMagic<T> * 0x10001u;  // the magic, no zero point
+
+  auto multiply = [&](int b, const Q4kLoaded& in) {
+    const Q4kScales s(in);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // the low nibbles (sub-block 2c), then the high (2c + 1)
+        const int sub = 2 * c + h;
+        T xr[kRunElems];
+        load_x_run<T, V>(xr, x_row + static_cast<int64_t>(b) * kQ4kElems + sub * kSubBlock, has_x);
+        mma::FragC q, sx;
+        mma::fill(q, 0.0f);
+        mma::fill(sx, 0.0f);
+#pragma unroll
+        for (int step = 0; step < 2; ++step) {
+          mma::FragA<T> a;
+#pragma unroll
+          for (int i = 0; i < mma::kA; i += 2) {
+            const int p = a_pos(i), byte = step * kE + byte_of_pos(p);
+            // Pair (p, p + 1) is bytes (0, 2) or (1, 3) of its word: nibbles 2 (p % 4 / 2) + h.
+            int4_tiles::decode_pair<T>(in.qs[mma::a_slot(i)][c][byte / 4], 2 * ((p % 4) / 2) + h, kBias, a.x[i], a.x[i + 1]);
+          }
+          mma::FragB<T> bx;
+#pragma unroll
+          for (int i = 0; i < mma::kB; ++i)
+            bx.x[i] = mma::b_col(lane, i) < mma::kNarrowCols ? xr[step * kE + byte_of_pos(b_pos(i))] : gpu::from_float<T>(0.0f);
+          mma::mma_narrow(q, a, bx, q);
+          mma::mma_narrow(sx, ones, bx, sx);
+        }
+#pragma unroll
+        for (int i = 0; i < mma::kNarrowC; ++i) {
+          const int sl = mma::c_slot(i);
+          total.x[i] += s.d1(sl, sub) * q.x[i] - s.m1(sl, sub) * sx.x[i];
+        }
+      }
+  };
+
+  // Two super-blocks in flight: the next one's loads issue before this one's multiplies.
+  Q4kLoaded cur, next;
+  if (first < last) load(first, cur);
+  for (int b = first; b < last; b += 2) {
+    if (b + 1 < last) load(b + 1, next);
+    multiply(b, cur);
+    if (b + 2 < last) load(b + 2, cur);
+    if (b + 1 < last) multiply(b + 1, next);
+  }
+}
+
+// Adds the warps' sums in warp order (shared memory) and writes the pass's rows of y: element i
+// of the lane's C fragment is y[c_col][row0 + c_row].
+template <class T>
+LW_DEVICE_INLINE void q4k_finish(const mma::FragC& total, T* y, const T* bias, int64_t row0, int rows, int64_t n, int64_t ldy) {
+  LW_SHARED(float, partial, [kMaxWarps * gpu::kWarpSize * mma::kNarrowC]);
+  const int warp = gpu::warp_id(), lane = gpu::lane_id(), warps = static_cast<int>(blockDim.x) / gpu::kWarpSize;
+#pragma unroll
+  for (int i = 0; i < mma::kNarrowC; ++i) partial[(warp * gpu::kWarpSize + lane) * mma::kNarrowC + i] = total.x[i];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int i = 0; i < mma::kNarrowC; ++i) {
+    float v = partial[lane * mma::kNarrowC + i];
+    for (int wi = 1; wi < warps; ++wi) v += partial[(wi * gpu::kWarpSize + lane) * mma::kNarrowC + i];
+    const int col = mma::c_col(lane, i);
+    const int64_t row = row0 + mma::c_row(lane, i);
+    if (col < rows && row < n) y[col * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
+  }
+}
+
+// The slice of a row tile's super-blocks warp `warp` of `warps` takes.
+LW_DEVICE_INLINE void warp_slice(int64_t blocks, int warp, int warps, int& first, int& last) {
+  const int per = static_cast<int>((blocks + warps - 1) / warps);
+  first = warp * per < blocks ? warp * per : static_cast<int>(blocks);
+  last = first + per < blocks ? first + per : static_cast<int>(blocks);
+}
+
+// NVIDIA: two blocks a multiprocessor (138 registers without the bound: one).
+#if defined(LW_TARGET_CUDA)
+#define LW_Q4K_BOUNDS __launch_bounds__(kMaxWarps * 32, 2)  // lint: not-a-warp (CUDA's warp)
+#else
+#define LW_Q4K_BOUNDS
+#endif
+
+// A block per row tile (16 rows of W, blockIdx.x) and pass of 8 rows of x (blockIdx.y).
+template <class T, int V>
+__global__ void LW_Q4K_BOUNDS q4k_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const uint8_t* __restrict__ w,
+                                const T* __restrict__ bias, int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy) {
+#if LW_MATRIX_CORES
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16, x0 = static_cast<int64_t>(blockIdx.y) * kPassRows;
+  const int rows = m - x0 < kPassRows ? static_cast<int>(m - x0) : kPassRows;
+  int first, last;
+  warp_slice(k / kQ4kElems, gpu::warp_id(), static_cast<int>(blockDim.x) / gpu::kWarpSize, first, last);
+  mma::FragC total;
+  mma::fill(total, 0.0f);
+  q4k_slice<T, V>(total, x + x0 * ldx, w, row0, rows, n, k, ldx, first, last);
+  q4k_finish<T>(total, y + x0 * ldy, bias, row0, rows, n, ldy);
+#else
+  (void)y, (void)x, (void)w, (void)bias, (void)m, (void)n, (void)k, (void)ldx, (void)ldy;
+#endif
+}
+
+// The same over one matrix per expert: block (row tile, r) serves row r of x where r begins a
+// pass of one of its expert's rows (gguf_gemv.cu's grouped kernel's plan).
+template <class T, int V>
+__global__ void LW_Q4K_BOUNDS q4k_grouped_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const uint8_t* const* experts,
+                                        const int32_t* offsets, int count, int64_t rows, int64_t n, int64_t k) {
+#if LW_MATRIX_CORES
+  gpu::begin_after_prior_grid();  // the offsets and x come from the kernels before
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16, r0 = blockIdx.y;
+  ExpertPass pass;
+  if (!pass_at_row(offsets, count, rows, r0, kPassRows, pass)) return;  // the whole block
+  int first, last;
+  warp_slice(k / kQ4kElems, gpu::warp_id(), static_cast<int>(blockDim.x) / gpu::kWarpSize, first, last);
+  mma::FragC total;
+  mma::fill(total, 0.0f);
+  const int pass_rows = static_cast<int>(pass.end - r0);
+  q4k_slice<T, V>(total, x + r0 * k, experts[pass.expert], row0, pass_rows, n, k, k, first, last);
+  q4k_finish<T>(total, y + r0 * n, static_cast<const T*>(nullptr), row0, pass_rows, n, n);
+#else
+  (void)y, (void)x, (void)experts, (void)offsets, (void)count, (void)rows, (void)n, (void)k;
+#endif
+}
+
+// Warps a block: one per super-block of a row up to kMaxWarps.
+// Warps a block (each a slice of the row tile's super-blocks): 8, or 4 where the grid still
+// fills the device (two blocks of 8 warps a multiprocessor, the register bound) at 4, which
+// leaves fewer blocks for the last wave (H100: 4 warps 3% faster at 14336 x 4096 and 11% at
+// 128256 x 4096, 8 warps 10% at 4096 x 4096 and 21% at 4096 x 14336; docs/PERFORMANCE.md); never
+// more than the super-blocks of a row.
+int block_warps(int64_t tiles, int64_t k, int multiprocessors) {
+  const int64_t blocks = k / kQ4kElems;
+  const int warps = tiles * 4 >= static_cast<int64_t>(multiprocessors) * 2 * kMaxWarps ? 4 : kMaxWarps;
+  return static_cast<int>(blocks < warps ? blocks : warps);
+}
+
+void check_q4k(const char* op, BlockFormat format, int64_t m, int64_t n, int64_t k) {
+  LW_CHECK(gguf_mma_gemv_serves(format), op << ": no kernel for " << block_format_name(format) << " (Q4_K only)");
+  LW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % kQ4kElems == 0,
+           op << ": [M, N, K] = [" << m << ", " << n << ", " << k << "]: K must be whole q4_k blocks of " << kQ4kElems);
+  LW_CHECK(k / kQ4kElems * kQ4kBytes <= 0x7fffffffLL * 16, op << ": K = " << k << " exceeds the kernel's block index");
+}
+
+}  // namespace
+
+bool gguf_mma_gemv_serves(BlockFormat format) { return format == BlockFormat::q4_k; }
+
+template <class T>
+void gguf_mma_gemv(T* y, const T* x, const void* w, BlockFormat format, const T* bias, int64_t m, int64_t n, int64_t k,
+                   int64_t ldx, int64_t ldy, int multiprocessors, cudaStream_t stream) {
+  static_assert(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>, "the matrix-fragment layer multiplies f16 or bf16");
+  const char* op = "gguf_mma_gemv";
+  check_q4k(op, format, m, n, k);
+  LW_CHECK(gpu::aligned_to(16, w), op << ": the weights must start 16-byte aligned");
+  if (m == 0 || n == 0 || k == 0) return;
+  const int64_t tiles = (n + 15) / 16, passes = (m + kPassRows - 1) / kPassRows;
+  LW_CHECK(tiles <= 0x7fffffff && passes <= 65535, op << ": " << n << " output columns x " << m << " rows exceed the grid limits");
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(passes)),
+                              dim3(block_warps(tiles * passes, k, multiprocessors) * gpu::kWarpSize), 0, stream};
+  constexpr int V = gpu::kVecWidth<T>;
+  const auto* wb = static_cast<const uint8_t*>(w);
+  // Vector loads of x need its rows on a vector boundary (a lane's runs are whole vectors).
+  if (ldx % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x))
+    gpu::launch("gguf_mma_gemv_q4_k", q4k_gemv_kernel<T, V>, cfg, y, x, wb, bias, m, n, k, ldx, ldy);
+  else
+    gpu::launch("gguf_mma_gemv_q4_k", q4k_gemv_kernel<T, 1>, cfg, y, x, wb, bias, m, n, k, ldx, ldy);
+}
+
+template <class T>
+void gguf_mma_grouped_gemv(T* y, const T* x, const void* const* experts, int64_t count, BlockFormat format,
+                           const int32_t* offsets, int64_t rows, int64_t n, int64_t k, int multiprocessors,
+                           cudaStream_t stream) {
+  static_assert(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>, "the matrix-fragment layer multiplies f16 or bf16");
+  const char* op = "gguf_mma_grouped_gemv";
+  check_q4k(op, format, rows, n, k);
+  LW_CHECK(experts && offsets && count >= 1 && count <= 0x7fffffff,
+           op << ": " << count << " experts (with their matrices and offsets on the device)");
+  LW_CHECK(rows <= 65535, op << ": " << rows << " rows of x exceed the grid limit");
+  if (rows == 0 || n == 0 || k == 0) return;
+  const int64_t tiles = (n + 15) / 16;
+  LW_CHECK(tiles <= 0x7fffffff, op << ": " << n << " output columns exceed the grid limit");
+  const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(rows)),
+                              dim3(block_warps(tiles, k, multiprocessors) * gpu::kWarpSize), 0, stream, gpu::kOverlapsPrior};
+  constexpr int V = gpu::kVecWidth<T>;
+  const auto* table = reinterpret_cast<const uint8_t* const*>(experts);
+  if (k % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x))
+    gpu::launch(op, q4k_grouped_gemv_kernel<T, V>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n, k);
+  else
+    gpu::launch(op, q4k_grouped_gemv_kernel<T, 1>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n, k);
+}
+
+#define LW_GGUF_MMA_GEMV(T)                                                                                              \
+  template void gguf_mma_gemv<T>(T*, const T*, const void*, BlockFormat, const T*, int64_t, int64_t, int64_t, int64_t,   \
+                                 int64_t, int, cudaStream_t);                                                            \
+  template void gguf_mma_grouped_gemv<T>(T*, const T*, const void* const*, int64_t, BlockFormat, const int32_t*, int64_t, \
+                                         int64_t, int64_t, int, cudaStream_t);
+LW_GGUF_MMA_GEMV(half)
+LW_GGUF_MMA_GEMV(bfloat16)
+#undef LW_GGUF_MMA_GEMV
+
+}  // namespace lw::kernels
