@@ -106,7 +106,8 @@ static_assert(slots_agree<mma::Layout::nvidia_m16n8k16>() && slots_agree<mma::La
 // ---- Q4_K ----
 constexpr int kQ4kElems = 256;  // lint: not-a-warp (a super-block's elements)
 constexpr int kQ4kBytes = 144;  // d, dmin (fp16), scales[12] (6-bit pairs), qs[128]
-constexpr int kChunks = 4;      // 32-byte chunks of qs: sub-blocks 2c (low nibbles) and 2c + 1 (high)
+constexpr int kChunks = 4;      // chunks of qs: sub-blocks 2c (low nibbles) and 2c + 1 (high)
+constexpr int kChunkBytes = 32;  // lint: not-a-warp (a chunk: a byte per element of its sub-blocks)
 
 // What a lane reads of one super-block: its runs of each chunk for each of its A rows, and the
 // headers of its C rows.
@@ -192,7 +193,7 @@ LW_DEVICE_INLINE void q4k_slice(mma::FragC& total, const T* x, const uint8_t* w,
         for (int o = 0; o < kRunWords; o += 4) {
           constexpr int U = kRunWords < 4 ? kRunWords : 4;
           const auto v = int4_tiles::load_run<U>(
-              reinterpret_cast<const uint32_t*>(a_rows[sl] + static_cast<int64_t>(b) * kQ4kBytes + 32 * c) + o);
+              reinterpret_cast<const uint32_t*>(a_rows[sl] + static_cast<int64_t>(b) * kQ4kBytes + kChunkBytes * c) + o);
 #pragma unroll
           for (int u = 0; u < U; ++u) to.qs[sl][c][o + u] = v.v[u];
         }
