@@ -119,7 +119,15 @@ struct Q4kLoaded {
 // The scales and minima of a C row's sub-blocks, d * sc and dmin * m in fp32 as ggml forms them
 // (each 6-bit field made a float exactly, through the bits of 2^23 + v): the header's fields
 // unpacked once a super-block, one sub-block's products formed where they are used.
-LW_DEVICE_INLINE float small_uint_to_float(uint32_t v) { return __builtin_bit_cast(float, 0x4b000000u | v) - 8388608.0f; }
+// Byte j of `word` as a float: the bits of 2^23 + byte (one byte permute on NVIDIA), less 2^23.
+LW_DEVICE_INLINE float byte_to_float(uint32_t word, int j) {
+#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__)
+  const uint32_t bits = __byte_perm(word, 0x4b000000u, 0x7440u | static_cast<uint32_t>(j));
+#else
+  const uint32_t bits = 0x4b000000u | ((word >> (8 * j)) & 0xffu);
+#endif
+  return __builtin_bit_cast(float, bits) - 8388608.0f;
+}
 struct Q4kScales {
   float d[mma::kRowSlots], dmin[mma::kRowSlots];
   // Byte j of sc[sl][0] / mn[sl][0]: sub-block j's fields (j < 4); of sc[sl][1] / mn[sl][1]: 4 + j's.
@@ -137,10 +145,10 @@ struct Q4kScales {
     }
   }
   LW_DEVICE_INLINE float d1(int sl, int sub) const {
-    return d[sl] * small_uint_to_float((sc[sl][sub / 4] >> (8 * (sub % 4))) & 0xffu);
+    return d[sl] * byte_to_float(sc[sl][sub / 4], sub % 4);
   }
   LW_DEVICE_INLINE float m1(int sl, int sub) const {
-    return dmin[sl] * small_uint_to_float((mn[sl][sub / 4] >> (8 * (sub % 4))) & 0xffu);
+    return dmin[sl] * byte_to_float(mn[sl][sub / 4], sub % 4);
   }
 };
 
@@ -246,14 +254,12 @@ LW_DEVICE_INLINE void q4k_slice(mma::FragC& total, const T* x, const uint8_t* w,
       }
   };
 
-  // Two super-blocks in flight: the next one's loads issue before this one's multiplies.
-  Q4kLoaded cur, next;
-  if (first < last) load(first, cur);
-  for (int b = first; b < last; b += 2) {
-    if (b + 1 < last) load(b + 1, next);
-    multiply(b, cur);
-    if (b + 2 < last) load(b + 2, cur);
-    if (b + 1 < last) multiply(b + 1, next);
+  // One super-block at a time: a second in flight (48 more registers) measured 3% slower in
+  // the engine (docs/PERFORMANCE.md); the warps of the multiprocessor keep the loads coming.
+  for (int b = first; b < last; ++b) {
+    Q4kLoaded in;
+    load(b, in);
+    multiply(b, in);
   }
 }
 
@@ -284,7 +290,7 @@ LW_DEVICE_INLINE void warp_slice(int64_t blocks, int warp, int warps, int& first
   last = first + per < blocks ? first + per : static_cast<int>(blocks);
 }
 
-// NVIDIA: two blocks a multiprocessor (138 registers without the bound: one).
+// NVIDIA: two blocks of 8 warps a multiprocessor (the bound holds the registers at 128).
 #if defined(LW_TARGET_CUDA)
 #define LW_Q4K_BOUNDS __launch_bounds__(kMaxWarps * 32, 2)  // lint: not-a-warp (CUDA's warp)
 #else
