@@ -306,7 +306,7 @@ kernels::Int4Matrix int4_matrix(const Weight& w) {
 }
 
 // Whether the device runs the kernels on the matrix-fragment layer (matrix cores, or the
-// emulator's): the fused int4 kernels and the Q4_K GEMV.
+// emulator's): the fused int4 kernels and the Q4_K / Q5_K GEMV.
 bool has_fragment_kernels(const gpu::DeviceCaps& caps) {
   return caps.emulator() || caps.matrix.mma_sync || caps.matrix.mfma || caps.matrix.wmma;
 }

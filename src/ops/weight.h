@@ -136,10 +136,10 @@ bool same_column_order(Context& ctx, const std::vector<Weight>& parts);
 // above it the expansion and the vendor GEMM are faster (H200, docs/PERFORMANCE.md "GGUF block
 // weights"; FP8 takes the crossover of Q8_0, its nearest GGUF kin, until measured itself).
 inline constexpr int64_t kGgufGemvMaxRows = 4;
-// The same for the Q4_K GEMV on the matrix-fragment layer (kernels/quant/gguf_mma_gemv.h: f16
-// and bf16 x where the device has the layer): its passes of 8 rows each read the weights, and
-// the expansion is faster from 32 rows at 4096 x 4096 (H100, docs/PERFORMANCE.md "Q4_K on
-// matrix fragments").
+// The same for the Q4_K and Q5_K GEMV on the matrix-fragment layer (kernels/quant/gguf_mma_gemv.h:
+// f16 and bf16 x where the device has the layer): its passes of 8 rows each read the weights, and
+// the expansion is faster from 32 rows at 4096 x 4096 (Q4_K, H100, docs/PERFORMANCE.md "GGUF Q4_K
+// on matrix fragments"; Q5_K takes the same crossover, not measured apart).
 inline constexpr int64_t kGgufMmaGemvMaxRows = 24;
 
 // An automatic linear over int4 weights of at most this many rows runs the fused kernel (one
@@ -161,8 +161,8 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //                     fused GEMV over the blocks (kernels/quant/gguf_gemv.h); more rows, another
 //                     forced path, or deterministic mode: the weights expanded to x's dtype (a
 //                     temporary [N, K]) and the dense linear. Weights are the expansion's values
-//                     (rounded to x's dtype) on every path, except Q4_K with f16 or bf16 x where
-//                     the device has the matrix-fragment layer: up to kGgufMmaGemvMaxRows rows
+//                     (rounded to x's dtype) on every path, except Q4_K and Q5_K with f16 or bf16
+//                     x where the device has the matrix-fragment layer: up to kGgufMmaGemvMaxRows rows
 //                     (and on the forced gemv path) kernels::gguf_mma_gemv, which scales each
 //                     sub-block's sums in fp32 and so uses gguf's values unrounded;
 //   int8_per_group    as the GGUF formats (W8A16): the fused 8-bit GEMV (kernels::scaled_gemv;

@@ -63,12 +63,12 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
         poison(out);
         ops::linear(ctx(), ctx().to_device(xh), w, with_bias ? ctx().to_device(bh) : Tensor(), out, c.path);
         const Tensor got = ctx().to_host(out);
-        // The weights are gguf's values rounded to dt, except on the Q4_K GEMV of the
+        // The weights are gguf's values rounded to dt, except on the Q4_K and Q5_K GEMV of the
         // matrix-fragment layer (f16 and bf16 x), which scales each sub-block's sums in fp32 and
         // so uses them unrounded; fp32 accumulation over K terms (each within 2^-24 relative,
         // K * 2^-24 in all of sum |x w|), one rounding to dt at the end, and with a bias one more
         // of the product (cuBLASLt's bias epilogue, ops/gemm.h).
-        const bool fragments = dt != DType::f32 && name == "w.q4_k";
+        const bool fragments = dt != DType::f32 && (name == "w.q4_k" || name == "w.q5_k");
         const int64_t most_rows = fragments ? ops::kGgufMmaGemvMaxRows : ops::kGgufGemvMaxRows;
         const bool exact = fragments && (c.path == ops::GemmPath::gemv || (c.path == ops::GemmPath::automatic && c.m <= most_rows));
         const double eps = epsilon(dt), acc_eps = static_cast<double>(k) * std::ldexp(1.0, -24);
@@ -104,7 +104,7 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
 // Row p of x the unit vector e_p, so that row p of the result is column p of W: every weight seen
 // in its place, on the GEMV of each format in f16 and bf16 (a kernel that pairs a weight with
 // the wrong element of x or a sub-block with the wrong scale fails here, where sums over random x
-// can hide it within their bound). The SIMT GEMV gives each weight rounded to dt; the Q4_K GEMV
+// can hide it within their bound). The SIMT GEMV gives each weight rounded to dt; the K-quant GEMV
 // on matrix fragments gguf's fp32 value formed in its own order (one fp32 rounding apart), rounded
 // to dt: within one unit in dt's last place.
 TEST(GgufLinear, UnitRowsOfXGiveEveryWeightInPlace) {
@@ -158,7 +158,8 @@ TEST(GgufLinear, GroupedExpertsReadTheOffsetsOnTheDevice) {
   const int64_t n = 40, k = 512;
   const std::vector<int32_t> offsets = {0, 3, 3, 4, 13, 18};  // at most 4 rows per expert on average
   const int64_t t = offsets.back(), e = static_cast<int64_t>(offsets.size()) - 1;
-  for (weights::FileDType type : {weights::FileDType::q4_k, weights::FileDType::q6_k, weights::FileDType::q8_0}) {
+  for (weights::FileDType type : {weights::FileDType::q4_k, weights::FileDType::q5_k, weights::FileDType::q6_k,
+                                  weights::FileDType::q8_0}) {
     SCOPED_TRACE(weights::file_dtype_name(type));
     const kernels::BlockFormat block = *weights::block_format(type);
     std::vector<ops::Weight> each;

@@ -100,21 +100,56 @@ constexpr bool slots_agree() {
 }
 static_assert(slots_agree<mma::Layout::nvidia_m16n8k16>() && slots_agree<mma::Layout::amd_mfma_16x16>() &&
                   slots_agree<mma::Layout::amd_wmma_16x16>(),
-              "the Q4_K GEMV's k slots disagree with the matrix-fragment layer");
+              "the K-quant GEMV's k slots disagree with the matrix-fragment layer");
 #endif
 
-// ---- Q4_K ----
-constexpr int kQ4kElems = 256;  // lint: not-a-warp (a super-block's elements)
-constexpr int kQ4kBytes = 144;  // d, dmin (fp16), scales[12] (6-bit pairs), qs[128]
-constexpr int kChunks = 4;      // chunks of qs: sub-blocks 2c (low nibbles) and 2c + 1 (high)
+// ---- Q4_K and Q5_K ----
+// Super-blocks of 256 elements: a header of d, dmin (fp16) and twelve bytes of 6-bit scales and
+// minima (16 bytes), then 4-bit values in 32-byte chunks, chunk c holding sub-block 2c in its low
+// nibbles and 2c + 1 in its high; Q5_K adds a fifth bit per element (+16), bit j of qh[l] for
+// element l of sub-block j.
+constexpr int kSuperElems = 256;  // lint: not-a-warp (a super-block's elements)
+constexpr int kChunks = 4;
 constexpr int kChunkBytes = 32;  // lint: not-a-warp (a chunk: a byte per element of its sub-blocks)
+struct Q4k {
+  static constexpr int kBytes = 144, kQs = 16, kQh = 0;  // d, dmin, scales[12], qs[128]
+  static constexpr bool kFifthBit = false;
+  static constexpr const char* kName = "gguf_mma_gemv_q4_k";
+};
+struct Q5k {
+  static constexpr int kBytes = 176, kQs = 48, kQh = 16;  // d, dmin, scales[12], qh[32], qs[128]
+  static constexpr bool kFifthBit = true;
+  static constexpr const char* kName = "gguf_mma_gemv_q5_k";
+};
 
-// What a lane reads of one super-block: its runs of each chunk for each of its A rows, and the
-// headers of its C rows.
-struct Q4kLoaded {
+// What a lane reads of one super-block: its runs of each chunk (and of qh) for each of its A
+// rows, and the headers of its C rows.
+template <class F>
+struct Loaded {
   uint32_t qs[mma::kARowSlots][kChunks][kRunWords];
+  uint32_t qh[mma::kARowSlots][F::kFifthBit ? kRunWords : 1];
   uint32_t head[mma::kRowSlots][4];
 };
+
+// Two values of up to 8 bits in the low bits of each 16-bit half as a pair of T: OR-ed into
+// the magic's mantissa, the magic subtracted (exact).
+template <class T>
+LW_DEVICE_INLINE void pair_from_small_ints(uint32_t bits, T& lo, T& hi) {
+  constexpr uint32_t kBias = int4_tiles::kMagic<T> * 0x10001u;
+#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t biased = bits | kBias;
+  using Pair = std::conditional_t<std::is_same_v<T, half>, __half2, __nv_bfloat162>;
+  Pair v, z;
+  memcpy(&v, &biased, 4);
+  memcpy(&z, &kBias, 4);
+  const Pair r = __hsub2(v, z);
+  lo = r.x;
+  hi = r.y;
+#else
+  lo = gpu::from_float<T>(static_cast<float>(bits & 0xffffu));
+  hi = gpu::from_float<T>(static_cast<float>(bits >> 16));
+#endif
+}
 
 // The scales and minima of a C row's sub-blocks, d * sc and dmin * m in fp32 as ggml forms them
 // (each 6-bit field made a float exactly, through the bits of 2^23 + v): the header's fields
@@ -128,11 +163,12 @@ LW_DEVICE_INLINE float byte_to_float(uint32_t word, int j) {
 #endif
   return __builtin_bit_cast(float, bits) - 8388608.0f;
 }
-struct Q4kScales {
+struct SubBlockScales {
   float d[mma::kRowSlots], dmin[mma::kRowSlots];
   // Byte j of sc[sl][0] / mn[sl][0]: sub-block j's fields (j < 4); of sc[sl][1] / mn[sl][1]: 4 + j's.
   uint32_t sc[mma::kRowSlots][2], mn[mma::kRowSlots][2];
-  LW_DEVICE_INLINE explicit Q4kScales(const Q4kLoaded& in) {
+  template <class F>
+  LW_DEVICE_INLINE explicit SubBlockScales(const Loaded<F>& in) {
 #pragma unroll
     for (int sl = 0; sl < mma::kRowSlots; ++sl) {
       const uint32_t h0 = in.head[sl][0], h1 = in.head[sl][1], h2 = in.head[sl][2], h3 = in.head[sl][3];
@@ -171,17 +207,17 @@ LW_DEVICE_INLINE void load_x_run(T (&run)[kRunElems], const T* x_row, bool has_r
 
 // The sums of one row tile (16 rows of W from row0) over super-blocks [first, last) of its
 // rows, for `rows` rows of x (<= kPassRows) from x: the warp's C fragment, summed over its slice.
-template <class T, int V>
-LW_DEVICE_INLINE void q4k_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n, int64_t k,
+template <class F, class T, int V>
+LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n, int64_t k,
                                 int64_t ldx, int first, int last) {
   const int lane = gpu::lane_id(), rank = lane_rank(lane);
-  const int64_t row_bytes = k / kQ4kElems * kQ4kBytes;
+  const int64_t row_bytes = k / kSuperElems * F::kBytes;
   const uint8_t* a_rows[mma::kARowSlots];
   const uint8_t* c_rows[mma::kRowSlots];
 #pragma unroll
   for (int sl = 0; sl < mma::kARowSlots; ++sl) {
     const int64_t r = row0 + mma::a_slot_row(lane, sl);
-    a_rows[sl] = w + (r < n ? r : n - 1) * row_bytes + 16 + rank * kRunBytes;
+    a_rows[sl] = w + (r < n ? r : n - 1) * row_bytes + rank * kRunBytes;
   }
 #pragma unroll
   for (int sl = 0; sl < mma::kRowSlots; ++sl) {
@@ -192,22 +228,31 @@ LW_DEVICE_INLINE void q4k_slice(mma::FragC& total, const T* x, const uint8_t* w,
   const bool has_x = x_col < rows;
   const T* x_row = x + (has_x ? x_col : 0) * ldx + rank * kRunElems;
 
-  auto load = [&](int b, Q4kLoaded& to) {
+  auto load = [&](int b, Loaded<F>& to) {
+    constexpr int U = kRunWords < 4 ? kRunWords : 4;
 #pragma unroll
-    for (int sl = 0; sl < mma::kARowSlots; ++sl)
+    for (int sl = 0; sl < mma::kARowSlots; ++sl) {
+      const uint8_t* block = a_rows[sl] + static_cast<int64_t>(b) * F::kBytes;
 #pragma unroll
       for (int c = 0; c < kChunks; ++c)
 #pragma unroll
-        for (int o = 0; o < kRunWords; o += 4) {
-          constexpr int U = kRunWords < 4 ? kRunWords : 4;
-          const auto v = int4_tiles::load_run<U>(
-              reinterpret_cast<const uint32_t*>(a_rows[sl] + static_cast<int64_t>(b) * kQ4kBytes + kChunkBytes * c) + o);
+        for (int o = 0; o < kRunWords; o += U) {
+          const auto v = int4_tiles::load_run<U>(reinterpret_cast<const uint32_t*>(block + F::kQs + kChunkBytes * c) + o);
 #pragma unroll
           for (int u = 0; u < U; ++u) to.qs[sl][c][o + u] = v.v[u];
         }
+      if constexpr (F::kFifthBit) {
+#pragma unroll
+        for (int o = 0; o < kRunWords; o += U) {
+          const auto v = int4_tiles::load_run<U>(reinterpret_cast<const uint32_t*>(block + F::kQh) + o);
+#pragma unroll
+          for (int u = 0; u < U; ++u) to.qh[sl][o + u] = v.v[u];
+        }
+      }
+    }
 #pragma unroll
     for (int sl = 0; sl < mma::kRowSlots; ++sl) {
-      const auto v = gpu::load_vec<4>(reinterpret_cast<const uint32_t*>(c_rows[sl] + static_cast<int64_t>(b) * kQ4kBytes));
+      const auto v = gpu::load_vec<4>(reinterpret_cast<const uint32_t*>(c_rows[sl] + static_cast<int64_t>(b) * F::kBytes));
 #pragma unroll
       for (int u = 0; u < 4; ++u) to.head[sl][u] = v.v[u];
     }
@@ -218,15 +263,15 @@ LW_DEVICE_INLINE void q4k_slice(mma::FragC& total, const T* x, const uint8_t* w,
   for (int i = 0; i < mma::kA; ++i) ones.x[i] = gpu::from_float<T>(1.0f);
   constexpr uint32_t kBias = int4_tiles::kMagic<T> * 0x10001u;  // the magic, no zero point
 
-  auto multiply = [&](int b, const Q4kLoaded& in) {
-    const Q4kScales s(in);
+  auto multiply = [&](int b, const Loaded<F>& in) {
+    const SubBlockScales s(in);
 #pragma unroll
     for (int c = 0; c < kChunks; ++c)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // the low nibbles (sub-block 2c), then the high (2c + 1)
         const int sub = 2 * c + h;
         T xr[kRunElems];
-        load_x_run<T, V>(xr, x_row + static_cast<int64_t>(b) * kQ4kElems + sub * kSubBlock, has_x);
+        load_x_run<T, V>(xr, x_row + static_cast<int64_t>(b) * kSuperElems + sub * kSubBlock, has_x);
         mma::FragC q, sx;
         mma::fill(q, 0.0f);
         mma::fill(sx, 0.0f);
@@ -235,9 +280,18 @@ LW_DEVICE_INLINE void q4k_slice(mma::FragC& total, const T* x, const uint8_t* w,
           mma::FragA<T> a;
 #pragma unroll
           for (int i = 0; i < mma::kA; i += 2) {
-            const int p = a_pos(i), byte = step * kE + byte_of_pos(p);
+            const int p = a_pos(i), byte = step * kE + byte_of_pos(p), sl = mma::a_slot(i);
             // Pair (p, p + 1) is bytes (0, 2) or (1, 3) of its word: nibbles 2 (p % 4 / 2) + h.
-            int4_tiles::decode_pair<T>(in.qs[mma::a_slot(i)][c][byte / 4], 2 * ((p % 4) / 2) + h, kBias, a.x[i], a.x[i + 1]);
+            const int nibble = 2 * ((p % 4) / 2) + h;
+            if constexpr (F::kFifthBit) {
+              // Bit `sub` of the same bytes of qh, moved to bit 4 of each 16-bit half.
+              const int bit = 8 * ((p % 4) / 2) + sub;
+              const uint32_t hw = in.qh[sl][byte / 4];
+              const uint32_t fifth = (bit >= 4 ? hw >> (bit - 4) : hw << (4 - bit)) & 0x00100010u;
+              pair_from_small_ints<T>(((in.qs[sl][c][byte / 4] >> (4 * nibble)) & 0x000f000fu) | fifth, a.x[i], a.x[i + 1]);
+            } else {
+              int4_tiles::decode_pair<T>(in.qs[sl][c][byte / 4], nibble, kBias, a.x[i], a.x[i + 1]);
+            }
           }
           mma::FragB<T> bx;
 #pragma unroll
@@ -257,7 +311,7 @@ LW_DEVICE_INLINE void q4k_slice(mma::FragC& total, const T* x, const uint8_t* w,
   // One super-block at a time: a second in flight (48 more registers) measured 3% slower in
   // the engine (docs/PERFORMANCE.md); the warps of the multiprocessor keep the loads coming.
   for (int b = first; b < last; ++b) {
-    Q4kLoaded in;
+    Loaded<F> in;
     load(b, in);
     multiply(b, in);
   }
@@ -266,7 +320,7 @@ LW_DEVICE_INLINE void q4k_slice(mma::FragC& total, const T* x, const uint8_t* w,
 // Adds the warps' sums in warp order (shared memory) and writes the pass's rows of y: element i
 // of the lane's C fragment is y[c_col][row0 + c_row].
 template <class T>
-LW_DEVICE_INLINE void q4k_finish(const mma::FragC& total, T* y, const T* bias, int64_t row0, int rows, int64_t n, int64_t ldy) {
+LW_DEVICE_INLINE void kquant_finish(const mma::FragC& total, T* y, const T* bias, int64_t row0, int rows, int64_t n, int64_t ldy) {
   LW_SHARED(float, partial, [kMaxWarps * gpu::kWarpSize * mma::kNarrowC]);
   const int warp = gpu::warp_id(), lane = gpu::lane_id(), warps = static_cast<int>(blockDim.x) / gpu::kWarpSize;
 #pragma unroll
@@ -292,24 +346,24 @@ LW_DEVICE_INLINE void warp_slice(int64_t blocks, int warp, int warps, int& first
 
 // NVIDIA: two blocks of 8 warps a multiprocessor (the bound holds the registers at 128).
 #if defined(LW_TARGET_CUDA)
-#define LW_Q4K_BOUNDS __launch_bounds__(kMaxWarps * 32, 2)  // lint: not-a-warp (CUDA's warp)
+#define LW_KQUANT_BOUNDS __launch_bounds__(kMaxWarps * 32, 2)  // lint: not-a-warp (CUDA's warp)
 #else
-#define LW_Q4K_BOUNDS
+#define LW_KQUANT_BOUNDS
 #endif
 
 // A block per row tile (16 rows of W, blockIdx.x) and pass of 8 rows of x (blockIdx.y).
-template <class T, int V>
-__global__ void LW_Q4K_BOUNDS q4k_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const uint8_t* __restrict__ w,
+template <class F, class T, int V>
+__global__ void LW_KQUANT_BOUNDS kquant_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const uint8_t* __restrict__ w,
                                 const T* __restrict__ bias, int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy) {
 #if LW_MATRIX_CORES
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16, x0 = static_cast<int64_t>(blockIdx.y) * kPassRows;
   const int rows = m - x0 < kPassRows ? static_cast<int>(m - x0) : kPassRows;
   int first, last;
-  warp_slice(k / kQ4kElems, gpu::warp_id(), static_cast<int>(blockDim.x) / gpu::kWarpSize, first, last);
+  warp_slice(k / kSuperElems, gpu::warp_id(), static_cast<int>(blockDim.x) / gpu::kWarpSize, first, last);
   mma::FragC total;
   mma::fill(total, 0.0f);
-  q4k_slice<T, V>(total, x + x0 * ldx, w, row0, rows, n, k, ldx, first, last);
-  q4k_finish<T>(total, y + x0 * ldy, bias, row0, rows, n, ldy);
+  kquant_slice<F, T, V>(total, x + x0 * ldx, w, row0, rows, n, k, ldx, first, last);
+  kquant_finish<T>(total, y + x0 * ldy, bias, row0, rows, n, ldy);
 #else
   (void)y, (void)x, (void)w, (void)bias, (void)m, (void)n, (void)k, (void)ldx, (void)ldy;
 #endif
@@ -317,8 +371,8 @@ __global__ void LW_Q4K_BOUNDS q4k_gemv_kernel(T* __restrict__ y, const T* __rest
 
 // The same over one matrix per expert: block (row tile, r) serves row r of x where r begins a
 // pass of one of its expert's rows (gguf_gemv.cu's grouped kernel's plan).
-template <class T, int V>
-__global__ void LW_Q4K_BOUNDS q4k_grouped_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const uint8_t* const* experts,
+template <class F, class T, int V>
+__global__ void LW_KQUANT_BOUNDS kquant_grouped_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const uint8_t* const* experts,
                                         const int32_t* offsets, int count, int64_t rows, int64_t n, int64_t k) {
 #if LW_MATRIX_CORES
   gpu::begin_after_prior_grid();  // the offsets and x come from the kernels before
@@ -326,12 +380,12 @@ __global__ void LW_Q4K_BOUNDS q4k_grouped_gemv_kernel(T* __restrict__ y, const T
   ExpertPass pass;
   if (!pass_at_row(offsets, count, rows, r0, kPassRows, pass)) return;  // the whole block
   int first, last;
-  warp_slice(k / kQ4kElems, gpu::warp_id(), static_cast<int>(blockDim.x) / gpu::kWarpSize, first, last);
+  warp_slice(k / kSuperElems, gpu::warp_id(), static_cast<int>(blockDim.x) / gpu::kWarpSize, first, last);
   mma::FragC total;
   mma::fill(total, 0.0f);
   const int pass_rows = static_cast<int>(pass.end - r0);
-  q4k_slice<T, V>(total, x + r0 * k, experts[pass.expert], row0, pass_rows, n, k, k, first, last);
-  q4k_finish<T>(total, y + r0 * n, static_cast<const T*>(nullptr), row0, pass_rows, n, n);
+  kquant_slice<F, T, V>(total, x + r0 * k, experts[pass.expert], row0, pass_rows, n, k, k, first, last);
+  kquant_finish<T>(total, y + r0 * n, static_cast<const T*>(nullptr), row0, pass_rows, n, n);
 #else
   (void)y, (void)x, (void)experts, (void)offsets, (void)count, (void)rows, (void)n, (void)k;
 #endif
@@ -344,28 +398,35 @@ __global__ void LW_Q4K_BOUNDS q4k_grouped_gemv_kernel(T* __restrict__ y, const T
 // 128256 x 4096, 8 warps 10% at 4096 x 4096 and 21% at 4096 x 14336; docs/PERFORMANCE.md); never
 // more than the super-blocks of a row.
 int block_warps(int64_t tiles, int64_t k, int multiprocessors) {
-  const int64_t blocks = k / kQ4kElems;
+  const int64_t blocks = k / kSuperElems;
   const int warps = tiles * 4 >= static_cast<int64_t>(multiprocessors) * 2 * kMaxWarps ? 4 : kMaxWarps;
   return static_cast<int>(blocks < warps ? blocks : warps);
 }
 
-void check_q4k(const char* op, BlockFormat format, int64_t m, int64_t n, int64_t k) {
-  LW_CHECK(gguf_mma_gemv_serves(format), op << ": no kernel for " << block_format_name(format) << " (Q4_K only)");
-  LW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % kQ4kElems == 0,
-           op << ": [M, N, K] = [" << m << ", " << n << ", " << k << "]: K must be whole q4_k blocks of " << kQ4kElems);
-  LW_CHECK(k / kQ4kElems * kQ4kBytes <= 0x7fffffffLL * 16, op << ": K = " << k << " exceeds the kernel's block index");
+void check_kquant(const char* op, BlockFormat format, int64_t m, int64_t n, int64_t k) {
+  LW_CHECK(gguf_mma_gemv_serves(format), op << ": no kernel for " << block_format_name(format) << " (Q4_K and Q5_K only)");
+  LW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % kSuperElems == 0, op << ": [M, N, K] = [" << m << ", " << n << ", " << k
+                                                                  << "]: K must be whole super-blocks of " << kSuperElems);
+  LW_CHECK(k / kSuperElems <= 0x7fffffff, op << ": K = " << k << " exceeds the kernel's super-block index");
+}
+
+// run.template operator()<F>() for the format's struct.
+template <class Run>
+void with_format(BlockFormat format, Run&& run) {
+  if (format == BlockFormat::q5_k) run.template operator()<Q5k>();
+  else run.template operator()<Q4k>();
 }
 
 }  // namespace
 
-bool gguf_mma_gemv_serves(BlockFormat format) { return format == BlockFormat::q4_k; }
+bool gguf_mma_gemv_serves(BlockFormat format) { return format == BlockFormat::q4_k || format == BlockFormat::q5_k; }
 
 template <class T>
 void gguf_mma_gemv(T* y, const T* x, const void* w, BlockFormat format, const T* bias, int64_t m, int64_t n, int64_t k,
                    int64_t ldx, int64_t ldy, int multiprocessors, cudaStream_t stream) {
   static_assert(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>, "the matrix-fragment layer multiplies f16 or bf16");
   const char* op = "gguf_mma_gemv";
-  check_q4k(op, format, m, n, k);
+  check_kquant(op, format, m, n, k);
   LW_CHECK(gpu::aligned_to(16, w), op << ": the weights must start 16-byte aligned");
   if (m == 0 || n == 0 || k == 0) return;
   const int64_t tiles = (n + 15) / 16, passes = (m + kPassRows - 1) / kPassRows;
@@ -375,10 +436,11 @@ void gguf_mma_gemv(T* y, const T* x, const void* w, BlockFormat format, const T*
   constexpr int V = gpu::kVecWidth<T>;
   const auto* wb = static_cast<const uint8_t*>(w);
   // Vector loads of x need its rows on a vector boundary (a lane's runs are whole vectors).
-  if (ldx % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x))
-    gpu::launch("gguf_mma_gemv_q4_k", q4k_gemv_kernel<T, V>, cfg, y, x, wb, bias, m, n, k, ldx, ldy);
-  else
-    gpu::launch("gguf_mma_gemv_q4_k", q4k_gemv_kernel<T, 1>, cfg, y, x, wb, bias, m, n, k, ldx, ldy);
+  const bool vectors = ldx % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x);
+  with_format(format, [&]<class F>() {
+    if (vectors) gpu::launch(F::kName, kquant_gemv_kernel<F, T, V>, cfg, y, x, wb, bias, m, n, k, ldx, ldy);
+    else gpu::launch(F::kName, kquant_gemv_kernel<F, T, 1>, cfg, y, x, wb, bias, m, n, k, ldx, ldy);
+  });
 }
 
 template <class T>
@@ -387,7 +449,7 @@ void gguf_mma_grouped_gemv(T* y, const T* x, const void* const* experts, int64_t
                            cudaStream_t stream) {
   static_assert(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>, "the matrix-fragment layer multiplies f16 or bf16");
   const char* op = "gguf_mma_grouped_gemv";
-  check_q4k(op, format, rows, n, k);
+  check_kquant(op, format, rows, n, k);
   LW_CHECK(experts && offsets && count >= 1 && count <= 0x7fffffff,
            op << ": " << count << " experts (with their matrices and offsets on the device)");
   LW_CHECK(rows <= 65535, op << ": " << rows << " rows of x exceed the grid limit");
@@ -398,10 +460,13 @@ void gguf_mma_grouped_gemv(T* y, const T* x, const void* const* experts, int64_t
                               dim3(block_warps(tiles, k, multiprocessors) * gpu::kWarpSize), 0, stream, gpu::kOverlapsPrior};
   constexpr int V = gpu::kVecWidth<T>;
   const auto* table = reinterpret_cast<const uint8_t* const*>(experts);
-  if (k % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x))
-    gpu::launch(op, q4k_grouped_gemv_kernel<T, V>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n, k);
-  else
-    gpu::launch(op, q4k_grouped_gemv_kernel<T, 1>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n, k);
+  const bool vectors = k % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x);
+  with_format(format, [&]<class F>() {
+    if (vectors)
+      gpu::launch(op, kquant_grouped_gemv_kernel<F, T, V>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n, k);
+    else
+      gpu::launch(op, kquant_grouped_gemv_kernel<F, T, 1>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n, k);
+  });
 }
 
 #define LW_GGUF_MMA_GEMV(T)                                                                                              \

@@ -1,9 +1,9 @@
-// The GGUF GEMV on the matrix-fragment layer (gpu/matrix_fragment.h) for Q4_K blocks (the bulk
-// of Q4_K_M checkpoints): y[M, N] = x[M, K] @ W^T (+ bias[N]) for f16 and bf16 x, W [N, K]
-// stored row by row as llama.cpp's blocks. A warp multiplies 16 rows of W by up to 8 rows of x
-// per 32-element sub-block: the 4-bit values go into A fragments as exact integers in T (one
-// mask and one subtraction per pair), x into B, and the sub-block's sums take its fp32 scale and
-// minimum afterwards:
+// The GGUF GEMV on the matrix-fragment layer (gpu/matrix_fragment.h) for Q4_K and Q5_K blocks
+// (the bulk of Q4_K_M and Q5_K_M checkpoints): y[M, N] = x[M, K] @ W^T (+ bias[N]) for f16 and
+// bf16 x, W [N, K] stored row by row as llama.cpp's blocks. A warp multiplies 16 rows of W by up
+// to 8 rows of x per 32-element sub-block: the 4-bit (Q5_K: 5-bit) values go into A fragments as
+// exact integers in T (a mask, for Q5_K a shifted bit, and one subtraction per pair), x into B,
+// and the sub-block's sums take its fp32 scale and minimum afterwards:
 //   sum_k w[n, k] x[k] = sum_sub (d * sc) * sum_{k in sub} q x[k] - (dmin * m) * sum_{k in sub} x[k],
 // the second sum from the same multiply with an A of ones. The weights are thus used exactly as
 // gguf's fp32 dequantisation defines them (not rounded to T, as the SIMT GEMV and the expansion
@@ -18,7 +18,8 @@
 
 namespace lw::kernels {
 
-// Whether gguf_mma_gemv multiplies this format (on devices with matrix cores or the emulator).
+// Whether gguf_mma_gemv multiplies this format (Q4_K, Q5_K; on devices with matrix cores or the
+// emulator).
 bool gguf_mma_gemv_serves(BlockFormat format);
 
 // T: half or bfloat16. x rows ldx elements apart, y rows ldy; bias may be null; any m (passes of
