@@ -131,26 +131,6 @@ struct Loaded {
   uint32_t head[mma::kRowSlots][4];
 };
 
-// Two values of up to 8 bits in the low bits of each 16-bit half as a pair of T: OR-ed into
-// the magic's mantissa, the magic subtracted (exact).
-template <class T>
-LW_DEVICE_INLINE void pair_from_small_ints(uint32_t bits, T& lo, T& hi) {
-  constexpr uint32_t kBias = int4_tiles::kMagic<T> * 0x10001u;
-#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const uint32_t biased = bits | kBias;
-  using Pair = std::conditional_t<std::is_same_v<T, half>, __half2, __nv_bfloat162>;
-  Pair v, z;
-  memcpy(&v, &biased, 4);
-  memcpy(&z, &kBias, 4);
-  const Pair r = __hsub2(v, z);
-  lo = r.x;
-  hi = r.y;
-#else
-  lo = gpu::from_float<T>(static_cast<float>(bits & 0xffffu));
-  hi = gpu::from_float<T>(static_cast<float>(bits >> 16));
-#endif
-}
-
 // The scales and minima of a C row's sub-blocks, d * sc and dmin * m in fp32 as ggml forms them
 // (each 6-bit field made a float exactly, through the bits of 2^23 + v): the header's fields
 // unpacked once a super-block, one sub-block's products formed where they are used.
@@ -288,7 +268,8 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
               const int bit = 8 * ((p % 4) / 2) + sub;
               const uint32_t hw = in.qh[sl][byte / 4];
               const uint32_t fifth = (bit >= 4 ? hw >> (bit - 4) : hw << (4 - bit)) & 0x00100010u;
-              pair_from_small_ints<T>(((in.qs[sl][c][byte / 4] >> (4 * nibble)) & 0x000f000fu) | fifth, a.x[i], a.x[i + 1]);
+              const uint32_t bits = ((in.qs[sl][c][byte / 4] >> (4 * nibble)) & 0x000f000fu) | fifth | kBias;
+              int4_tiles::unbias_pair<T>(bits, kBias, a.x[i], a.x[i + 1]);
             } else {
               int4_tiles::decode_pair<T>(in.qs[sl][c][byte / 4], nibble, kBias, a.x[i], a.x[i + 1]);
             }

@@ -64,14 +64,11 @@ LW_DEVICE_INLINE constexpr int nibble_of(int e) { return ((e & 7) >> 1) + 4 * (e
 template <class T>
 constexpr uint32_t kMagic = std::is_same_v<T, half> ? 0x6400u : 0x4300u;
 
-// Fragment elements i and i + 1 from the word holding them (nibbles p and p + 4) minus the zero
-// point: zbias holds (magic + zero) in both 16-bit halves.
+// The two 16-bit halves of `bits`, each (magic + v) for a small integer v, less zbias's halves
+// ((magic + zero) each) as a pair of T: v - zero exactly.
 template <class T>
-LW_DEVICE_INLINE void decode_pair(uint32_t word, int p, uint32_t zbias, T& lo, T& hi) {
+LW_DEVICE_INLINE void unbias_pair(uint32_t bits, uint32_t zbias, T& lo, T& hi) {
 #if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  // (shifted & mask) | magic in one instruction (lookup table 0xea: (a & b) | c).
-  uint32_t bits;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(bits) : "r"(word >> (4 * p)), "n"(0x000f000f), "n"(kMagic<T> * 0x10001u));
   using Pair = std::conditional_t<std::is_same_v<T, half>, __half2, __nv_bfloat162>;
   Pair v, z;
   memcpy(&v, &bits, 4);
@@ -80,11 +77,24 @@ LW_DEVICE_INLINE void decode_pair(uint32_t word, int p, uint32_t zbias, T& lo, T
   lo = r.x;
   hi = r.y;
 #else
-  const uint32_t bits = ((word >> (4 * p)) & 0x000f000fu) | (kMagic<T> * 0x10001u);
   const float z = static_cast<float>(static_cast<int>(zbias & 0xffffu) - static_cast<int>(kMagic<T>));
-  lo = gpu::from_float<T>(static_cast<float>(bits & 15u) - z);
-  hi = gpu::from_float<T>(static_cast<float>((bits >> 16) & 15u) - z);
+  lo = gpu::from_float<T>(static_cast<float>(static_cast<int>(bits & 0xffffu) - static_cast<int>(kMagic<T>)) - z);
+  hi = gpu::from_float<T>(static_cast<float>(static_cast<int>(bits >> 16) - static_cast<int>(kMagic<T>)) - z);
 #endif
+}
+
+// Fragment elements i and i + 1 from the word holding them (nibbles p and p + 4) minus the zero
+// point: zbias holds (magic + zero) in both 16-bit halves.
+template <class T>
+LW_DEVICE_INLINE void decode_pair(uint32_t word, int p, uint32_t zbias, T& lo, T& hi) {
+#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // (shifted & mask) | magic in one instruction (lookup table 0xea: (a & b) | c).
+  uint32_t bits;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(bits) : "r"(word >> (4 * p)), "n"(0x000f000f), "n"(kMagic<T> * 0x10001u));
+#else
+  const uint32_t bits = ((word >> (4 * p)) & 0x000f000fu) | (kMagic<T> * 0x10001u);
+#endif
+  unbias_pair<T>(bits, zbias, lo, hi);
 }
 
 // A lane's run of a weight tile, read once and not kept in L1 (NVIDIA: ld.global.nc with
