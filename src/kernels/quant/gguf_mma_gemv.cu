@@ -26,7 +26,7 @@ constexpr int kSubBlock = 32;  // lint: not-a-warp (elements sharing a scale and
 // The lanes holding one row of A ("ranks") each hold E of a 16-column step's slots; a lane's
 // slots of both steps of a sub-block take one run of 2E bytes of the row's 32-byte chunk (the
 // low nibbles for the even sub-block, the high for the odd), so that a lane reads one run per
-// chunk and row. Position p (0..E-1) of a step is byte kByteOf(p) of the step's E bytes: fragment
+// chunk and row. Position p (0..E-1) of a step is byte byte_of_pos(p) of the step's E bytes: fragment
 // pairs (p, p + 1), p even, are bytes (0, 2) or (1, 3) of a 32-bit word, which one mask turns
 // into a pair of 16-bit lanes (int4_tiles::decode_pair). B takes x at the same k.
 constexpr int kE = mma::kA / mma::kARowSlots;
@@ -36,7 +36,9 @@ constexpr int kRunWords = kRunBytes / 4;
 constexpr int kRunElems = kRunBytes;  // x's elements a lane's B takes per sub-block (a nibble a byte)
 static_assert(kE % 4 == 0 && kRanks * kE == 16, "a step's slots are whole words per rank");
 
-LW_DEVICE_INLINE constexpr int byte_of_pos(int p) { return 4 * (p / 4) + ((p % 4) == 1 ? 2 : (p % 4) == 2 ? 1 : p % 4); }
+LW_DEVICE_INLINE constexpr int byte_of_pos(int p) {
+  return 4 * (p / 4) + ((p % 4) == 1 ? 2 : (p % 4) == 2 ? 1 : p % 4);
+}
 
 // The rank of a lane among those holding its A row (its B column's lanes are ranked alike), and
 // the position of A element i and of B element i among their lane's elements of one step.
@@ -87,7 +89,8 @@ constexpr bool slots_agree() {
     const int r = lane_rank<L>(lane);
     for (int i = 0; i < A; ++i) {
       if (a_pos<L>(i) >= E || mma::a_col<L>(lane, i) != slot[r][a_pos<L>(i)]) return false;
-      if (i % 2 == 0 && (mma::a_slot<L>(i + 1) != mma::a_slot<L>(i) || a_pos<L>(i) % 2 != 0 || a_pos<L>(i + 1) != a_pos<L>(i) + 1))
+      if (i % 2 == 0 &&
+          (mma::a_slot<L>(i + 1) != mma::a_slot<L>(i) || a_pos<L>(i) % 2 != 0 || a_pos<L>(i + 1) != a_pos<L>(i) + 1))
         return false;
     }
     for (int i = 0; i < B; ++i) {
@@ -188,8 +191,8 @@ LW_DEVICE_INLINE void load_x_run(T (&run)[kRunElems], const T* x_row, bool has_r
 // The sums of one row tile (16 rows of W from row0) over super-blocks [first, last) of its
 // rows, for `rows` rows of x (<= kPassRows) from x: the warp's C fragment, summed over its slice.
 template <class F, class T, int V>
-LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n, int64_t k,
-                                int64_t ldx, int first, int last) {
+LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
+                                   int64_t k, int64_t ldx, int first, int last) {
   const int lane = gpu::lane_id(), rank = lane_rank(lane);
   const int64_t row_bytes = k / kSuperElems * F::kBytes;
   const uint8_t* a_rows[mma::kARowSlots];
@@ -217,7 +220,8 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
       for (int c = 0; c < kChunks; ++c)
 #pragma unroll
         for (int o = 0; o < kRunWords; o += U) {
-          const auto v = int4_tiles::load_run<U>(reinterpret_cast<const uint32_t*>(block + F::kQs + kChunkBytes * c) + o);
+          const auto v =
+              int4_tiles::load_run<U>(reinterpret_cast<const uint32_t*>(block + F::kQs + kChunkBytes * c) + o);
 #pragma unroll
           for (int u = 0; u < U; ++u) to.qs[sl][c][o + u] = v.v[u];
         }
@@ -232,7 +236,8 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
     }
 #pragma unroll
     for (int sl = 0; sl < mma::kRowSlots; ++sl) {
-      const auto v = gpu::load_vec<4>(reinterpret_cast<const uint32_t*>(c_rows[sl] + static_cast<int64_t>(b) * F::kBytes));
+      const auto v =
+          gpu::load_vec<4>(reinterpret_cast<const uint32_t*>(c_rows[sl] + static_cast<int64_t>(b) * F::kBytes));
 #pragma unroll
       for (int u = 0; u < 4; ++u) to.head[sl][u] = v.v[u];
     }
@@ -277,7 +282,8 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
           mma::FragB<T> bx;
 #pragma unroll
           for (int i = 0; i < mma::kB; ++i)
-            bx.x[i] = mma::b_col(lane, i) < mma::kNarrowCols ? xr[step * kE + byte_of_pos(b_pos(i))] : gpu::from_float<T>(0.0f);
+            bx.x[i] = mma::b_col(lane, i) < mma::kNarrowCols ? xr[step * kE + byte_of_pos(b_pos(i))]
+                                                             : gpu::from_float<T>(0.0f);
           mma::mma_narrow(q, a, bx, q);
           mma::mma_narrow(sx, ones, bx, sx);
         }
@@ -301,7 +307,8 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
 // Adds the warps' sums in warp order (shared memory) and writes the pass's rows of y: element i
 // of the lane's C fragment is y[c_col][row0 + c_row].
 template <class T>
-LW_DEVICE_INLINE void kquant_finish(const mma::FragC& total, T* y, const T* bias, int64_t row0, int rows, int64_t n, int64_t ldy) {
+LW_DEVICE_INLINE void kquant_finish(const mma::FragC& total, T* y, const T* bias, int64_t row0, int rows, int64_t n,
+                                    int64_t ldy) {
   LW_SHARED(float, partial, [kMaxWarps * gpu::kWarpSize * mma::kNarrowC]);
   const int warp = gpu::warp_id(), lane = gpu::lane_id(), warps = static_cast<int>(blockDim.x) / gpu::kWarpSize;
 #pragma unroll
@@ -334,8 +341,9 @@ LW_DEVICE_INLINE void warp_slice(int64_t blocks, int warp, int warps, int& first
 
 // A block per row tile (16 rows of W, blockIdx.x) and pass of 8 rows of x (blockIdx.y).
 template <class F, class T, int V>
-__global__ void LW_KQUANT_BOUNDS kquant_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const uint8_t* __restrict__ w,
-                                const T* __restrict__ bias, int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy) {
+__global__ void LW_KQUANT_BOUNDS kquant_gemv_kernel(T* __restrict__ y, const T* __restrict__ x,
+                                                    const uint8_t* __restrict__ w, const T* __restrict__ bias,
+                                                    int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy) {
 #if LW_MATRIX_CORES
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16, x0 = static_cast<int64_t>(blockIdx.y) * kPassRows;
   const int rows = m - x0 < kPassRows ? static_cast<int>(m - x0) : kPassRows;
@@ -353,8 +361,9 @@ __global__ void LW_KQUANT_BOUNDS kquant_gemv_kernel(T* __restrict__ y, const T* 
 // The same over one matrix per expert: block (row tile, r) serves row r of x where r begins a
 // pass of one of its expert's rows (gguf_gemv.cu's grouped kernel's plan).
 template <class F, class T, int V>
-__global__ void LW_KQUANT_BOUNDS kquant_grouped_gemv_kernel(T* __restrict__ y, const T* __restrict__ x, const uint8_t* const* experts,
-                                        const int32_t* offsets, int count, int64_t rows, int64_t n, int64_t k) {
+__global__ void LW_KQUANT_BOUNDS kquant_grouped_gemv_kernel(T* __restrict__ y, const T* __restrict__ x,
+                                                            const uint8_t* const* experts, const int32_t* offsets,
+                                                            int count, int64_t rows, int64_t n, int64_t k) {
 #if LW_MATRIX_CORES
   gpu::begin_after_prior_grid();  // the offsets and x come from the kernels before
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16, r0 = blockIdx.y;
@@ -385,9 +394,11 @@ int block_warps(int64_t tiles, int64_t k, int multiprocessors) {
 }
 
 void check_kquant(const char* op, BlockFormat format, int64_t m, int64_t n, int64_t k) {
-  LW_CHECK(gguf_mma_gemv_serves(format), op << ": no kernel for " << block_format_name(format) << " (Q4_K and Q5_K only)");
+  LW_CHECK(gguf_mma_gemv_serves(format),
+           op << ": no kernel for " << block_format_name(format) << " (Q4_K and Q5_K only)");
   LW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % kSuperElems == 0, op << ": [M, N, K] = [" << m << ", " << n << ", " << k
-                                                                  << "]: K must be whole super-blocks of " << kSuperElems);
+                                                                  << "]: K must be whole super-blocks of "
+                                                                  << kSuperElems);
   LW_CHECK(k / kSuperElems <= 0x7fffffff, op << ": K = " << k << " exceeds the kernel's super-block index");
 }
 
@@ -405,13 +416,15 @@ bool gguf_mma_gemv_serves(BlockFormat format) { return format == BlockFormat::q4
 template <class T>
 void gguf_mma_gemv(T* y, const T* x, const void* w, BlockFormat format, const T* bias, int64_t m, int64_t n, int64_t k,
                    int64_t ldx, int64_t ldy, int multiprocessors, cudaStream_t stream) {
-  static_assert(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>, "the matrix-fragment layer multiplies f16 or bf16");
+  static_assert(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>,
+                "the matrix-fragment layer multiplies f16 or bf16");
   const char* op = "gguf_mma_gemv";
   check_kquant(op, format, m, n, k);
   LW_CHECK(gpu::aligned_to(16, w), op << ": the weights must start 16-byte aligned");
   if (m == 0 || n == 0 || k == 0) return;
   const int64_t tiles = (n + 15) / 16, passes = (m + kPassRows - 1) / kPassRows;
-  LW_CHECK(tiles <= 0x7fffffff && passes <= 65535, op << ": " << n << " output columns x " << m << " rows exceed the grid limits");
+  LW_CHECK(tiles <= 0x7fffffff && passes <= 65535,
+           op << ": " << n << " output columns x " << m << " rows exceed the grid limits");
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(passes)),
                               dim3(block_warps(tiles * passes, k, multiprocessors) * gpu::kWarpSize), 0, stream};
   constexpr int V = gpu::kVecWidth<T>;
@@ -428,7 +441,8 @@ template <class T>
 void gguf_mma_grouped_gemv(T* y, const T* x, const void* const* experts, int64_t count, BlockFormat format,
                            const int32_t* offsets, int64_t rows, int64_t n, int64_t k, int multiprocessors,
                            cudaStream_t stream) {
-  static_assert(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>, "the matrix-fragment layer multiplies f16 or bf16");
+  static_assert(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>,
+                "the matrix-fragment layer multiplies f16 or bf16");
   const char* op = "gguf_mma_grouped_gemv";
   check_kquant(op, format, rows, n, k);
   LW_CHECK(experts && offsets && count >= 1 && count <= 0x7fffffff,
@@ -438,23 +452,26 @@ void gguf_mma_grouped_gemv(T* y, const T* x, const void* const* experts, int64_t
   const int64_t tiles = (n + 15) / 16;
   LW_CHECK(tiles <= 0x7fffffff, op << ": " << n << " output columns exceed the grid limit");
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(rows)),
-                              dim3(block_warps(tiles, k, multiprocessors) * gpu::kWarpSize), 0, stream, gpu::kOverlapsPrior};
+                              dim3(block_warps(tiles, k, multiprocessors) * gpu::kWarpSize), 0, stream,
+                              gpu::kOverlapsPrior};
   constexpr int V = gpu::kVecWidth<T>;
   const auto* table = reinterpret_cast<const uint8_t* const*>(experts);
   const bool vectors = k % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x);
   with_format(format, [&]<class F>() {
     if (vectors)
-      gpu::launch(op, kquant_grouped_gemv_kernel<F, T, V>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n, k);
+      gpu::launch(op, kquant_grouped_gemv_kernel<F, T, V>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n,
+                  k);
     else
-      gpu::launch(op, kquant_grouped_gemv_kernel<F, T, 1>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n, k);
+      gpu::launch(op, kquant_grouped_gemv_kernel<F, T, 1>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n,
+                  k);
   });
 }
 
-#define LW_GGUF_MMA_GEMV(T)                                                                                              \
-  template void gguf_mma_gemv<T>(T*, const T*, const void*, BlockFormat, const T*, int64_t, int64_t, int64_t, int64_t,   \
-                                 int64_t, int, cudaStream_t);                                                            \
-  template void gguf_mma_grouped_gemv<T>(T*, const T*, const void* const*, int64_t, BlockFormat, const int32_t*, int64_t, \
-                                         int64_t, int64_t, int, cudaStream_t);
+#define LW_GGUF_MMA_GEMV(T)                                                                                            \
+  template void gguf_mma_gemv<T>(T*, const T*, const void*, BlockFormat, const T*, int64_t, int64_t, int64_t, int64_t, \
+                                 int64_t, int, cudaStream_t);                                                          \
+  template void gguf_mma_grouped_gemv<T>(T*, const T*, const void* const*, int64_t, BlockFormat, const int32_t*,       \
+                                         int64_t, int64_t, int64_t, int, cudaStream_t);
 LW_GGUF_MMA_GEMV(half)
 LW_GGUF_MMA_GEMV(bfloat16)
 #undef LW_GGUF_MMA_GEMV
