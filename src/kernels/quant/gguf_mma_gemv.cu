@@ -115,7 +115,7 @@ constexpr int kSuperElems = 256;  // lint: not-a-warp (a super-block's elements)
 constexpr int kChunks = 4;
 constexpr int kChunkBytes = 32;  // lint: not-a-warp (a chunk: a byte per element of its sub-blocks)
 struct Q4k {
-  static constexpr int kBytes = 144, kQs = 16, kQh = 0;  // d, dmin, scales[12], qs[128]
+  static constexpr int kBytes = 144, kQs = 16;  // d, dmin, scales[12], qs[128]
   static constexpr bool kFifthBit = false;
   static constexpr const char* kName = "gguf_mma_gemv_q4_k";
 };
