@@ -9,7 +9,7 @@
 #                   kernels and ops and their tests (LW_BUILD_SCOPE=kernels);
 #   wmma32          RDNA3's (gfx1100) matrix-fragment layout on the emulator at warp 32
 #                   (LW_SIMT_MATRIX_LAYOUT_WMMA): the tests of the kernels on the layer (its
-#                   primitives and planted bugs, attention, the int4 GEMM);
+#                   primitives and planted bugs, attention, the int4 GEMM, the GGUF GEMVs);
 #   cuda            build the CUDA target for sm_90 (nvcc) and run its ctest when a GPU is
 #                   visible; otherwise compile and link the library, the command, the tests'
 #                   device code, test_primitives and test_vendor only;
@@ -109,12 +109,12 @@ host_step() {  # host_step NAME WARP EXCLUDE [CMAKE_ARG...]
 }
 
 # The other layouts run in host32 (NVIDIA's) and host64 (MFMA's); this one in a tree of its own.
-wmma_tests="Primitives|PlantedBugs|Attention|KvCache|Int4Weights"
+wmma_tests="Primitives|PlantedBugs|Attention|KvCache|Int4Weights|GgufLinear"
 wmma_step() {
   local dir=build/wmma32
   cmake -S . -B "$dir" -G Ninja -DLW_GPU=host -DLW_WARP_SIZE=32 -DLW_TEST_PYTHON="$test_python" -DLW_SMOLLM2_GGUF="$smollm2" \
     -DLW_BUILD_SCOPE=engine -DLW_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS=-DLW_SIMT_MATRIX_LAYOUT_WMMA &&
-    cmake --build "$dir" -j"$jobs" --target test_primitives test_sanitizer test_attention test_int4_weights &&
+    cmake --build "$dir" -j"$jobs" --target test_primitives test_sanitizer test_attention test_int4_weights test_gguf_linear &&
     ctest --test-dir "$dir" -j"$jobs" --output-on-failure -R "$wmma_tests"
 }
 

@@ -385,22 +385,41 @@ TEST(TensorParallel, RandomQuantisedWeightsMatchTheirExpansion) {
   c.head_dim = 64;
   c.rope.rotary_dim = 64;
   c.intermediate = 512;
-  const std::pair<weights::FileDType, ops::WeightFormat> types[] = {
-      {weights::FileDType::q4_k, ops::WeightFormat::gguf_q4_k},
-      {weights::FileDType::f8_e4m3, ops::WeightFormat::fp8_e4m3_per_block},
-      {weights::FileDType::i8, ops::WeightFormat::int8_per_channel},
-      {weights::FileDType::i32, ops::WeightFormat::int4}};  // GPTQ words, groups of 128
-  for (const auto& [type, format] : types) {
-    SCOPED_TRACE(weights::file_dtype_name(type));
+  struct Case {
+    const char* name;
+    model::RandomProjections type;
+    ops::WeightFormat format;  // layer 0's gate_up kept quantised
+  };
+  const Case types[] = {
+      {"q4_k", weights::FileDType::q4_k, ops::WeightFormat::gguf_q4_k},
+      {"f8_e4m3", weights::FileDType::f8_e4m3, ops::WeightFormat::fp8_e4m3_per_block},
+      {"i8", weights::FileDType::i8, ops::WeightFormat::int8_per_channel},
+      {"i32", weights::FileDType::i32, ops::WeightFormat::int4},  // GPTQ words, groups of 128
+      // Q4_K, with Q6_K in the LM head and layer 1's v_proj and down_proj (of two layers): layer
+      // 1's fused QKV keeps Q4_K q and k and Q6_K v, each in its blocks.
+      {"q4_k_m", model::RandomProjections::q4_k_m(static_cast<int>(c.layers)), ops::WeightFormat::gguf_q4_k}};
+  for (const auto& [name, type, format] : types) {
+    SCOPED_TRACE(name);
+    const bool q4_k_m = type.q4_k_m_layers > 0;
     auto logits = [&](const char* storage, int ranks) {
       ScopedEnv env("LW_WEIGHT_STORAGE", storage);
       return two_step_logits(*engine::make_runner(ctx(), ranks, [&](Context& rc, const model::Shard& s) {
         auto m = model::Model::random(rc, c, DType::f32, 5, s, type);
-        EXPECT_EQ(m->weights().layers[0].gate_up.format(), std::string(storage) == "dense" ? ops::WeightFormat::dense : format);
+        const bool dense = std::string(storage) == "dense";
+        EXPECT_EQ(m->weights().layers[0].gate_up.format(), dense ? ops::WeightFormat::dense : format);
+        if (q4_k_m && !dense) {
+          const model::LayerWeights& l1 = m->weights().layers[1];
+          EXPECT_EQ(m->weights().layers[0].qkv.format(), ops::WeightFormat::gguf_q4_k);
+          EXPECT_EQ(l1.qkv.format(), ops::WeightFormat::gguf_mixed) << l1.qkv.describe();
+          EXPECT_EQ(l1.qkv.parts().size(), 3u);
+          EXPECT_EQ(l1.down.format(), ops::WeightFormat::gguf_q6_k);
+          EXPECT_EQ(m->weights().layers[0].down.format(), ops::WeightFormat::gguf_q4_k);
+          EXPECT_EQ(m->weights().lm_head.format(), ops::WeightFormat::gguf_q6_k);
+        }
         return m;
       }));
     };
-    const auto same = type == weights::FileDType::i8 ? expect_close_logits : expect_same_logits;
+    const auto same = type.type == weights::FileDType::i8 ? expect_close_logits : expect_same_logits;
     const std::vector<float> dense = logits("dense", 1);
     same(dense, logits("quantized", 1));
     if (have_ranks(2)) same(dense, logits("quantized", 2));

@@ -37,14 +37,15 @@ struct BenchArgs {
 } args;
 
 // --weights: dense, fp8 (128 x 128 block scales), int8 (per-row scales), int4 (GPTQ, group 128),
-// or the GGML block type
-// of the random projections (q4_0 ... q6_k).
-weights::FileDType random_weight_type(const std::string& name) {
+// the GGML block type of the random projections (q4_0 ... q6_k), or q4_k_m (llama.cpp's Q4_K_M
+// mix of Q4_K and Q6_K by tensor over the shape's layers).
+model::RandomProjections random_projections(const std::string& name, int layers) {
   if (name == "dense") return weights::FileDType::f32;
   if (name == "fp8") return weights::FileDType::f8_e4m3;
   if (name == "int8") return weights::FileDType::i8;
   if (name == "int4") return weights::FileDType::i32;  // 4-bit GPTQ words, group 128
-  std::string names = "dense, fp8, int8, int4";
+  if (name == "q4_k_m") return model::RandomProjections::q4_k_m(layers);
+  std::string names = "dense, fp8, int8, int4, q4_k_m";
   for (int t = 0; t < static_cast<int>(weights::FileDType::unsupported); ++t) {
     const auto type = static_cast<weights::FileDType>(t);
     if (!weights::has_random_blocks(type)) continue;
@@ -175,7 +176,7 @@ int run() {
   const int tp = args.parallel.tensor_parallel;
   if (!args.shape.empty()) {
     const model::ModelConfig config = model::ModelConfig::named(args.shape);
-    const weights::FileDType blocks = random_weight_type(args.weights);
+    const model::RandomProjections blocks = random_projections(args.weights, static_cast<int>(config.layers));
     random_model = engine::make_runner(ctx, args.parallel.placement(), [&](Context& c, const model::Shard& shard) {
       return model::Model::random(c, config, dtype, args.seed, shard, blocks);
     });
@@ -296,8 +297,8 @@ void add_bench_command(CLI::App& app) {
   b->add_option("--seed", args.seed, "Seed of the random weights and prompts");
   b->add_option("--weights", args.weights,
                 "With --shape: dense; fp8 (E4M3, 128 x 128 block scales) or int8 (per-row scales); int4 (GPTQ, group "
-                "128); or the GGML block "
-                "type of the random projections (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k ... q6_k); kept so on the device");
+                "128); the GGML block type of the random projections (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k ... "
+                "q6_k); or q4_k_m (llama.cpp's Q4_K_M mix of Q4_K and Q6_K); kept so on the device");
   b->add_flag("--no-latency", args.skip_latency, "Skip the batch-1 run");
   b->add_flag("--no-throughput", args.skip_throughput, "Skip the many-request run");
   b->add_option("--json", args.json, "Also write the results as JSON");

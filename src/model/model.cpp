@@ -72,13 +72,13 @@ std::unique_ptr<Model> Model::load(Context& ctx, const weights::Checkpoint& ckpt
   return build(ctx, &ckpt, config, dtype, 0, shard, weights::FileDType::f32);
 }
 
-std::unique_ptr<Model> Model::random(Context& ctx, const ModelConfig& config, DType dtype, uint64_t seed, const Shard& shard,
-                                     weights::FileDType projections) {
+std::unique_ptr<Model> Model::random(Context& ctx, const ModelConfig& config, DType dtype, uint64_t seed,
+                                     const Shard& shard, RandomProjections projections) {
   return build(ctx, nullptr, config, dtype, seed, shard, projections);
 }
 
-std::unique_ptr<Model> Model::build(Context& ctx, const weights::Checkpoint* ckpt, const ModelConfig& config, DType dtype,
-                                    uint64_t seed, const Shard& shard, weights::FileDType projections) {
+std::unique_ptr<Model> Model::build(Context& ctx, const weights::Checkpoint* ckpt, const ModelConfig& config,
+                                    DType dtype, uint64_t seed, const Shard& shard, RandomProjections projections) {
   LW_CHECK(is_float(dtype), "model dtype " << dtype_name(dtype) << " must be f32, f16 or bf16");
   LW_CHECK(shard.size >= 1 && shard.rank >= 0 && shard.rank < shard.size && (shard.size == 1 || shard.comm),
            "model shard: rank " << shard.rank << " of " << shard.size << (shard.comm ? "" : " without a communicator"));

@@ -33,10 +33,11 @@ class Model {
   // Random weights of the config's shape (benchmarks without a checkpoint): uniform, norm
   // weights near 1, matrices within +-1/sqrt(fan-in); the same for the same seed everywhere,
   // and a shard holds the same values as the slice of the whole model.
-  // projections: the GGML type of the random projection matrices (weights/random_blocks.h);
-  // f32 makes them dense in `dtype`.
+  // projections: the GGML type of the random projection matrices (weights/random_blocks.h), or
+  // llama.cpp's Q4_K_M mix (RandomProjections, model/weight_loader.h); f32 makes them dense in
+  // `dtype`.
   static std::unique_ptr<Model> random(Context& ctx, const ModelConfig& config, DType dtype, uint64_t seed = 1,
-                                       const Shard& shard = {}, weights::FileDType projections = weights::FileDType::f32);
+                                       const Shard& shard = {}, RandomProjections projections = {});
 
   ~Model();
 
@@ -77,8 +78,8 @@ class Model {
 
  private:
   Model(Context& ctx, const ModelConfig& config, DType dtype, const Shard& shard);
-  static std::unique_ptr<Model> build(Context& ctx, const weights::Checkpoint* ckpt, const ModelConfig& config, DType dtype,
-                                      uint64_t seed, const Shard& shard, weights::FileDType projections);
+  static std::unique_ptr<Model> build(Context& ctx, const weights::Checkpoint* ckpt, const ModelConfig& config,
+                                      DType dtype, uint64_t seed, const Shard& shard, RandomProjections projections);
   // The layers over a batch laid out on the device.
   Tensor compute(Context& ctx, KvCache& cache, const BatchLayout& b);
   // The wanted rows' logits ([rows, vocab]) from the final normed hidden states.

@@ -34,14 +34,16 @@ int64_t elements(const std::vector<int64_t>& shape) {
 
 ops::Weight projection(const Tensor& t) { return t.defined() ? ops::Weight::dense(t) : ops::Weight(); }
 
-// The format of parts (format, rows) stacked by rows (WeightLoader::fuse_weights): dense where
-// they do not stack in their own format.
+// The format of parts (format, rows) stacked by rows (WeightLoader::fuse_weights): GGUF blocks
+// of several formats each keep theirs (gguf_mixed); otherwise dense where they do not stack in
+// their own format.
 ops::WeightFormat stacked_format(const std::vector<std::pair<ops::WeightFormat, int64_t>>& parts, int64_t block_rows) {
   const ops::WeightFormat first = parts.front().first;
-  bool same = true, fp8_rows = true, whole_blocks = true;
+  bool same = true, fp8_rows = true, whole_blocks = true, gguf = true;
   for (size_t i = 0; i < parts.size(); ++i) {
     const auto [f, rows] = parts[i];
     same = same && f == first;
+    gguf = gguf && ops::is_gguf_block_format(f);
     fp8_rows = fp8_rows && (f == ops::WeightFormat::fp8_e4m3_per_tensor || f == ops::WeightFormat::fp8_e4m3_per_channel);
     // fp8 block scales stack in whole blocks of rows, int4 tiles in whole tiles
     const int64_t unit = f == ops::WeightFormat::int4 ? kernels::kInt4TileRows : block_rows;
@@ -51,6 +53,7 @@ ops::WeightFormat stacked_format(const std::vector<std::pair<ops::WeightFormat, 
   if (fp8_rows) return ops::WeightFormat::fp8_e4m3_per_channel;
   const bool by_rows = first == ops::WeightFormat::fp8_e4m3_per_block || first == ops::WeightFormat::int4;
   if (same && (!by_rows || whole_blocks)) return first;
+  if (gguf) return ops::WeightFormat::gguf_mixed;
   return ops::WeightFormat::dense;
 }
 
@@ -90,10 +93,36 @@ WeightStorage weight_storage_from_env() {
   LW_FAIL("LW_WEIGHT_STORAGE='" << env << "' is not one of auto, quantized, dense");
 }
 
-WeightLoader::WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType dtype, bool dry, size_t total, uint64_t seed,
-                           weights::FileDType random_blocks)
-    : ctx_(ctx), ckpt_(ckpt), dtype_(dtype), dry_(dry), total_(total), bar_(total > 0 && isatty(STDERR_FILENO)), seed_(seed),
-      random_blocks_(random_blocks) {
+RandomProjections RandomProjections::q4_k_m(int layers) {
+  LW_CHECK(layers >= 1, "random q4_k_m weights over " << layers << " layers");
+  RandomProjections p(weights::FileDType::q4_k);
+  p.q4_k_m_layers = layers;
+  return p;
+}
+
+weights::FileDType RandomProjections::type_of(const std::string& name) const {
+  if (q4_k_m_layers == 0) return type;
+  if (name == "lm_head.weight") return weights::FileDType::q6_k;
+  const std::string layers = "model.layers.";
+  const bool more_bits_kind = name.find("self_attn.v_proj.") != std::string::npos ||
+                              name.find("down_proj.") != std::string::npos;  // MoE experts' too
+  if (!more_bits_kind || name.compare(0, layers.size(), layers) != 0) return weights::FileDType::q4_k;
+  const int i = std::stoi(name.substr(layers.size())), n = q4_k_m_layers;
+  const bool more_bits = i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+  return more_bits ? weights::FileDType::q6_k : weights::FileDType::q4_k;
+}
+
+WeightLoader::WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType dtype, bool dry, size_t total,
+                           uint64_t seed, RandomProjections random_projections)
+    : ctx_(ctx),
+      ckpt_(ckpt),
+      dtype_(dtype),
+      dry_(dry),
+      total_(total),
+      bar_(total > 0 && isatty(STDERR_FILENO)),
+      seed_(seed),
+      random_blocks_(random_projections) {
+  const weights::FileDType random_blocks = random_projections.type;
   LW_CHECK(random_blocks == weights::FileDType::f32 || random_blocks == weights::FileDType::i32 ||
                weights::has_random_blocks(random_blocks) ||
                weights::has_random_scaled(random_blocks),
@@ -514,26 +543,28 @@ ops::Weight WeightLoader::get_weight(const std::string& name, const std::vector<
 ops::Weight WeightLoader::get_weight_as_stored(const std::string& name, const std::vector<int64_t>& shape, Part part) {
   if (shape.size() != 2) return projection(get(name, shape, part));
   if (!ckpt_) {
-    if (random_blocks_ == weights::FileDType::f32) return projection(get(name, shape, part));
-    if (random_blocks_ == weights::FileDType::i32) return random_int4(name, shape, part);
-    if (weights::has_random_scaled(random_blocks_)) {
+    const weights::FileDType random_type = random_blocks_.type_of(name);
+    if (random_type == weights::FileDType::f32) return projection(get(name, shape, part));
+    if (random_type == weights::FileDType::i32) return random_int4(name, shape, part);
+    if (weights::has_random_scaled(random_type)) {
       // 8-bit values and their scales from a seed of the name, generated only when the real run
       // needs them (the dry run reads shapes and types only).
       const int64_t block = quantization_.block_rows > 0 ? quantization_.block_rows : 128;
       weights::RandomScaled r;
-      if (!dry_) r = weights::random_scaled(random_blocks_, shape[0], shape[1], seed_ ^ std::hash<std::string>{}(name), block);
+      if (!dry_)
+        r = weights::random_scaled(random_type, shape[0], shape[1], seed_ ^ std::hash<std::string>{}(name), block);
       else
-        r.scale_shape = random_blocks_ == weights::FileDType::f8_e4m3
+        r.scale_shape = random_type == weights::FileDType::f8_e4m3
                             ? std::vector<int64_t>{(shape[0] + block - 1) / block, (shape[1] + block - 1) / block}
                             : std::vector<int64_t>{shape[0], 1};
       weights::TensorRecord rec, scale;
       rec.name = name;
-      rec.dtype = random_blocks_;
+      rec.dtype = random_type;
       rec.shape = shape;
       rec.data = r.values.data();
       rec.bytes = static_cast<size_t>(shape[0] * shape[1]);
       rec.file = scale.file = "random";
-      rec.type_name = weights::file_dtype_name(random_blocks_);
+      rec.type_name = weights::file_dtype_name(random_type);
       scale.name = name + "_scale";
       scale.dtype = weights::FileDType::f32;
       scale.shape = r.scale_shape;
@@ -542,8 +573,8 @@ ops::Weight WeightLoader::get_weight_as_stored(const std::string& name, const st
       scale.type_name = "F32";
       return scaled_weight(rec, &scale, {block, block}, part);
     }
-    const int64_t elems = weights::file_dtype_block_elems(random_blocks_);
-    LW_CHECK(shape[1] % elems == 0, "random " << weights::file_dtype_name(random_blocks_) << " weights: tensor '" << name
+    const int64_t elems = weights::file_dtype_block_elems(random_type);
+    LW_CHECK(shape[1] % elems == 0, "random " << weights::file_dtype_name(random_type) << " weights: tensor '" << name
                                               << "' " << shape_str(shape) << " has " << shape[1]
                                               << " columns, not whole blocks of " << elems);
     // The whole matrix from a seed of its name (a shard slices what the whole model holds),
@@ -551,15 +582,15 @@ ops::Weight WeightLoader::get_weight_as_stored(const std::string& name, const st
     std::vector<std::byte> bytes;
     weights::TensorRecord rec;
     rec.name = name;
-    rec.dtype = random_blocks_;
+    rec.dtype = random_type;
     rec.shape = shape;
-    rec.bytes = weights::file_dtype_bytes(random_blocks_, shape[0] * shape[1]);
+    rec.bytes = weights::file_dtype_bytes(random_type, shape[0] * shape[1]);
     rec.file = "random";
-    rec.type_name = weights::file_dtype_name(random_blocks_);
+    rec.type_name = weights::file_dtype_name(random_type);
     if (!dry_) {
       // Weights within +-1/sqrt(fan-in), as random_tensor draws dense ones (random_blocks: ~0.3).
       const float scale = 1.0f / (0.3f * std::sqrt(static_cast<float>(shape[1])));
-      bytes = weights::random_blocks(random_blocks_, shape[0], shape[1], seed_ ^ std::hash<std::string>{}(name), scale);
+      bytes = weights::random_blocks(random_type, shape[0], shape[1], seed_ ^ std::hash<std::string>{}(name), scale);
       rec.data = bytes.data();
     }
     return block_weight(rec, part, [&] {
@@ -873,6 +904,9 @@ ops::Weight WeightLoader::fuse_weights(const std::vector<ops::Weight>& parts) {
   }
   if (same && ops::is_gguf_block_format(format))  // whole rows of blocks: the bytes one after another
     return ops::Weight::gguf(format, n, k, stack_bytes(ctx_, data, n, data[0].numel() / parts[0].out_features()));
+  bool gguf = true;
+  for (const ops::Weight& p : parts) gguf = gguf && ops::is_gguf_block_format(p.format());
+  if (gguf) return ops::Weight::gguf_mixed(parts);  // each part in its own blocks
   // One matrix needs one format: expand them all.
   std::string formats;
   std::vector<Tensor> dense;

@@ -27,16 +27,29 @@ namespace lw::model {
 enum class WeightStorage { automatic, quantized, dense };
 WeightStorage weight_storage_from_env();
 
+// The GGML types of a random model's projection matrices (benchmarks of named shapes): one type
+// for all, or llama.cpp's Q4_K_M choice by tensor (q4_k_m): Q6_K for the LM head and for v_proj and
+// down_proj of the layers llama.cpp gives more bits (the first and last eighth and every third
+// between, its use_more_bits), Q4_K elsewhere -- the mix of a real Q4_K_M file.
+struct RandomProjections {
+  weights::FileDType type = weights::FileDType::f32;
+  int q4_k_m_layers = 0;  // the mix over this many layers (0: `type` everywhere)
+  RandomProjections(weights::FileDType t = weights::FileDType::f32) : type(t) {}  // NOLINT: one type for all
+  static RandomProjections q4_k_m(int layers);
+  // The type of the projection `name` (HF names: "model.layers.<i>.self_attn.v_proj.weight").
+  weights::FileDType type_of(const std::string& name) const;
+};
+
 class WeightLoader {
  public:
   // ckpt null: random weights from `seed` (benchmarks of named shapes). total: the bytes the
   // dry run counted; with it (and a terminal on stderr) the real run draws a progress bar.
-  // random_blocks: for random weights, the GGML type of the projection matrices, or f8_e4m3
+  // random_blocks: for random weights, the GGML types of the projection matrices, or f8_e4m3
   // (128 x 128 block scales) or i8 (per-row scales) (weights/random_blocks.h), or i32 for 4-bit
   // GPTQ words of group 128 (random values, zero points and scales); f32 makes them dense in
   // `dtype` like every other tensor.
-  WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType dtype, bool dry, size_t total = 0, uint64_t seed = 0,
-               weights::FileDType random_blocks = weights::FileDType::f32);
+  WeightLoader(Context& ctx, const weights::Checkpoint* ckpt, DType dtype, bool dry, size_t total = 0,
+               uint64_t seed = 0, RandomProjections random_blocks = {});
   ~WeightLoader();
   WeightLoader(const WeightLoader&) = delete;
   WeightLoader& operator=(const WeightLoader&) = delete;
@@ -50,7 +63,7 @@ class WeightLoader {
   // Random weights have every tensor the model asks for, under the names it asks.
   bool random() const { return ckpt_ == nullptr; }
   // Random weights whose projections are quantised (random_blocks other than f32).
-  bool random_quantized() const { return random() && random_blocks_ != weights::FileDType::f32; }
+  bool random_quantized() const { return random() && random_blocks_.type != weights::FileDType::f32; }
   // A dry run: no device work, undefined tensors and weights, only the byte count.
   bool dry() const { return dry_; }
   // The context the weights are loaded on.
@@ -144,7 +157,7 @@ class WeightLoader {
   size_t total_;
   bool bar_;
   uint64_t seed_;
-  weights::FileDType random_blocks_;
+  RandomProjections random_blocks_;
   bool keep_quantized_;
   bool drawn_ = false;
   size_t bytes_ = 0;

@@ -94,6 +94,8 @@ const char* weight_format_name(WeightFormat format) {
     case WeightFormat::gguf_q4_k: return "gguf_q4_k";
     case WeightFormat::gguf_q5_k: return "gguf_q5_k";
     case WeightFormat::gguf_q6_k: return "gguf_q6_k";
+    case WeightFormat::gguf_mixed:
+      return "gguf_mixed";
   }
   return "?";
 }
@@ -234,6 +236,28 @@ Weight Weight::gguf(WeightFormat format, int64_t n, int64_t k, Tensor blocks) {
   return r;
 }
 
+Weight Weight::gguf_mixed(std::vector<Weight> parts) {
+  const char* op = "Weight::gguf_mixed";
+  LW_CHECK(parts.size() >= 2, op << ": " << parts.size() << " parts (at least two)");
+  int64_t n = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Weight& p = parts[i];
+    LW_CHECK(p.defined() && is_gguf_block_format(p.format()),
+             op << ": part " << i << " " << (p.defined() ? p.describe() : "undefined") << " is not GGUF blocks");
+    LW_CHECK(p.in_features() == parts[0].in_features(),
+             op << ": part " << i << " " << p.describe() << " has another K than part 0 " << parts[0].describe());
+    n += p.out_features();
+  }
+  Weight r(WeightFormat::gguf_mixed, n, parts[0].in_features());
+  r.parts_ = std::make_shared<const std::vector<Weight>>(std::move(parts));
+  return r;
+}
+
+const std::vector<Weight>& Weight::parts() const {
+  static const std::vector<Weight> none;
+  return parts_ ? *parts_ : none;
+}
+
 std::optional<std::vector<int32_t>> act_order_columns(const int32_t* g_idx, int64_t k, int64_t group, int64_t groups,
                                                       const std::string& what) {
   bool ordered = true;
@@ -267,6 +291,7 @@ bool same_column_order(Context& ctx, const std::vector<Weight>& parts) {
 
 size_t Weight::device_bytes() const {
   size_t bytes = 0;
+  for (const Weight& p : parts()) bytes += p.device_bytes();
   for (const Tensor* t : {&data_, &scales_, &zeros_, &perm_})
     if (t->defined()) bytes += t->nbytes();
   return bytes;
@@ -277,6 +302,7 @@ std::string Weight::describe() const {
   s << name() << " [" << n_ << ", " << k_ << "]";
   if (format_ == WeightFormat::dense && data_.defined()) s << " " << dtype_name(data_.dtype());
   if (group_size_ > 0) s << " group " << group_size_;
+  for (size_t i = 0; i < parts().size(); ++i) s << (i == 0 ? " of " : ", ") << parts()[i].describe();
   return s.str();
 }
 
@@ -320,33 +346,52 @@ bool gguf_on_fragments(const gpu::DeviceCaps& caps, kernels::BlockFormat block, 
 
 }  // namespace
 
-Tensor expand(Context& ctx, const Weight& w, DType dtype) {
+namespace {
+
+// expand into out [N, K] (contiguous, a float dtype).
+void expand_into(Context& ctx, const Weight& w, const Tensor& out) {
   const char* op = "expand";
-  LW_CHECK(w.defined(), op << ": the weight is undefined");
-  LW_CHECK(is_float(dtype), op << ": dtype " << dtype_name(dtype) << " must be f32, f16 or bf16");
-  Tensor out = ctx.empty({w.out_features(), w.in_features()}, dtype);
+  const DType dtype = out.dtype();
+  if (w.format() == WeightFormat::gguf_mixed) {  // each part into its rows
+    int64_t row = 0;
+    for (const Weight& p : w.parts()) {
+      expand_into(ctx, p, out.slice(0, row, row + p.out_features()));
+      row += p.out_features();
+    }
+    return;
+  }
   if (w.format() == WeightFormat::dense) {
     if (w.data().dtype() == dtype) copy(ctx, w.data(), out);
     else cast(ctx, w.data(), out);
-    return out;
+    return;
   }
   if (is_scaled_8bit_format(w.format())) {
     const kernels::ScaledMatrix m = scaled_matrix(w);
     dispatch_float(dtype, op, [&]<class T>() {
       kernels::dequantize_scaled<T>(out.data<T>(), m, ctx.warp_size(), ctx.stream().get());
     });
-    return out;
+    return;
   }
   if (w.format() == WeightFormat::int4) {
     const int32_t* perm = w.perm().defined() ? w.perm().data<int32_t>() : nullptr;
     dispatch_float(dtype, op, [&]<class T>() {
       kernels::int4_expand<T>(out.data<T>(), int4_matrix(w), perm, ctx.warp_size(), ctx.stream().get());
     });
-    return out;
+    return;
   }
   const std::optional<BlockFormat> block = gguf_block(w.format());
   LW_CHECK(block.has_value(), op << ": weight " << w.describe() << ": this build cannot expand format " << w.name());
   dequantize(ctx, w.data().view({w.data().numel()}), *block, out);
+}
+
+}  // namespace
+
+Tensor expand(Context& ctx, const Weight& w, DType dtype) {
+  const char* op = "expand";
+  LW_CHECK(w.defined(), op << ": the weight is undefined");
+  LW_CHECK(is_float(dtype), op << ": dtype " << dtype_name(dtype) << " must be f32, f16 or bf16");
+  Tensor out = ctx.empty({w.out_features(), w.in_features()}, dtype);
+  expand_into(ctx, w, out);
   return out;
 }
 
@@ -458,6 +503,31 @@ Tensor gather_columns(Context& ctx, const Tensor& x, const Tensor& perm) {
   return gathered;
 }
 
+// Whether GGUF blocks `w` take the GEMV on the matrix-fragment layer for x of `x_dtype`, and the
+// most rows an automatic linear runs on their GEMV.
+bool gguf_fragments(const Context& ctx, const Weight& w, DType x_dtype) {
+  return x_dtype != DType::f32 && gguf_on_fragments(ctx.caps(), *gguf_block(w.format()), w.data().data_ptr());
+}
+int64_t gguf_gemv_max_rows(const Context& ctx, const Weight& w, DType x_dtype) {
+  return gguf_fragments(ctx, w, x_dtype) ? kGgufMmaGemvMaxRows : kGgufGemvMaxRows;
+}
+
+// The GEMV over GGUF blocks w of rows of x (K apart) into y (rows ldy apart).
+template <class T>
+void gguf_gemv_rows(Context& ctx, const T* x, const Weight& w, const T* bias, T* y, int64_t rows, int64_t ldy) {
+  const kernels::BlockFormat block = *gguf_block(w.format());
+  const int64_t n = w.out_features(), k = w.in_features();
+  if constexpr (!std::is_same_v<T, float>) {
+    if (gguf_fragments(ctx, w, dtype_of<T>)) {
+      kernels::gguf_mma_gemv<T>(y, x, w.data().data_ptr(), block, bias, rows, n, k, k, ldy, ctx.caps().multiprocessors,
+                                ctx.stream().get());
+      return;
+    }
+  }
+  kernels::gguf_gemv<T>(y, x, w.data().data_ptr(), block, bias, rows, n, k, k, ldy, ctx.warp_size(),
+                        ctx.stream().get());
+}
+
 // GGUF blocks, FP8 and int8 with group scales: the fused GEMV for decode-sized batches, else the
 // weights expanded to x's dtype and the dense linear. Deterministic mode takes the expansion for
 // every M (one summation order, the dense path's batch-invariant one). 8-bit rows of a length not
@@ -480,9 +550,7 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   if (fp8 && vendor && has_fp8_gemm(ctx.caps()) && rows > 0 && fp8_gemm(ctx, x, w, bias, out, rows, !sel.forced()))
     return;
   const bool runs = gguf || (k % 16 == 0 && gpu::aligned_to(gpu::kVectorBytes, w.data().data_ptr()));
-  const bool fragments =
-      gguf && x.dtype() != DType::f32 && gguf_on_fragments(ctx.caps(), *gguf_block(w.format()), w.data().data_ptr());
-  const int64_t most_rows = fragments ? kGgufMmaGemvMaxRows : kGgufGemvMaxRows;
+  const int64_t most_rows = gguf ? gguf_gemv_max_rows(ctx, w, x.dtype()) : kGgufGemvMaxRows;
   const bool fused = runs && (sel.forced() ? sel.path == GemmPath::gemv : !ctx.deterministic() && rows <= most_rows);
   if (!fused) {
     linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, sel.forced() ? sel.path : GemmPath::automatic);
@@ -496,20 +564,43 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   dispatch_float(x.dtype(), op, [&]<class T>() {
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
     if (gguf) {
-      const kernels::BlockFormat block = *gguf_block(w.format());
-      if constexpr (!std::is_same_v<T, float>) {
-        if (fragments) {
-          kernels::gguf_mma_gemv<T>(out.data<T>(), xs.data<T>(), w.data().data_ptr(), block, b, rows, n, k, k, n,
-                                    ctx.caps().multiprocessors, ctx.stream().get());
-          return;
-        }
-      }
-      kernels::gguf_gemv<T>(out.data<T>(), xs.data<T>(), w.data().data_ptr(), block, b, rows, n, k, k, n, ctx.warp_size(),
-                            ctx.stream().get());
+      gguf_gemv_rows<T>(ctx, xs.data<T>(), w, b, out.data<T>(), rows, n);
     } else {
       kernels::ScaledMatrix m = scaled_matrix(w);
       m.col_perm = nullptr;  // x's columns are gathered
       kernels::scaled_gemv<T>(out.data<T>(), xs.data<T>(), m, b, rows, k, n, ctx.warp_size(), ctx.stream().get());
+    }
+  });
+}
+
+// GGUF blocks of several formats stacked by rows: up to the fewest rows any part's GEMV takes,
+// each part's GEMV into its columns of out (a row of x gives what each part alone gives); else,
+// or in deterministic mode, the whole matrix expanded and the dense linear.
+void linear_gguf_mixed(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out,
+                       GemmPath path) {
+  const char* op = "linear";
+  const int64_t n = w.out_features(), k = w.in_features();
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  const GemmShape shape{GemmOp::linear, rows, n, k, 1, ctx.deterministic()};
+  const Selection<GemmPath> sel = select<GemmPaths>(ctx.caps(), shape, path);
+  int64_t most_rows = kGgufMmaGemvMaxRows;
+  for (const Weight& p : w.parts()) most_rows = std::min(most_rows, gguf_gemv_max_rows(ctx, p, x.dtype()));
+  const bool fused = sel.forced() ? sel.path == GemmPath::gemv : !ctx.deterministic() && rows <= most_rows;
+  if (!fused) {
+    linear(ctx, x, expand(ctx, w, x.dtype()), bias, out, sel.forced() ? sel.path : GemmPath::automatic);
+    return;
+  }
+  check_float_input(op, "x", x);
+  check_same_dtype(op, "x", x, "out", out);
+  LW_CHECK(x.is_contiguous() && out.is_contiguous(),
+           op << ": x " << x.describe() << " and out " << out.describe() << " must be contiguous");
+  dispatch_float(x.dtype(), op, [&]<class T>() {
+    int64_t col = 0;
+    for (const Weight& p : w.parts()) {
+      const T* b = bias.defined() ? bias.data<T>() + col : nullptr;
+      gguf_gemv_rows<T>(ctx, x.data<T>(), p, b, out.data<T>() + col, rows, n);
+      col += p.out_features();
     }
   });
 }
@@ -652,6 +743,10 @@ void linear(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, 
   if (w.format() == WeightFormat::int4) {
     const int64_t rows = leading_rows(x);
     linear_int4(ctx, x, w, bias, out, rows, plan_int4(ctx, x, w, out, rows, path));
+    return;
+  }
+  if (w.format() == WeightFormat::gguf_mixed) {
+    linear_gguf_mixed(ctx, x, w, bias, out, path);
     return;
   }
   if (w.format() != WeightFormat::int8_per_channel) {

@@ -6,6 +6,7 @@
 // device, contiguity) and says what is wrong.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -37,6 +38,7 @@ enum class WeightFormat : uint8_t {
   gguf_q4_k,
   gguf_q5_k,
   gguf_q6_k,
+  gguf_mixed,  // GGUF block matrices of different formats stacked by rows, each kept in its own (parts())
 };
 
 const char* weight_format_name(WeightFormat format);
@@ -89,8 +91,13 @@ class Weight {
   // GGML blocks as llama.cpp stores them, row by row: blocks i8 holding exactly
   // N * (K / block elements) * block bytes bytes (any shape, contiguous); K whole blocks.
   static Weight gguf(WeightFormat format, int64_t n, int64_t k, Tensor blocks);
+  // GGUF block matrices [N_i, K] of different formats as one [sum N_i, K] matrix, rows of part 0
+  // first: a fused projection whose parts a checkpoint stores in different types (llama.cpp's
+  // Q4_K_M: Q4_K q and k, Q6_K v), each part kept in its own blocks. At least two parts, every
+  // one a GGUF block format, one K.
+  static Weight gguf_mixed(std::vector<Weight> parts);
 
-  bool defined() const { return data_.defined(); }
+  bool defined() const { return data_.defined() || parts_ != nullptr; }
   WeightFormat format() const { return format_; }
   const char* name() const { return weight_format_name(format_); }
   int64_t out_features() const { return n_; }  // N
@@ -105,6 +112,8 @@ class Weight {
   int64_t group_size() const { return group_size_; }
   // The scale block (per-block fp8; {1, group} for int8_per_group; {0, 0} otherwise).
   WeightBlock block() const { return block_; }
+  // gguf_mixed: its parts, in row order (empty for the other formats).
+  const std::vector<Weight>& parts() const;
   // Bytes of every tensor the weight holds on the device.
   size_t device_bytes() const;
   // "int8_per_channel [N, K]", for messages.
@@ -116,6 +125,7 @@ class Weight {
   WeightFormat format_ = WeightFormat::dense;
   int64_t n_ = 0, k_ = 0;
   Tensor data_, scales_, zeros_, perm_;
+  std::shared_ptr<const std::vector<Weight>> parts_;
   int64_t group_size_ = 0;
   WeightBlock block_;
 };
@@ -136,10 +146,11 @@ bool same_column_order(Context& ctx, const std::vector<Weight>& parts);
 // above it the expansion and the vendor GEMM are faster (H200, docs/PERFORMANCE.md "GGUF block
 // weights"; FP8 takes the crossover of Q8_0, its nearest GGUF kin, until measured itself).
 inline constexpr int64_t kGgufGemvMaxRows = 4;
-// The same for the Q4_K and Q5_K GEMV on the matrix-fragment layer (kernels/quant/gguf_mma_gemv.h:
-// f16 and bf16 x where the device has the layer): its passes of 8 rows each read the weights, and
-// the expansion is faster from 32 rows at 4096 x 4096 (Q4_K, H100, docs/PERFORMANCE.md "GGUF Q4_K
-// on matrix fragments"; Q5_K takes the same crossover, not measured apart).
+// The same for the Q4_K, Q5_K and Q6_K GEMV on the matrix-fragment layer
+// (kernels/quant/gguf_mma_gemv.h: f16 and bf16 x where the device has the layer): its passes of 8
+// rows each read the weights, and the expansion is faster from 32 rows at 4096 x 4096 (Q4_K,
+// H100, docs/PERFORMANCE.md "GGUF Q4_K on matrix fragments"; Q5_K and Q6_K take the same
+// crossover, not measured apart).
 inline constexpr int64_t kGgufMmaGemvMaxRows = 24;
 
 // An automatic linear over int4 weights of at most this many rows runs the fused kernel (one
@@ -161,10 +172,13 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //                     fused GEMV over the blocks (kernels/quant/gguf_gemv.h); more rows, another
 //                     forced path, or deterministic mode: the weights expanded to x's dtype (a
 //                     temporary [N, K]) and the dense linear. Weights are the expansion's values
-//                     (rounded to x's dtype) on every path, except Q4_K and Q5_K with f16 or bf16
+//                     (rounded to x's dtype) on every path, except Q4_K to Q6_K with f16 or bf16
 //                     x where the device has the matrix-fragment layer: up to kGgufMmaGemvMaxRows rows
 //                     (and on the forced gemv path) kernels::gguf_mma_gemv, which scales each
 //                     sub-block's sums in fp32 and so uses gguf's values unrounded;
+//   gguf_mixed        each part as its format would run alone, into its columns of out: the
+//                     GEMV per part up to the fewest rows any part's GEMV takes (and on the
+//                     forced gemv path), else the whole matrix expanded and the dense linear;
 //   int8_per_group    as the GGUF formats (W8A16): the fused 8-bit GEMV (kernels::scaled_gemv;
 //                     x's columns gathered first where the weight has a permutation) up to
 //                     kGgufGemvMaxRows rows and on the forced gemv path, else the weights

@@ -39,8 +39,8 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
     int64_t m;
     ops::GemmPath path;
   };
-  // Automatic: the fused GEMV up to kGgufGemvMaxRows rows (kGgufMmaGemvMaxRows for Q4_K on
-  // matrix fragments), the expansion above; forced: the GEMV
+  // Automatic: the fused GEMV up to kGgufGemvMaxRows rows (kGgufMmaGemvMaxRows for Q4_K to Q6_K
+  // on matrix fragments), the expansion above; forced: the GEMV
   // at 9 and 33 rows (two and five passes over the weights), the expansion and the tiled GEMM at 3.
   const Case cases[] = {{1, ops::GemmPath::automatic}, {4, ops::GemmPath::automatic}, {20, ops::GemmPath::automatic},
                         {9, ops::GemmPath::gemv},      {33, ops::GemmPath::gemv},      {3, ops::GemmPath::tiled}};
@@ -63,12 +63,12 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
         poison(out);
         ops::linear(ctx(), ctx().to_device(xh), w, with_bias ? ctx().to_device(bh) : Tensor(), out, c.path);
         const Tensor got = ctx().to_host(out);
-        // The weights are gguf's values rounded to dt, except on the Q4_K and Q5_K GEMV of the
-        // matrix-fragment layer (f16 and bf16 x), which scales each sub-block's sums in fp32 and
+        // The weights are gguf's values rounded to dt, except on the K-quant GEMV of the
+        // matrix-fragment layer (Q4_K to Q6_K, f16 and bf16 x), which scales each sub-block's sums in fp32 and
         // so uses them unrounded; fp32 accumulation over K terms (each within 2^-24 relative,
         // K * 2^-24 in all of sum |x w|), one rounding to dt at the end, and with a bias one more
         // of the product (cuBLASLt's bias epilogue, ops/gemm.h).
-        const bool fragments = dt != DType::f32 && (name == "w.q4_k" || name == "w.q5_k");
+        const bool fragments = dt != DType::f32 && (name == "w.q4_k" || name == "w.q5_k" || name == "w.q6_k");
         const int64_t most_rows = fragments ? ops::kGgufMmaGemvMaxRows : ops::kGgufGemvMaxRows;
         const bool exact = fragments && (c.path == ops::GemmPath::gemv || (c.path == ops::GemmPath::automatic && c.m <= most_rows));
         const double eps = epsilon(dt), acc_eps = static_cast<double>(k) * std::ldexp(1.0, -24);
@@ -199,6 +199,90 @@ TEST(GgufLinear, GroupedExpertsReadTheOffsetsOnTheDevice) {
     mixed.push_back(ops::Weight::gguf(*ops::gguf_weight_format(*weights::block_format(type)), n, k, ctx().to_device(h)));
   }
   EXPECT_FALSE(ops::ExpertWeights(ctx(), mixed).block_table().defined());
+}
+
+// GGUF matrices of different formats stacked by rows (llama.cpp's Q4_K_M fused QKV: Q4_K q and
+// k, Q6_K v) stay in their blocks: up to the fewest rows any part's GEMV takes, each part's
+// columns bit for bit what the part alone gives; above, the expansion of the whole (each part's
+// expansion in its rows) through the dense linear; and on the forced GEMV path, the parts' GEMVs.
+TEST(GgufLinear, MixedFormatsStackedByRowsKeepTheirBlocks) {
+  const int64_t k = 512;
+  const std::vector<std::vector<std::pair<weights::FileDType, int64_t>>> stacks = {
+      {{weights::FileDType::q4_k, 32}, {weights::FileDType::q4_k, 16}, {weights::FileDType::q6_k, 16}},
+      {{weights::FileDType::q6_k, 13}, {weights::FileDType::q8_0, 8}}};
+  for (const auto& stack : stacks) {
+    std::vector<ops::Weight> parts;
+    size_t bytes = 0;
+    for (const auto& [type, n] : stack) {
+      const std::vector<std::byte> raw = weights::random_blocks(type, n, k, 40 + parts.size());
+      Tensor h = Tensor::empty_host({static_cast<int64_t>(raw.size())}, DType::i8);
+      std::memcpy(h.data_ptr(), raw.data(), raw.size());
+      parts.push_back(
+          ops::Weight::gguf(*ops::gguf_weight_format(*weights::block_format(type)), n, k, ctx().to_device(h)));
+      bytes += raw.size();
+    }
+    const ops::Weight w = ops::Weight::gguf_mixed(parts);
+    SCOPED_TRACE(w.describe());
+    const int64_t n = w.out_features();
+    EXPECT_EQ(w.device_bytes(), bytes);
+    EXPECT_EQ(w.parts().size(), stack.size());
+    // The expansion: each part's in its rows.
+    const Tensor dense = ctx().to_host(ops::expand(ctx(), w, DType::f32));
+    int64_t row = 0;
+    for (const ops::Weight& p : parts) {
+      const Tensor part = ctx().to_host(ops::expand(ctx(), p, DType::f32));
+      EXPECT_EQ(std::memcmp(part.data_ptr(), dense.data<float>() + row * k, part.nbytes()), 0) << p.describe();
+      row += p.out_features();
+    }
+    for (DType dt : {DType::f32, DType::bf16}) {
+      int64_t most_rows = ops::kGgufMmaGemvMaxRows;
+      for (const auto& [type, rows] : stack) {
+        const bool fragments =
+            dt != DType::f32 && (type == weights::FileDType::q4_k || type == weights::FileDType::q6_k);
+        most_rows = std::min(most_rows, fragments ? ops::kGgufMmaGemvMaxRows : ops::kGgufGemvMaxRows);
+      }
+      for (const auto& [m, path] : {std::pair{int64_t{1}, ops::GemmPath::automatic},
+                                    {int64_t{5}, ops::GemmPath::automatic},
+                                    {int64_t{20}, ops::GemmPath::automatic},
+                                    {int64_t{9}, ops::GemmPath::gemv}}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " M=" << m << " " << ops::gemm_path_name(path));
+        const Tensor x = ctx().to_device(random_host({m, k}, dt)), bias = ctx().to_device(random_host({n}, dt));
+        Tensor got = ctx().empty({m, n}, dt), want = ctx().empty({m, n}, dt);
+        poison(got);
+        ops::linear(ctx(), x, w, bias, got, path);
+        if (path == ops::GemmPath::gemv || m <= most_rows) {
+          int64_t col = 0;
+          for (const ops::Weight& p : parts) {
+            Tensor part = ctx().empty({m, p.out_features()}, dt);
+            ops::linear(ctx(), x, p, bias.slice(0, col, col + p.out_features()), part, path);
+            const Tensor ph = ctx().to_host(part), gh = ctx().to_host(got);
+            for (int64_t i = 0; i < m; ++i)
+              ASSERT_EQ(std::memcmp(static_cast<const char*>(ph.data_ptr()) + i * ph.stride(0) * dtype_size(dt),
+                                    static_cast<const char*>(gh.data_ptr()) + (i * n + col) * dtype_size(dt),
+                                    static_cast<size_t>(p.out_features()) * dtype_size(dt)),
+                        0)
+                  << p.describe() << " row " << i;
+            col += p.out_features();
+          }
+        } else {
+          ops::linear(ctx(), x, ops::expand(ctx(), w, dt), bias, want);
+          EXPECT_TRUE(bitwise_equal(ctx().to_host(got), ctx().to_host(want)));
+        }
+      }
+    }
+  }
+  const std::vector<std::byte> raw = weights::random_blocks(weights::FileDType::q4_k, 4, 256, 1);
+  Tensor h = Tensor::empty_host({static_cast<int64_t>(raw.size())}, DType::i8);
+  std::memcpy(h.data_ptr(), raw.data(), raw.size());
+  const ops::Weight q4k = ops::Weight::gguf(ops::WeightFormat::gguf_q4_k, 4, 256, ctx().to_device(h));
+  const ops::Weight q4k_wide = ops::Weight::gguf(ops::WeightFormat::gguf_q4_k, 2, 512, ctx().to_device(h));
+  expect_error([&] { ops::Weight::gguf_mixed({q4k}); }, "1 parts (at least two)");
+  expect_error(
+      [&] {
+        ops::Weight::gguf_mixed({q4k, ops::Weight::dense(ctx().empty({4, 256}, DType::f32))});
+      },
+      "part 1 dense [4, 256] f32 is not GGUF blocks");
+  expect_error([&] { ops::Weight::gguf_mixed({q4k, q4k_wide}); }, "has another K than part 0");
 }
 
 TEST(GgufLinear, RefusesMisuse) {

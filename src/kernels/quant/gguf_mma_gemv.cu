@@ -116,14 +116,38 @@ constexpr int kChunks = 4;
 constexpr int kChunkBytes = 32;  // lint: not-a-warp (a chunk: a byte per element of its sub-blocks)
 struct Q4k {
   static constexpr int kBytes = 144, kQs = 16;  // d, dmin, scales[12], qs[128]
+  static constexpr int kScaleElems = kSubBlock;
   static constexpr bool kFifthBit = false;
   static constexpr const char* kName = "gguf_mma_gemv_q4_k";
 };
 struct Q5k {
   static constexpr int kBytes = 176, kQs = 48, kQh = 16;  // d, dmin, scales[12], qh[32], qs[128]
+  static constexpr int kScaleElems = kSubBlock;
   static constexpr bool kFifthBit = true;
   static constexpr const char* kName = "gguf_mma_gemv_q5_k";
 };
+
+// Q6_K: 210 bytes, ql[128] (the low four bits), qh[64] (the high two), sixteen int8 scales (one a
+// 16 elements), d (fp16); an element is d * scale * (q - 32). Element l (0..31) of quarter t of
+// half f is nibble t / 2 of ql[64 f + 32 (t % 2) + l] and bits 2t, 2t + 1 of qh[32 f + l]: ql's
+// chunk c holds quarter c % 2 of half c / 2 in its low nibbles and quarter c % 2 + 2 in its high,
+// each quarter a sub-block whose elements 16 s .. 16 s + 15 take scale 8 f + 2 t + s. The blocks
+// are 2-aligned only, so every field is read 2 bytes at a time.
+struct Q6k {
+  static constexpr int kBytes = 210, kQh = 128, kScales = 192, kD = 208, kScaleElems = 16;
+  static constexpr const char* kName = "gguf_mma_gemv_q6_k";
+};
+
+// Where a lane's piece of a sub-block's multiply step `step` begins in a 32-byte chunk (and in
+// the sub-block's x): for Q4_K and Q5_K one run of 2E bytes a rank holds both steps' pieces; for
+// Q6_K, whose scales cover 16 elements, step s is bytes [16 s, 16 s + 16), so that each multiply
+// takes one scale. The pieces of a lane's two steps are kStepStride<F> apart.
+template <class F>
+LW_DEVICE_INLINE constexpr int piece_at(int rank, int step) {
+  return F::kScaleElems == 16 ? 16 * step + kE * rank : kRunBytes * rank + kE * step;  // lint: not-a-warp
+}
+template <class F>
+constexpr int kStepStride = piece_at<F>(0, 1);
 
 // What a lane reads of one super-block: its runs of each chunk (and of qh) for each of its A
 // rows, and the headers of its C rows.
@@ -171,16 +195,18 @@ struct SubBlockScales {
   }
 };
 
-// x's elements a lane's B fragments of one sub-block take: its rank's run of 2E elements of row
-// `row` (zeros past the pass's rows).
-template <class T, int V>
-LW_DEVICE_INLINE void load_x_run(T (&run)[kRunElems], const T* x_row, bool has_row) {
+// x's elements a lane's B fragments of one sub-block take, its pieces of both steps (E each,
+// Stride apart from `piece`, the first): zeros past the pass's rows.
+template <class T, int V, int Stride>
+LW_DEVICE_INLINE void load_x_run(T (&run)[kRunElems], const T* piece, bool has_row) {
+  // Vectors within a piece, or across both where they are contiguous.
+  constexpr int P = Stride == kE ? kRunElems : kE, W = V < P ? V : P;
   if (has_row) {
 #pragma unroll
-    for (int c = 0; c < kRunElems; c += V) {
-      const gpu::Vec<T, V> v = gpu::load_vec<V>(x_row + c);
+    for (int c = 0; c < kRunElems; c += W) {
+      const gpu::Vec<T, W> v = gpu::load_vec<W>(piece + (c / kE) * Stride + c % kE);
 #pragma unroll
-      for (int e = 0; e < V; ++e) run[c + e] = v.v[e];
+      for (int e = 0; e < W; ++e) run[c + e] = v.v[e];
     }
   } else {
 #pragma unroll
@@ -188,34 +214,59 @@ LW_DEVICE_INLINE void load_x_run(T (&run)[kRunElems], const T* x_row, bool has_r
   }
 }
 
+// B of step `step` from a lane's run of x (load_x_run): each element at its A slot's k.
+template <class T>
+LW_DEVICE_INLINE mma::FragB<T> x_fragment(const T (&xr)[kRunElems], int lane, int step) {
+  mma::FragB<T> bx;
+#pragma unroll
+  for (int i = 0; i < mma::kB; ++i)
+    bx.x[i] = mma::b_col(lane, i) < mma::kNarrowCols ? xr[step * kE + byte_of_pos(b_pos(i))] : gpu::from_float<T>(0.0f);
+  return bx;
+}
+
+// A lane's places in one row tile (16 rows of W from row0) and pass of x: the start of its
+// piece in each of its A rows, the start of each of its C rows, and its piece of its x row (the
+// row's first where the lane's column is past the pass's `rows`: has_x false). Rows past N read
+// W's last row.
+template <class F, class T>
+struct LaneRows {
+  const uint8_t* a[mma::kARowSlots];
+  const uint8_t* c[mma::kRowSlots];
+  const T* x;
+  bool has_x;
+  LW_DEVICE_INLINE LaneRows(const T* x0, const uint8_t* w, int64_t row0, int rows, int64_t n, int64_t k, int64_t ldx,
+                            int lane) {
+    const int rank = lane_rank(lane);
+    const int64_t row_bytes = k / kSuperElems * F::kBytes;
+#pragma unroll
+    for (int sl = 0; sl < mma::kARowSlots; ++sl) {
+      const int64_t r = row0 + mma::a_slot_row(lane, sl);
+      a[sl] = w + (r < n ? r : n - 1) * row_bytes + piece_at<F>(rank, 0);
+    }
+#pragma unroll
+    for (int sl = 0; sl < mma::kRowSlots; ++sl) {
+      const int64_t r = row0 + mma::slot_row(lane, sl);
+      c[sl] = w + (r < n ? r : n - 1) * row_bytes;
+    }
+    const int x_col = mma::b_col(lane, 0);
+    has_x = x_col < rows;
+    x = x0 + (has_x ? x_col : 0) * ldx + piece_at<F>(rank, 0);
+  }
+};
+
 // The sums of one row tile (16 rows of W from row0) over super-blocks [first, last) of its
 // rows, for `rows` rows of x (<= kPassRows) from x: the warp's C fragment, summed over its slice.
 template <class F, class T, int V>
 LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
                                    int64_t k, int64_t ldx, int first, int last) {
-  const int lane = gpu::lane_id(), rank = lane_rank(lane);
-  const int64_t row_bytes = k / kSuperElems * F::kBytes;
-  const uint8_t* a_rows[mma::kARowSlots];
-  const uint8_t* c_rows[mma::kRowSlots];
-#pragma unroll
-  for (int sl = 0; sl < mma::kARowSlots; ++sl) {
-    const int64_t r = row0 + mma::a_slot_row(lane, sl);
-    a_rows[sl] = w + (r < n ? r : n - 1) * row_bytes + rank * kRunBytes;
-  }
-#pragma unroll
-  for (int sl = 0; sl < mma::kRowSlots; ++sl) {
-    const int64_t r = row0 + mma::slot_row(lane, sl);
-    c_rows[sl] = w + (r < n ? r : n - 1) * row_bytes;
-  }
-  const int x_col = mma::b_col(lane, 0);
-  const bool has_x = x_col < rows;
-  const T* x_row = x + (has_x ? x_col : 0) * ldx + rank * kRunElems;
+  const int lane = gpu::lane_id();
+  const LaneRows<F, T> at(x, w, row0, rows, n, k, ldx, lane);
 
   auto load = [&](int b, Loaded<F>& to) {
     constexpr int U = kRunWords < 4 ? kRunWords : 4;
 #pragma unroll
     for (int sl = 0; sl < mma::kARowSlots; ++sl) {
-      const uint8_t* block = a_rows[sl] + static_cast<int64_t>(b) * F::kBytes;
+      const uint8_t* block = at.a[sl] + static_cast<int64_t>(b) * F::kBytes;
 #pragma unroll
       for (int c = 0; c < kChunks; ++c)
 #pragma unroll
@@ -237,7 +288,7 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
 #pragma unroll
     for (int sl = 0; sl < mma::kRowSlots; ++sl) {
       const auto v =
-          gpu::load_vec<4>(reinterpret_cast<const uint32_t*>(c_rows[sl] + static_cast<int64_t>(b) * F::kBytes));
+          gpu::load_vec<4>(reinterpret_cast<const uint32_t*>(at.c[sl] + static_cast<int64_t>(b) * F::kBytes));
 #pragma unroll
       for (int u = 0; u < 4; ++u) to.head[sl][u] = v.v[u];
     }
@@ -256,7 +307,7 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
       for (int h = 0; h < 2; ++h) {  // the low nibbles (sub-block 2c), then the high (2c + 1)
         const int sub = 2 * c + h;
         T xr[kRunElems];
-        load_x_run<T, V>(xr, x_row + static_cast<int64_t>(b) * kSuperElems + sub * kSubBlock, has_x);
+        load_x_run<T, V, kStepStride<F>>(xr, at.x + static_cast<int64_t>(b) * kSuperElems + sub * kSubBlock, at.has_x);
         mma::FragC q, sx;
         mma::fill(q, 0.0f);
         mma::fill(sx, 0.0f);
@@ -279,11 +330,7 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
               int4_tiles::decode_pair<T>(in.qs[sl][c][byte / 4], nibble, kBias, a.x[i], a.x[i + 1]);
             }
           }
-          mma::FragB<T> bx;
-#pragma unroll
-          for (int i = 0; i < mma::kB; ++i)
-            bx.x[i] = mma::b_col(lane, i) < mma::kNarrowCols ? xr[step * kE + byte_of_pos(b_pos(i))]
-                                                             : gpu::from_float<T>(0.0f);
+          const mma::FragB<T> bx = x_fragment(xr, lane, step);
           mma::mma_narrow(q, a, bx, q);
           mma::mma_narrow(sx, ones, bx, sx);
         }
@@ -302,6 +349,120 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
     load(b, in);
     multiply(b, in);
   }
+}
+
+// Four bytes at p, 2-aligned (Q6_K's fields), from two 2-byte loads.
+LW_DEVICE_INLINE uint32_t load_u32_2aligned(const uint8_t* p) {
+  const auto* h = reinterpret_cast<const uint16_t*>(p);
+#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__)
+  return __byte_perm(__ldg(h), __ldg(h + 1), 0x5410);
+#else
+  return static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
+#endif
+}
+
+// What a lane reads of one Q6_K super-block: its pieces of each ql and qh chunk for each of its
+// A rows; the scales (each byte + 128, so that byte_to_float reads them as unsigned) and d of its
+// C rows.
+struct LoadedQ6k {
+  uint32_t ql[mma::kARowSlots][kChunks][kRunWords];
+  uint32_t qh[mma::kARowSlots][2][kRunWords];
+  uint32_t scales[mma::kRowSlots][4];
+  uint32_t d[mma::kRowSlots];
+};
+
+// kquant_slice for Q6_K: a multiply per 16 elements (one scale each), no minimum.
+template <class T, int V>
+LW_DEVICE_INLINE void q6k_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
+                                int64_t k, int64_t ldx, int first, int last) {
+  using F = Q6k;
+  constexpr int kPieceWords = kE / 4;
+  const int lane = gpu::lane_id();
+  const LaneRows<F, T> at(x, w, row0, rows, n, k, ldx, lane);
+
+  auto load = [&](int b, LoadedQ6k& to) {
+#pragma unroll
+    for (int sl = 0; sl < mma::kARowSlots; ++sl) {
+      const uint8_t* block = at.a[sl] + static_cast<int64_t>(b) * F::kBytes;
+#pragma unroll
+      for (int step = 0; step < 2; ++step)
+#pragma unroll
+        for (int o = 0; o < kPieceWords; ++o) {
+          const int at_piece = step * kStepStride<F> + 4 * o, word = step * kPieceWords + o;
+#pragma unroll
+          for (int c = 0; c < kChunks; ++c) to.ql[sl][c][word] = load_u32_2aligned(block + kChunkBytes * c + at_piece);
+#pragma unroll
+          for (int f = 0; f < 2; ++f)
+            to.qh[sl][f][word] = load_u32_2aligned(block + F::kQh + kChunkBytes * f + at_piece);
+        }
+    }
+#pragma unroll
+    for (int sl = 0; sl < mma::kRowSlots; ++sl) {
+      const uint8_t* block = at.c[sl] + static_cast<int64_t>(b) * F::kBytes;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) to.scales[sl][j] = load_u32_2aligned(block + F::kScales + 4 * j) ^ 0x80808080u;
+      to.d[sl] = *reinterpret_cast<const uint16_t*>(block + F::kD);
+    }
+  };
+
+  constexpr uint32_t kBias = int4_tiles::kMagic<T> * 0x10001u;
+  constexpr uint32_t kBias32 = (int4_tiles::kMagic<T> + 32) * 0x10001u;  // lint: not-a-warp (Q6_K's offset)
+
+  auto multiply = [&](int b, const LoadedQ6k& in) {
+    float d[mma::kRowSlots];
+#pragma unroll
+    for (int sl = 0; sl < mma::kRowSlots; ++sl) d[sl] = gguf::fp16_bits_to_float(in.d[sl]);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // quarter c % 2 (low nibbles), then c % 2 + 2 (high) of half c / 2
+        const int f = c / 2, t = c % 2 + 2 * h;
+        T xr[kRunElems];
+        load_x_run<T, V, kStepStride<F>>(xr, at.x + static_cast<int64_t>(b) * kSuperElems + 128 * f + kSubBlock * t,
+                                         at.has_x);
+#pragma unroll
+        for (int step = 0; step < 2; ++step) {
+          mma::FragA<T> a;
+#pragma unroll
+          for (int i = 0; i < mma::kA; i += 2) {
+            const int p = a_pos(i), byte = step * kE + byte_of_pos(p), sl = mma::a_slot(i);
+            // Pair (p, p + 1) is bytes (0, 2) or (1, 3) of its word: ql's nibbles 2 (p % 4 / 2) + h,
+            // qh's bits 2t, 2t + 1 of the same bytes moved to bits 4, 5 of each 16-bit half.
+            const int nibble = 2 * ((p % 4) / 2) + h, bit = 8 * ((p % 4) / 2) + 2 * t;
+            const uint32_t hw = in.qh[sl][f][byte / 4];
+            const uint32_t high = (bit >= 4 ? hw >> (bit - 4) : hw << (4 - bit)) & 0x00300030u;
+            const uint32_t bits = ((in.ql[sl][c][byte / 4] >> (4 * nibble)) & 0x000f000fu) | high | kBias;
+            int4_tiles::unbias_pair<T>(bits, kBias32, a.x[i], a.x[i + 1]);
+          }
+          mma::FragC q;
+          mma::fill(q, 0.0f);
+          mma::mma_narrow(q, a, x_fragment(xr, lane, step), q);
+          const int run = 8 * f + 2 * t + step;
+#pragma unroll
+          for (int i = 0; i < mma::kNarrowC; ++i) {
+            const int sl = mma::c_slot(i);
+            const float scale = byte_to_float(in.scales[sl][run / 4], run % 4) - 128.0f;
+            total.x[i] += d[sl] * scale * q.x[i];
+          }
+        }
+      }
+  };
+
+  for (int b = first; b < last; ++b) {
+    LoadedQ6k in;
+    load(b, in);
+    multiply(b, in);
+  }
+}
+
+// The slice of the format's kernel.
+template <class F, class T, int V>
+LW_DEVICE_INLINE void format_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
+                                   int64_t k, int64_t ldx, int first, int last) {
+  if constexpr (std::is_same_v<F, Q6k>)
+    q6k_slice<T, V>(total, x, w, row0, rows, n, k, ldx, first, last);
+  else
+    kquant_slice<F, T, V>(total, x, w, row0, rows, n, k, ldx, first, last);
 }
 
 // Adds the warps' sums in warp order (shared memory) and writes the pass's rows of y: element i
@@ -351,7 +512,7 @@ __global__ void LW_KQUANT_BOUNDS kquant_gemv_kernel(T* __restrict__ y, const T* 
   warp_slice(k / kSuperElems, gpu::warp_id(), static_cast<int>(blockDim.x) / gpu::kWarpSize, first, last);
   mma::FragC total;
   mma::fill(total, 0.0f);
-  kquant_slice<F, T, V>(total, x + x0 * ldx, w, row0, rows, n, k, ldx, first, last);
+  format_slice<F, T, V>(total, x + x0 * ldx, w, row0, rows, n, k, ldx, first, last);
   kquant_finish<T>(total, y + x0 * ldy, bias, row0, rows, n, ldy);
 #else
   (void)y, (void)x, (void)w, (void)bias, (void)m, (void)n, (void)k, (void)ldx, (void)ldy;
@@ -374,7 +535,7 @@ __global__ void LW_KQUANT_BOUNDS kquant_grouped_gemv_kernel(T* __restrict__ y, c
   mma::FragC total;
   mma::fill(total, 0.0f);
   const int pass_rows = static_cast<int>(pass.end - r0);
-  kquant_slice<F, T, V>(total, x + r0 * k, experts[pass.expert], row0, pass_rows, n, k, k, first, last);
+  format_slice<F, T, V>(total, x + r0 * k, experts[pass.expert], row0, pass_rows, n, k, k, first, last);
   kquant_finish<T>(total, y + r0 * n, static_cast<const T*>(nullptr), row0, pass_rows, n, n);
 #else
   (void)y, (void)x, (void)experts, (void)offsets, (void)count, (void)rows, (void)n, (void)k;
@@ -395,7 +556,7 @@ int block_warps(int64_t tiles, int64_t k, int multiprocessors) {
 
 void check_kquant(const char* op, BlockFormat format, int64_t m, int64_t n, int64_t k) {
   LW_CHECK(gguf_mma_gemv_serves(format),
-           op << ": no kernel for " << block_format_name(format) << " (Q4_K and Q5_K only)");
+           op << ": no kernel for " << block_format_name(format) << " (Q4_K, Q5_K and Q6_K only)");
   LW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % kSuperElems == 0, op << ": [M, N, K] = [" << m << ", " << n << ", " << k
                                                                   << "]: K must be whole super-blocks of "
                                                                   << kSuperElems);
@@ -406,12 +567,16 @@ void check_kquant(const char* op, BlockFormat format, int64_t m, int64_t n, int6
 template <class Run>
 void with_format(BlockFormat format, Run&& run) {
   if (format == BlockFormat::q5_k) run.template operator()<Q5k>();
+  else if (format == BlockFormat::q6_k)
+    run.template operator()<Q6k>();
   else run.template operator()<Q4k>();
 }
 
 }  // namespace
 
-bool gguf_mma_gemv_serves(BlockFormat format) { return format == BlockFormat::q4_k || format == BlockFormat::q5_k; }
+bool gguf_mma_gemv_serves(BlockFormat format) {
+  return format == BlockFormat::q4_k || format == BlockFormat::q5_k || format == BlockFormat::q6_k;
+}
 
 template <class T>
 void gguf_mma_gemv(T* y, const T* x, const void* w, BlockFormat format, const T* bias, int64_t m, int64_t n, int64_t k,
