@@ -192,7 +192,9 @@ TEST(TensorParallel, GgufBlocksKeptMatchTheExpandedModel) {
       auto m = model::Model::load(rc, *ckpt, c, DType::f32, s);
       if (std::string(storage) == "quantized") {
         EXPECT_EQ(m->weights().layers[0].gate_up.format(), ops::WeightFormat::gguf_q4_k);
-        EXPECT_EQ(m->weights().layers[0].qkv.format(), ops::WeightFormat::dense);  // q4_0, q4_0, q8_0
+        // q4_0, q4_0, q8_0: each part in its blocks
+        EXPECT_EQ(m->weights().layers[0].qkv.format(), ops::WeightFormat::gguf_mixed);
+        EXPECT_EQ(m->weights().layers[0].qkv.parts().size(), 3u);
         EXPECT_EQ(m->weights().layers[1].qkv.format(), ops::WeightFormat::gguf_q2_k);
         EXPECT_EQ(m->weights().layers[1].down.format(), ops::WeightFormat::gguf_q5_k);
         EXPECT_EQ(m->weights().layers[1].o.format(), s.size == 1 ? ops::WeightFormat::gguf_q3_k : ops::WeightFormat::dense);
@@ -208,7 +210,7 @@ TEST(TensorParallel, GgufBlocksKeptMatchTheExpandedModel) {
   expect_same_logits(dense, logits("quantized", 1));
   if (have_ranks(2)) expect_same_logits(dense, logits("quantized", 2));
 
-  expect_dry_run_counts_the_load(*ckpt, c);  // mixed q/k/v formats expanded included
+  expect_dry_run_counts_the_load(*ckpt, c);  // q/k/v of mixed formats included
 }
 
 // A Qwen2-MoE under GGUF names (llama.cpp's): experts stacked [experts, N, K] per matrix in

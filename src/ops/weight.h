@@ -146,11 +146,11 @@ bool same_column_order(Context& ctx, const std::vector<Weight>& parts);
 // above it the expansion and the vendor GEMM are faster (H200, docs/PERFORMANCE.md "GGUF block
 // weights"; FP8 takes the crossover of Q8_0, its nearest GGUF kin, until measured itself).
 inline constexpr int64_t kGgufGemvMaxRows = 4;
-// The same for the Q4_K, Q5_K and Q6_K GEMV on the matrix-fragment layer
-// (kernels/quant/gguf_mma_gemv.h: f16 and bf16 x where the device has the layer): its passes of 8
-// rows each read the weights, and the expansion is faster from 32 rows at 4096 x 4096 (Q4_K,
-// H100, docs/PERFORMANCE.md "GGUF Q4_K on matrix fragments"; Q5_K and Q6_K take the same
-// crossover, not measured apart).
+// The same for the GEMV on the matrix-fragment layer (kernels/quant/gguf_mma_gemv.h: Q4_0, Q4_1,
+// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K with f16 and bf16 x where the device has the layer): its passes
+// of 8 rows each read the weights, and the expansion is faster from 32 rows at 4096 x 4096 (Q4_K,
+// H100, docs/PERFORMANCE.md "GGUF Q4_K on matrix fragments"; the other formats take the same
+// crossover).
 inline constexpr int64_t kGgufMmaGemvMaxRows = 24;
 
 // An automatic linear over int4 weights of at most this many rows runs the fused kernel (one
@@ -172,10 +172,11 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //                     fused GEMV over the blocks (kernels/quant/gguf_gemv.h); more rows, another
 //                     forced path, or deterministic mode: the weights expanded to x's dtype (a
 //                     temporary [N, K]) and the dense linear. Weights are the expansion's values
-//                     (rounded to x's dtype) on every path, except Q4_K to Q6_K with f16 or bf16
-//                     x where the device has the matrix-fragment layer: up to kGgufMmaGemvMaxRows rows
-//                     (and on the forced gemv path) kernels::gguf_mma_gemv, which scales each
-//                     sub-block's sums in fp32 and so uses gguf's values unrounded;
+//                     (rounded to x's dtype) on every path, except with f16 or bf16 x where the
+//                     device has the matrix-fragment layer, for every format but Q8_0, Q2_K and
+//                     Q3_K: up to kGgufMmaGemvMaxRows rows (and on the forced gemv path)
+//                     kernels::gguf_mma_gemv, which scales each sub-block's sums in fp32 and so
+//                     uses gguf's values unrounded;
 //   gguf_mixed        each part as its format would run alone, into its columns of out: the
 //                     GEMV per part up to the fewest rows any part's GEMV takes (and on the
 //                     forced gemv path), else the whole matrix expanded and the dense linear;

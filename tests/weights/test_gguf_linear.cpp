@@ -39,8 +39,8 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
     int64_t m;
     ops::GemmPath path;
   };
-  // Automatic: the fused GEMV up to kGgufGemvMaxRows rows (kGgufMmaGemvMaxRows for Q4_K to Q6_K
-  // on matrix fragments), the expansion above; forced: the GEMV
+  // Automatic: the fused GEMV up to kGgufGemvMaxRows rows (kGgufMmaGemvMaxRows on matrix
+  // fragments), the expansion above; forced: the GEMV
   // at 9 and 33 rows (two and five passes over the weights), the expansion and the tiled GEMM at 3.
   const Case cases[] = {{1, ops::GemmPath::automatic}, {4, ops::GemmPath::automatic}, {20, ops::GemmPath::automatic},
                         {9, ops::GemmPath::gemv},      {33, ops::GemmPath::gemv},      {3, ops::GemmPath::tiled}};
@@ -63,12 +63,12 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
         poison(out);
         ops::linear(ctx(), ctx().to_device(xh), w, with_bias ? ctx().to_device(bh) : Tensor(), out, c.path);
         const Tensor got = ctx().to_host(out);
-        // The weights are gguf's values rounded to dt, except on the K-quant GEMV of the
-        // matrix-fragment layer (Q4_K to Q6_K, f16 and bf16 x), which scales each sub-block's sums in fp32 and
-        // so uses them unrounded; fp32 accumulation over K terms (each within 2^-24 relative,
-        // K * 2^-24 in all of sum |x w|), one rounding to dt at the end, and with a bias one more
-        // of the product (cuBLASLt's bias epilogue, ops/gemm.h).
-        const bool fragments = dt != DType::f32 && (name == "w.q4_k" || name == "w.q5_k" || name == "w.q6_k");
+        // The weights are gguf's values rounded to dt, except on the GEMV of the matrix-fragment
+        // layer (f16 and bf16 x; every format but Q8_0, Q2_K and Q3_K), which scales each
+        // sub-block's sums in fp32 and so uses them unrounded; fp32 accumulation over K terms
+        // (each within 2^-24 relative, K * 2^-24 in all of sum |x w|), one rounding to dt at the
+        // end, and with a bias one more of the product (cuBLASLt's bias epilogue, ops/gemm.h).
+        const bool fragments = dt != DType::f32 && name != "w.q8_0" && name != "w.q2_k" && name != "w.q3_k";
         const int64_t most_rows = fragments ? ops::kGgufMmaGemvMaxRows : ops::kGgufGemvMaxRows;
         const bool exact = fragments && (c.path == ops::GemmPath::gemv || (c.path == ops::GemmPath::automatic && c.m <= most_rows));
         const double eps = epsilon(dt), acc_eps = static_cast<double>(k) * std::ldexp(1.0, -24);
@@ -134,6 +134,45 @@ TEST(GgufLinear, UnitRowsOfXGiveEveryWeightInPlace) {
         }
     }
   }
+}
+
+// The 32-element formats' GEMV on matrix fragments loads 8 blocks at a time: K of 9 and 25
+// blocks leave single blocks after the groups of a warp's slice (and slices of unequal length),
+// each against the float64 sum over gguf's values (the expansion in f32, checked equal to
+// them above).
+TEST(GgufLinear, BlocksPastWholeGroupsOfEight) {
+  const int64_t n = 19;
+  for (weights::FileDType type :
+       {weights::FileDType::q4_0, weights::FileDType::q4_1, weights::FileDType::q5_0, weights::FileDType::q5_1})
+    for (int64_t k : {288, 800}) {
+      const std::vector<std::byte> raw = weights::random_blocks(type, n, k, 5);
+      Tensor h = Tensor::empty_host({static_cast<int64_t>(raw.size())}, DType::i8);
+      std::memcpy(h.data_ptr(), raw.data(), raw.size());
+      const ops::Weight w =
+          ops::Weight::gguf(*ops::gguf_weight_format(*weights::block_format(type)), n, k, ctx().to_device(h));
+      const Tensor wref = ctx().to_host(ops::expand(ctx(), w, DType::f32));
+      for (DType dt : {DType::f16, DType::bf16})
+        for (int64_t m : {1, 9}) {
+          SCOPED_TRACE(::testing::Message() << w.describe() << " " << dtype_name(dt) << " M=" << m);
+          const Tensor xh = random_host({m, k}, dt);
+          Tensor out = ctx().empty({m, n}, dt);
+          poison(out);
+          ops::linear(ctx(), ctx().to_device(xh), w, Tensor(), out, ops::GemmPath::gemv);
+          const Tensor got = ctx().to_host(out);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double ref = 0.0, mag = 0.0;
+              for (int64_t l = 0; l < k; ++l) {
+                const double p = element(xh, i * k + l) * wref.data<float>()[j * k + l];
+                ref += p;
+                mag += std::abs(p);
+              }
+              ASSERT_LE(std::abs(element(got, i * n + j) - ref),
+                        epsilon(dt) * std::abs(ref) + static_cast<double>(k) * std::ldexp(1.0, -24) * mag + 1e-6)
+                  << "element [" << i << ", " << j << "]";
+            }
+        }
+    }
 }
 
 // Deterministic mode: one summation order for every M, so a row's result does not depend on

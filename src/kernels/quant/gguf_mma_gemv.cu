@@ -115,15 +115,13 @@ constexpr int kSuperElems = 256;  // lint: not-a-warp (a super-block's elements)
 constexpr int kChunks = 4;
 constexpr int kChunkBytes = 32;  // lint: not-a-warp (a chunk: a byte per element of its sub-blocks)
 struct Q4k {
-  static constexpr int kBytes = 144, kQs = 16;  // d, dmin, scales[12], qs[128]
-  static constexpr int kScaleElems = kSubBlock;
-  static constexpr bool kFifthBit = false;
+  static constexpr int kElems = kSuperElems, kBytes = 144, kQs = 16;  // d, dmin, scales[12], qs[128]
+  static constexpr bool kFifthBit = false, kStepHalves = false;
   static constexpr const char* kName = "gguf_mma_gemv_q4_k";
 };
 struct Q5k {
-  static constexpr int kBytes = 176, kQs = 48, kQh = 16;  // d, dmin, scales[12], qh[32], qs[128]
-  static constexpr int kScaleElems = kSubBlock;
-  static constexpr bool kFifthBit = true;
+  static constexpr int kElems = kSuperElems, kBytes = 176, kQs = 48, kQh = 16;  // d, dmin, scales[12], qh[32], qs[128]
+  static constexpr bool kFifthBit = true, kStepHalves = false;
   static constexpr const char* kName = "gguf_mma_gemv_q5_k";
 };
 
@@ -134,17 +132,42 @@ struct Q5k {
 // each quarter a sub-block whose elements 16 s .. 16 s + 15 take scale 8 f + 2 t + s. The blocks
 // are 2-aligned only, so every field is read 2 bytes at a time.
 struct Q6k {
-  static constexpr int kBytes = 210, kQh = 128, kScales = 192, kD = 208, kScaleElems = 16;
+  static constexpr int kElems = kSuperElems, kBytes = 210, kQh = 128, kScales = 192, kD = 208;
+  static constexpr bool kStepHalves = true;
   static constexpr const char* kName = "gguf_mma_gemv_q6_k";
 };
 
-// Where a lane's piece of a sub-block's multiply step `step` begins in a 32-byte chunk (and in
-// the sub-block's x): for Q4_K and Q5_K one run of 2E bytes a rank holds both steps' pieces; for
-// Q6_K, whose scales cover 16 elements, step s is bytes [16 s, 16 s + 16), so that each multiply
-// takes one scale. The pieces of a lane's two steps are kStepStride<F> apart.
+// Q4_0, Q4_1, Q5_0 and Q5_1: blocks of 32 elements, d (fp16), for Q4_1 and Q5_1 a minimum m
+// (fp16), for Q5_0 and Q5_1 the fifth bits qh (bit i for element i), then qs[16]: element j the
+// low nibble of qs[j], 16 + j the high; an element is d (q - zero) or d q + m. A block is one
+// sub-block whose multiply step s takes the nibbles s of the 16 bytes. The blocks are 2-aligned
+// only, so every field is read 2 bytes at a time.
+template <int Bytes, int Qh, int Qs, int Zero, bool Min>
+struct Legacy {
+  static constexpr int kElems = kSubBlock, kBytes = Bytes, kQh = Qh, kQs = Qs, kZero = Zero;
+  static constexpr bool kMin = Min, kFifthBit = Qh > 0, kStepHalves = true;
+  static constexpr const char* kName = Bytes == 18   ? "gguf_mma_gemv_q4_0"
+                                       : Bytes == 20 ? "gguf_mma_gemv_q4_1"
+                                       : Bytes == 22 ? "gguf_mma_gemv_q5_0"
+                                                     : "gguf_mma_gemv_q5_1";
+  static_assert(kQs + 16 == kBytes && kQs == 2 + (kMin ? 2 : 0) + (kFifthBit ? 4 : 0) &&
+                    (!kFifthBit || kQh == 2 + (kMin ? 2 : 0)) && (kMin ? kZero == 0 : kZero > 0),
+                "a 32-element block: d, m or qh where it has them, then qs[16]");
+};
+using Q40 = Legacy<18, 0, 2, 8, false>;   // d, qs[16]
+using Q41 = Legacy<20, 0, 4, 0, true>;    // d, m, qs[16]
+using Q50 = Legacy<22, 2, 6, 16, false>;  // d, qh[4], qs[16]
+using Q51 = Legacy<24, 4, 8, 0, true>;    // d, m, qh[4], qs[16]
+
+// Where a lane's piece of a sub-block's multiply step `step` begins in its x (and, for the
+// K-quants, in a 32-byte chunk of values): for Q4_K and Q5_K one run of 2E bytes a rank holds both
+// steps' pieces; where step s is elements [16 s, 16 s + 16) (kStepHalves: Q6_K, whose scales cover
+// 16 elements, so that each multiply takes one scale, and the 32-element formats, whose steps
+// are the low and high nibbles of 16 bytes), a piece of E at 16 s + E rank. The pieces of a
+// lane's two steps are kStepStride<F> apart.
 template <class F>
 LW_DEVICE_INLINE constexpr int piece_at(int rank, int step) {
-  return F::kScaleElems == 16 ? 16 * step + kE * rank : kRunBytes * rank + kE * step;  // lint: not-a-warp
+  return F::kStepHalves ? 16 * step + kE * rank : kRunBytes * rank + kE * step;  // lint: not-a-warp
 }
 template <class F>
 constexpr int kStepStride = piece_at<F>(0, 1);
@@ -237,7 +260,7 @@ struct LaneRows {
   LW_DEVICE_INLINE LaneRows(const T* x0, const uint8_t* w, int64_t row0, int rows, int64_t n, int64_t k, int64_t ldx,
                             int lane) {
     const int rank = lane_rank(lane);
-    const int64_t row_bytes = k / kSuperElems * F::kBytes;
+    const int64_t row_bytes = k / F::kElems * F::kBytes;
 #pragma unroll
     for (int sl = 0; sl < mma::kARowSlots; ++sl) {
       const int64_t r = row0 + mma::a_slot_row(lane, sl);
@@ -455,14 +478,112 @@ LW_DEVICE_INLINE void q6k_slice(mma::FragC& total, const T* x, const uint8_t* w,
   }
 }
 
+// What a lane reads of G blocks of a 32-element format: its piece of qs and the block's qh
+// (shifted so that bit 16 s + i is its step s's element i) for each of its A rows; d and m of
+// each of its C rows (d | m << 16).
+template <int G>
+struct LoadedLegacy {
+  uint32_t qs[G][mma::kARowSlots][kE / 4];
+  uint32_t qh[G][mma::kARowSlots];
+  uint32_t head[G][mma::kRowSlots];
+};
+
+template <class F, int G, class T>
+LW_DEVICE_INLINE void legacy_load(LoadedLegacy<G>& to, const LaneRows<F, T>& at, int rank, int b) {
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const int64_t at_block = static_cast<int64_t>(b + g) * F::kBytes;
+#pragma unroll
+    for (int sl = 0; sl < mma::kARowSlots; ++sl) {
+      const uint8_t* block = at.a[sl] + at_block;  // the lane's piece's offset E rank included
+#pragma unroll
+      for (int o = 0; o < kE / 4; ++o) to.qs[g][sl][o] = load_u32_2aligned(block + F::kQs + 4 * o);
+      if constexpr (F::kFifthBit) to.qh[g][sl] = load_u32_2aligned(block - kE * rank + F::kQh) >> (kE * rank);
+    }
+#pragma unroll
+    for (int sl = 0; sl < mma::kRowSlots; ++sl) {
+      const uint8_t* block = at.c[sl] + at_block;
+      to.head[g][sl] = F::kMin ? load_u32_2aligned(block) : *reinterpret_cast<const uint16_t*>(block);
+    }
+  }
+}
+
+template <class F, int G, class T, int V>
+LW_DEVICE_INLINE void legacy_multiply(mma::FragC& total, const LoadedLegacy<G>& in, const LaneRows<F, T>& at,
+                                      const mma::FragA<T>& ones, int lane, int b) {
+  constexpr uint32_t kBias = int4_tiles::kMagic<T> * 0x10001u;
+  constexpr uint32_t kZeroBias = (int4_tiles::kMagic<T> + F::kZero) * 0x10001u;
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    T xr[kRunElems];
+    load_x_run<T, V, kStepStride<F>>(xr, at.x + static_cast<int64_t>(b + g) * F::kElems, at.has_x);
+    mma::FragC q, sx;
+    mma::fill(q, 0.0f);
+    if constexpr (F::kMin) mma::fill(sx, 0.0f);
+#pragma unroll
+    for (int step = 0; step < 2; ++step) {
+      mma::FragA<T> a;
+#pragma unroll
+      for (int i = 0; i < mma::kA; i += 2) {
+        // Pair (p, p + 1) is bytes (0, 2) or (1, 3) of its word: nibbles 2 (p % 4 / 2) + step;
+        // their fifth bits are bits pos and pos + 2 of the lane's qh, moved to bits 4 and 20.
+        const int p = a_pos(i), byte = byte_of_pos(p), sl = mma::a_slot(i);
+        uint32_t bits = (in.qs[g][sl][byte / 4] >> (4 * (2 * ((p % 4) / 2) + step))) & 0x000f000fu;
+        if constexpr (F::kFifthBit) {
+          const uint32_t h = in.qh[g][sl] >> (16 * step + byte);  // lint: not-a-warp (a step's elements)
+          bits |= ((h << 4) & 0x10u) | ((h << 18) & 0x100000u);
+        }
+        int4_tiles::unbias_pair<T>(bits | kBias, kZeroBias, a.x[i], a.x[i + 1]);
+      }
+      const mma::FragB<T> bx = x_fragment(xr, lane, step);
+      mma::mma_narrow(q, a, bx, q);
+      if constexpr (F::kMin) mma::mma_narrow(sx, ones, bx, sx);
+    }
+#pragma unroll
+    for (int i = 0; i < mma::kNarrowC; ++i) {
+      const uint32_t head = in.head[g][mma::c_slot(i)];
+      total.x[i] += gguf::fp16_bits_to_float(head) * q.x[i];
+      if constexpr (F::kMin) total.x[i] += gguf::fp16_bits_to_float(head >> 16) * sx.x[i];
+    }
+  }
+}
+
+// kquant_slice for the 32-element formats: kLegacyGroup blocks loaded at a time (a K-quant
+// super-block's elements), then the rest one by one.
+constexpr int kLegacyGroup = 8;
+static_assert(kLegacyGroup * kSubBlock == kSuperElems, "a group of blocks holds a super-block's elements");
+template <class F, class T, int V>
+LW_DEVICE_INLINE void legacy_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
+                                   int64_t k, int64_t ldx, int first, int last) {
+  const int lane = gpu::lane_id(), rank = lane_rank(lane);
+  const LaneRows<F, T> at(x, w, row0, rows, n, k, ldx, lane);
+  mma::FragA<T> ones;
+#pragma unroll
+  for (int i = 0; i < mma::kA; ++i) ones.x[i] = gpu::from_float<T>(1.0f);
+  int b = first;
+  for (; b + kLegacyGroup <= last; b += kLegacyGroup) {
+    LoadedLegacy<kLegacyGroup> in;
+    legacy_load<F>(in, at, rank, b);
+    legacy_multiply<F, kLegacyGroup, T, V>(total, in, at, ones, lane, b);
+  }
+  for (; b < last; ++b) {
+    LoadedLegacy<1> in;
+    legacy_load<F>(in, at, rank, b);
+    legacy_multiply<F, 1, T, V>(total, in, at, ones, lane, b);
+  }
+}
+
 // The slice of the format's kernel.
 template <class F, class T, int V>
 LW_DEVICE_INLINE void format_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
                                    int64_t k, int64_t ldx, int first, int last) {
-  if constexpr (std::is_same_v<F, Q6k>)
+  if constexpr (std::is_same_v<F, Q6k>) {
     q6k_slice<T, V>(total, x, w, row0, rows, n, k, ldx, first, last);
-  else
+  } else if constexpr (F::kElems == kSubBlock) {
+    legacy_slice<F, T, V>(total, x, w, row0, rows, n, k, ldx, first, last);
+  } else {
     kquant_slice<F, T, V>(total, x, w, row0, rows, n, k, ldx, first, last);
+  }
 }
 
 // Adds the warps' sums in warp order (shared memory) and writes the pass's rows of y: element i
@@ -509,7 +630,7 @@ __global__ void LW_KQUANT_BOUNDS kquant_gemv_kernel(T* __restrict__ y, const T* 
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16, x0 = static_cast<int64_t>(blockIdx.y) * kPassRows;
   const int rows = m - x0 < kPassRows ? static_cast<int>(m - x0) : kPassRows;
   int first, last;
-  warp_slice(k / kSuperElems, gpu::warp_id(), static_cast<int>(blockDim.x) / gpu::kWarpSize, first, last);
+  warp_slice(k / F::kElems, gpu::warp_id(), static_cast<int>(blockDim.x) / gpu::kWarpSize, first, last);
   mma::FragC total;
   mma::fill(total, 0.0f);
   format_slice<F, T, V>(total, x + x0 * ldx, w, row0, rows, n, k, ldx, first, last);
@@ -531,7 +652,7 @@ __global__ void LW_KQUANT_BOUNDS kquant_grouped_gemv_kernel(T* __restrict__ y, c
   ExpertPass pass;
   if (!pass_at_row(offsets, count, rows, r0, kPassRows, pass)) return;  // the whole block
   int first, last;
-  warp_slice(k / kSuperElems, gpu::warp_id(), static_cast<int>(blockDim.x) / gpu::kWarpSize, first, last);
+  warp_slice(k / F::kElems, gpu::warp_id(), static_cast<int>(blockDim.x) / gpu::kWarpSize, first, last);
   mma::FragC total;
   mma::fill(total, 0.0f);
   const int pass_rows = static_cast<int>(pass.end - r0);
@@ -542,40 +663,68 @@ __global__ void LW_KQUANT_BOUNDS kquant_grouped_gemv_kernel(T* __restrict__ y, c
 #endif
 }
 
-// Warps a block: one per super-block of a row up to kMaxWarps.
-// Warps a block (each a slice of the row tile's super-blocks): 8, or 4 where the grid still
-// fills the device (two blocks of 8 warps a multiprocessor, the register bound) at 4, which
-// leaves fewer blocks for the last wave (H100: 4 warps 3% faster at 14336 x 4096 and 11% at
-// 128256 x 4096, 8 warps 10% at 4096 x 4096 and 21% at 4096 x 14336; docs/PERFORMANCE.md); never
-// more than the super-blocks of a row.
+// Warps a block (each a slice of the row tile's blocks): 8, or 4 where the grid still fills the
+// device (two blocks of 8 warps a multiprocessor, the register bound) at 4, which leaves fewer
+// blocks for the last wave (H100, Q4_K: 4 warps 3% faster at 14336 x 4096 and 11% at 128256 x
+// 4096, 8 warps 10% at 4096 x 4096 and 21% at 4096 x 14336; docs/PERFORMANCE.md); never more than
+// a row's blocks (of 256 elements: a K-quant's super-block, 8 of the 32-element blocks).
 int block_warps(int64_t tiles, int64_t k, int multiprocessors) {
   const int64_t blocks = k / kSuperElems;
   const int warps = tiles * 4 >= static_cast<int64_t>(multiprocessors) * 2 * kMaxWarps ? 4 : kMaxWarps;
-  return static_cast<int>(blocks < warps ? blocks : warps);
+  return static_cast<int>(blocks < 1 ? 1 : blocks < warps ? blocks : warps);
 }
 
 void check_kquant(const char* op, BlockFormat format, int64_t m, int64_t n, int64_t k) {
-  LW_CHECK(gguf_mma_gemv_serves(format),
-           op << ": no kernel for " << block_format_name(format) << " (Q4_K, Q5_K and Q6_K only)");
-  LW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % kSuperElems == 0, op << ": [M, N, K] = [" << m << ", " << n << ", " << k
-                                                                  << "]: K must be whole super-blocks of "
-                                                                  << kSuperElems);
-  LW_CHECK(k / kSuperElems <= 0x7fffffff, op << ": K = " << k << " exceeds the kernel's super-block index");
+  LW_CHECK(gguf_mma_gemv_serves(format), op << ": no kernel for " << block_format_name(format)
+                                            << " (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K only)");
+  const int64_t elems = block_format_elems(format);
+  LW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % elems == 0,
+           op << ": [M, N, K] = [" << m << ", " << n << ", " << k << "]: K must be whole blocks of " << elems);
+  LW_CHECK(k / elems <= 0x7fffffff, op << ": K = " << k << " exceeds the kernel's block index");
 }
 
 // run.template operator()<F>() for the format's struct.
 template <class Run>
 void with_format(BlockFormat format, Run&& run) {
-  if (format == BlockFormat::q5_k) run.template operator()<Q5k>();
-  else if (format == BlockFormat::q6_k)
-    run.template operator()<Q6k>();
-  else run.template operator()<Q4k>();
+  switch (format) {
+    case BlockFormat::q4_0:
+      run.template operator()<Q40>();
+      break;
+    case BlockFormat::q4_1:
+      run.template operator()<Q41>();
+      break;
+    case BlockFormat::q5_0:
+      run.template operator()<Q50>();
+      break;
+    case BlockFormat::q5_1:
+      run.template operator()<Q51>();
+      break;
+    case BlockFormat::q5_k:
+      run.template operator()<Q5k>();
+      break;
+    case BlockFormat::q6_k:
+      run.template operator()<Q6k>();
+      break;
+    default:
+      run.template operator()<Q4k>();
+  }
 }
 
 }  // namespace
 
 bool gguf_mma_gemv_serves(BlockFormat format) {
-  return format == BlockFormat::q4_k || format == BlockFormat::q5_k || format == BlockFormat::q6_k;
+  switch (format) {
+    case BlockFormat::q4_0:
+    case BlockFormat::q4_1:
+    case BlockFormat::q5_0:
+    case BlockFormat::q5_1:
+    case BlockFormat::q4_k:
+    case BlockFormat::q5_k:
+    case BlockFormat::q6_k:
+      return true;
+    default:
+      return false;
+  }
 }
 
 template <class T>
