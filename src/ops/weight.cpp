@@ -503,13 +503,27 @@ Tensor gather_columns(Context& ctx, const Tensor& x, const Tensor& perm) {
   return gathered;
 }
 
+int64_t leading_rows(const Tensor& x) {
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  return rows;
+}
+
+// The path of a linear over `rows` rows of x and w.
+Selection<GemmPath> select_linear(const Context& ctx, int64_t rows, const Weight& w, GemmPath path) {
+  const GemmShape shape{GemmOp::linear, rows, w.out_features(), w.in_features(), 1, ctx.deterministic()};
+  return select<GemmPaths>(ctx.caps(), shape, path);
+}
+
 // Whether GGUF blocks `w` take the GEMV on the matrix-fragment layer for x of `x_dtype`, and the
 // most rows an automatic linear runs on their GEMV.
 bool gguf_fragments(const Context& ctx, const Weight& w, DType x_dtype) {
   return x_dtype != DType::f32 && gguf_on_fragments(ctx.caps(), *gguf_block(w.format()), w.data().data_ptr());
 }
 int64_t gguf_gemv_max_rows(const Context& ctx, const Weight& w, DType x_dtype) {
-  return gguf_fragments(ctx, w, x_dtype) ? kGgufMmaGemvMaxRows : kGgufGemvMaxRows;
+  if (!gguf_fragments(ctx, w, x_dtype)) return kGgufGemvMaxRows;
+  const bool narrow = w.format() == WeightFormat::gguf_q4_0 || w.format() == WeightFormat::gguf_q5_0;
+  return narrow ? kGgufMmaGemvMaxRowsNarrowLoads : kGgufMmaGemvMaxRows;
 }
 
 // The GEMV over GGUF blocks w of rows of x (K apart) into y (rows ldy apart).
@@ -534,11 +548,8 @@ void gguf_gemv_rows(Context& ctx, const T* x, const Weight& w, const T* bias, T*
 // a multiple of 16 (no 16-byte runs) always take the expansion.
 void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out, GemmPath path) {
   const char* op = "linear";
-  const int64_t n = w.out_features(), k = w.in_features();
-  int64_t rows = 1;
-  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
-  const GemmShape shape{GemmOp::linear, rows, n, k, 1, ctx.deterministic()};
-  const Selection<GemmPath> sel = select<GemmPaths>(ctx.caps(), shape, path);
+  const int64_t n = w.out_features(), k = w.in_features(), rows = leading_rows(x);
+  const Selection<GemmPath> sel = select_linear(ctx, rows, w, path);
   const bool gguf = is_gguf_block_format(w.format());
   const bool fp8 = w.format() == WeightFormat::fp8_e4m3_per_tensor || w.format() == WeightFormat::fp8_e4m3_per_channel ||
                    w.format() == WeightFormat::fp8_e4m3_per_block;
@@ -579,11 +590,8 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
 void linear_gguf_mixed(Context& ctx, const Tensor& x, const Weight& w, const Tensor& bias, const Tensor& out,
                        GemmPath path) {
   const char* op = "linear";
-  const int64_t n = w.out_features(), k = w.in_features();
-  int64_t rows = 1;
-  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
-  const GemmShape shape{GemmOp::linear, rows, n, k, 1, ctx.deterministic()};
-  const Selection<GemmPath> sel = select<GemmPaths>(ctx.caps(), shape, path);
+  const int64_t n = w.out_features(), rows = leading_rows(x);
+  const Selection<GemmPath> sel = select_linear(ctx, rows, w, path);
   int64_t most_rows = kGgufMmaGemvMaxRows;
   for (const Weight& p : w.parts()) most_rows = std::min(most_rows, gguf_gemv_max_rows(ctx, p, x.dtype()));
   const bool fused = sel.forced() ? sel.path == GemmPath::gemv : !ctx.deterministic() && rows <= most_rows;
@@ -700,12 +708,6 @@ void linear_int4(Context& ctx, const Tensor& x, const Weight& w, const Tensor& b
     if (x.dtype() == DType::bf16) run.operator()<bfloat16>();
     else run.operator()<half>();
   }
-}
-
-int64_t leading_rows(const Tensor& x) {
-  int64_t rows = 1;
-  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
-  return rows;
 }
 
 // x ([..., x_cols]), out and bias against the weight, for linear and gated_linear.

@@ -69,7 +69,9 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
         // (each within 2^-24 relative, K * 2^-24 in all of sum |x w|), one rounding to dt at the
         // end, and with a bias one more of the product (cuBLASLt's bias epilogue, ops/gemm.h).
         const bool fragments = dt != DType::f32 && name != "w.q8_0" && name != "w.q2_k" && name != "w.q3_k";
-        const int64_t most_rows = fragments ? ops::kGgufMmaGemvMaxRows : ops::kGgufGemvMaxRows;
+        const int64_t most_rows = !fragments                             ? ops::kGgufGemvMaxRows
+                                  : name == "w.q4_0" || name == "w.q5_0" ? ops::kGgufMmaGemvMaxRowsNarrowLoads
+                                                                         : ops::kGgufMmaGemvMaxRows;
         const bool exact = fragments && (c.path == ops::GemmPath::gemv || (c.path == ops::GemmPath::automatic && c.m <= most_rows));
         const double eps = epsilon(dt), acc_eps = static_cast<double>(k) * std::ldexp(1.0, -24);
         for (int64_t i = 0; i < c.m; ++i)
@@ -198,7 +200,7 @@ TEST(GgufLinear, GroupedExpertsReadTheOffsetsOnTheDevice) {
   const std::vector<int32_t> offsets = {0, 3, 3, 4, 13, 18};  // at most 4 rows per expert on average
   const int64_t t = offsets.back(), e = static_cast<int64_t>(offsets.size()) - 1;
   for (weights::FileDType type : {weights::FileDType::q4_k, weights::FileDType::q5_k, weights::FileDType::q6_k,
-                                  weights::FileDType::q8_0}) {
+                                  weights::FileDType::q5_1, weights::FileDType::q8_0}) {
     SCOPED_TRACE(weights::file_dtype_name(type));
     const kernels::BlockFormat block = *weights::block_format(type);
     std::vector<ops::Weight> each;

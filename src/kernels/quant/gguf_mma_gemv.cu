@@ -140,8 +140,8 @@ struct Q6k {
 // Q4_0, Q4_1, Q5_0 and Q5_1: blocks of 32 elements, d (fp16), for Q4_1 and Q5_1 a minimum m
 // (fp16), for Q5_0 and Q5_1 the fifth bits qh (bit i for element i), then qs[16]: element j the
 // low nibble of qs[j], 16 + j the high; an element is d (q - zero) or d q + m. A block is one
-// sub-block whose multiply step s takes the nibbles s of the 16 bytes. The blocks are 2-aligned
-// only, so every field is read 2 bytes at a time.
+// sub-block whose multiply step s takes the nibbles s of the 16 bytes. Q4_0's 18-byte and Q5_0's
+// 22-byte blocks are 2-aligned only, so their fields are read 2 bytes at a time (load_field).
 template <int Bytes, int Qh, int Qs, int Zero, bool Min>
 struct Legacy {
   static constexpr int kElems = kSubBlock, kBytes = Bytes, kQh = Qh, kQs = Qs, kZero = Zero;
@@ -488,6 +488,16 @@ struct LoadedLegacy {
   uint32_t head[G][mma::kRowSlots];
 };
 
+// Four bytes of a field at p: one load where the format's blocks keep 4-byte fields 4-aligned
+// (Q4_1's 20 and Q5_1's 24 bytes in a 16-aligned matrix: half the load instructions), else two.
+template <class F>
+LW_DEVICE_INLINE uint32_t load_field(const uint8_t* p) {
+  if constexpr (F::kBytes % 4 == 0)
+    return *reinterpret_cast<const uint32_t*>(p);
+  else
+    return load_u32_2aligned(p);
+}
+
 template <class F, int G, class T>
 LW_DEVICE_INLINE void legacy_load(LoadedLegacy<G>& to, const LaneRows<F, T>& at, int rank, int b) {
 #pragma unroll
@@ -497,13 +507,13 @@ LW_DEVICE_INLINE void legacy_load(LoadedLegacy<G>& to, const LaneRows<F, T>& at,
     for (int sl = 0; sl < mma::kARowSlots; ++sl) {
       const uint8_t* block = at.a[sl] + at_block;  // the lane's piece's offset E rank included
 #pragma unroll
-      for (int o = 0; o < kE / 4; ++o) to.qs[g][sl][o] = load_u32_2aligned(block + F::kQs + 4 * o);
-      if constexpr (F::kFifthBit) to.qh[g][sl] = load_u32_2aligned(block - kE * rank + F::kQh) >> (kE * rank);
+      for (int o = 0; o < kE / 4; ++o) to.qs[g][sl][o] = load_field<F>(block + F::kQs + 4 * o);
+      if constexpr (F::kFifthBit) to.qh[g][sl] = load_field<F>(block - kE * rank + F::kQh) >> (kE * rank);
     }
 #pragma unroll
     for (int sl = 0; sl < mma::kRowSlots; ++sl) {
       const uint8_t* block = at.c[sl] + at_block;
-      to.head[g][sl] = F::kMin ? load_u32_2aligned(block) : *reinterpret_cast<const uint16_t*>(block);
+      to.head[g][sl] = F::kMin ? load_field<F>(block) : *reinterpret_cast<const uint16_t*>(block);
     }
   }
 }
