@@ -152,8 +152,9 @@ inline constexpr int64_t kGgufGemvMaxRows = 4;
 // H100, docs/PERFORMANCE.md "GGUF Q4_K on matrix fragments"; the other formats take the same
 // crossover).
 inline constexpr int64_t kGgufMmaGemvMaxRows = 24;
-// Q4_0 and Q5_0 there (blocks 2-aligned only, read 2 bytes at a time): up to 16 rows (Q4_0 at 24
-// rows 23% slower than the expansion at 4096 x 4096 and 3% at 14336 x 4096, faster at 16; H100).
+// Q4_0 and Q5_0 there (blocks 2-aligned only, half their fields read 2 bytes at a time): up to 16
+// rows (Q4_0 with 2-byte loads at 24 rows 23% slower than the expansion at 4096 x 4096 and 3% at
+// 14336 x 4096, faster at 16; H100).
 inline constexpr int64_t kGgufMmaGemvMaxRowsNarrowLoads = 16;
 
 // An automatic linear over int4 weights of at most this many rows runs the fused kernel (one

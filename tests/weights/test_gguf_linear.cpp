@@ -140,13 +140,14 @@ TEST(GgufLinear, UnitRowsOfXGiveEveryWeightInPlace) {
 
 // The 32-element formats' GEMV on matrix fragments loads 8 blocks at a time: K of 9 and 25
 // blocks leave single blocks after the groups of a warp's slice (and slices of unequal length),
-// each against the float64 sum over gguf's values (the expansion in f32, checked equal to
-// them above).
+// and K of 42 blocks gives warps slices that begin at odd blocks (Q4_0's and Q5_0's 4-byte loads
+// by the block's parity: an odd first block alone), each against the float64 sum over gguf's
+// values (the expansion in f32, checked equal to them above).
 TEST(GgufLinear, BlocksPastWholeGroupsOfEight) {
   const int64_t n = 19;
   for (weights::FileDType type :
        {weights::FileDType::q4_0, weights::FileDType::q4_1, weights::FileDType::q5_0, weights::FileDType::q5_1})
-    for (int64_t k : {288, 800}) {
+    for (int64_t k : {288, 800, 1344}) {
       const std::vector<std::byte> raw = weights::random_blocks(type, n, k, 5);
       Tensor h = Tensor::empty_host({static_cast<int64_t>(raw.size())}, DType::i8);
       std::memcpy(h.data_ptr(), raw.data(), raw.size());

@@ -141,7 +141,8 @@ struct Q6k {
 // (fp16), for Q5_0 and Q5_1 the fifth bits qh (bit i for element i), then qs[16]: element j the
 // low nibble of qs[j], 16 + j the high; an element is d (q - zero) or d q + m. A block is one
 // sub-block whose multiply step s takes the nibbles s of the 16 bytes. Q4_0's 18-byte and Q5_0's
-// 22-byte blocks are 2-aligned only, so their fields are read 2 bytes at a time (load_field).
+// 22-byte blocks are 2-aligned only: their fields are read 4 bytes at a time where they are
+// 4-aligned, else 2 (load_field).
 template <int Bytes, int Qh, int Qs, int Zero, bool Min>
 struct Legacy {
   static constexpr int kElems = kSubBlock, kBytes = Bytes, kQh = Qh, kQs = Qs, kZero = Zero;
@@ -488,32 +489,39 @@ struct LoadedLegacy {
   uint32_t head[G][mma::kRowSlots];
 };
 
-// Four bytes of a field at p: one load where the format's blocks keep 4-byte fields 4-aligned
-// (Q4_1's 20 and Q5_1's 24 bytes in a 16-aligned matrix: half the load instructions), else two.
-template <class F>
-LW_DEVICE_INLINE uint32_t load_field(const uint8_t* p) {
-  if constexpr (F::kBytes % 4 == 0)
+// Four bytes of the field `offset` bytes into block g of a group of G: one load where it is
+// 4-aligned, else two. Q4_1's 20- and Q5_1's 24-byte blocks in a 16-aligned matrix keep every
+// 4-byte field 4-aligned; Q4_0's 18- and Q5_0's 22-byte blocks do where the rows start 4-aligned
+// and the group at an even block (`even`): block g's fields by g's parity (Q4_0's qs every other
+// block), fewer load instructions, by which the kernel is bound.
+template <class F, bool Even>
+LW_DEVICE_INLINE uint32_t load_field(const uint8_t* p, int g, int offset) {
+  if (F::kBytes % 4 == 0 || (Even && (g * F::kBytes + offset) % 4 == 0)) {
+#if defined(LW_TARGET_HOST)
+    if ((reinterpret_cast<uintptr_t>(p) & 3) != 0) __builtin_trap();  // as a GPU faults on it
+#endif
     return *reinterpret_cast<const uint32_t*>(p);
-  else
-    return load_u32_2aligned(p);
+  }
+  return load_u32_2aligned(p);
 }
 
-template <class F, int G, class T>
+template <class F, bool Even, int G, class T>
 LW_DEVICE_INLINE void legacy_load(LoadedLegacy<G>& to, const LaneRows<F, T>& at, int rank, int b) {
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     const int64_t at_block = static_cast<int64_t>(b + g) * F::kBytes;
 #pragma unroll
     for (int sl = 0; sl < mma::kARowSlots; ++sl) {
-      const uint8_t* block = at.a[sl] + at_block;  // the lane's piece's offset E rank included
+      const uint8_t* block = at.a[sl] + at_block;  // the lane's piece's offset E rank (4-aligned) included
 #pragma unroll
-      for (int o = 0; o < kE / 4; ++o) to.qs[g][sl][o] = load_field<F>(block + F::kQs + 4 * o);
-      if constexpr (F::kFifthBit) to.qh[g][sl] = load_field<F>(block - kE * rank + F::kQh) >> (kE * rank);
+      for (int o = 0; o < kE / 4; ++o) to.qs[g][sl][o] = load_field<F, Even>(block + F::kQs + 4 * o, g, F::kQs);
+      if constexpr (F::kFifthBit)
+        to.qh[g][sl] = load_field<F, Even>(block - kE * rank + F::kQh, g, F::kQh) >> (kE * rank);
     }
 #pragma unroll
     for (int sl = 0; sl < mma::kRowSlots; ++sl) {
       const uint8_t* block = at.c[sl] + at_block;
-      to.head[g][sl] = F::kMin ? load_field<F>(block) : *reinterpret_cast<const uint16_t*>(block);
+      to.head[g][sl] = F::kMin ? load_field<F, Even>(block, g, 0) : *reinterpret_cast<const uint16_t*>(block);
     }
   }
 }
@@ -570,15 +578,25 @@ LW_DEVICE_INLINE void legacy_slice(mma::FragC& total, const T* x, const uint8_t*
   mma::FragA<T> ones;
 #pragma unroll
   for (int i = 0; i < mma::kA; ++i) ones.x[i] = gpu::from_float<T>(1.0f);
+  // 2-aligned blocks: a first odd block alone, so that the groups start at even blocks where the
+  // rows start 4-aligned (K / 32 even, as in every model's shapes).
+  const bool even = F::kBytes % 4 != 0 && (k / F::kElems * F::kBytes) % 4 == 0;
   int b = first;
+  if (even && b % 2 == 1 && b < last) {
+    LoadedLegacy<1> in;
+    legacy_load<F, false>(in, at, rank, b);
+    legacy_multiply<F, 1, T, V>(total, in, at, ones, lane, b);
+    ++b;
+  }
   for (; b + kLegacyGroup <= last; b += kLegacyGroup) {
     LoadedLegacy<kLegacyGroup> in;
-    legacy_load<F>(in, at, rank, b);
+    if (even) legacy_load<F, true>(in, at, rank, b);
+    else legacy_load<F, false>(in, at, rank, b);
     legacy_multiply<F, kLegacyGroup, T, V>(total, in, at, ones, lane, b);
   }
   for (; b < last; ++b) {
     LoadedLegacy<1> in;
-    legacy_load<F>(in, at, rank, b);
+    legacy_load<F, false>(in, at, rank, b);
     legacy_multiply<F, 1, T, V>(total, in, at, ones, lane, b);
   }
 }
