@@ -138,44 +138,49 @@ TEST(GgufLinear, UnitRowsOfXGiveEveryWeightInPlace) {
   }
 }
 
-// The 32-element formats' GEMV on matrix fragments loads 8 blocks at a time: K of 9 and 25
-// blocks leave single blocks after the groups of a warp's slice (and slices of unequal length),
-// and K of 42 blocks gives warps slices that begin at odd blocks (Q4_0's and Q5_0's 4-byte loads
-// by the block's parity: an odd first block alone), each against the float64 sum over gguf's
-// values (the expansion in f32, checked equal to them above).
-TEST(GgufLinear, BlocksPastWholeGroupsOfEight) {
+// The fragment GEMV's block plans, each against the float64 sum over gguf's values (the
+// expansion in f32, checked equal to them above): the 32-element formats load 8 blocks at a time
+// (K of 9 and 25 blocks leave single blocks after the groups of a warp's slice, and slices of
+// unequal length; K of 42 blocks gives slices that begin at odd blocks, which Q4_0's and Q5_0's
+// 4-byte loads by the block's parity take alone); Q6_K reads 4 bytes at a time in every other
+// super-block where the rows start 4-aligned (K of 4 super-blocks) and 2 at a time elsewhere
+// (K of 3 and 5: rows 2 bytes past).
+TEST(GgufLinear, EveryBlockAlignmentAndPartialGroup) {
   const int64_t n = 19;
+  std::vector<std::pair<weights::FileDType, int64_t>> cases;
   for (weights::FileDType type :
        {weights::FileDType::q4_0, weights::FileDType::q4_1, weights::FileDType::q5_0, weights::FileDType::q5_1})
-    for (int64_t k : {288, 800, 1344}) {
-      const std::vector<std::byte> raw = weights::random_blocks(type, n, k, 5);
-      Tensor h = Tensor::empty_host({static_cast<int64_t>(raw.size())}, DType::i8);
-      std::memcpy(h.data_ptr(), raw.data(), raw.size());
-      const ops::Weight w =
-          ops::Weight::gguf(*ops::gguf_weight_format(*weights::block_format(type)), n, k, ctx().to_device(h));
-      const Tensor wref = ctx().to_host(ops::expand(ctx(), w, DType::f32));
-      for (DType dt : {DType::f16, DType::bf16})
-        for (int64_t m : {1, 9}) {
-          SCOPED_TRACE(::testing::Message() << w.describe() << " " << dtype_name(dt) << " M=" << m);
-          const Tensor xh = random_host({m, k}, dt);
-          Tensor out = ctx().empty({m, n}, dt);
-          poison(out);
-          ops::linear(ctx(), ctx().to_device(xh), w, Tensor(), out, ops::GemmPath::gemv);
-          const Tensor got = ctx().to_host(out);
-          for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j) {
-              double ref = 0.0, mag = 0.0;
-              for (int64_t l = 0; l < k; ++l) {
-                const double p = element(xh, i * k + l) * wref.data<float>()[j * k + l];
-                ref += p;
-                mag += std::abs(p);
-              }
-              ASSERT_LE(std::abs(element(got, i * n + j) - ref),
-                        epsilon(dt) * std::abs(ref) + static_cast<double>(k) * std::ldexp(1.0, -24) * mag + 1e-6)
-                  << "element [" << i << ", " << j << "]";
+    for (int64_t k : {288, 800, 1344}) cases.emplace_back(type, k);
+  for (int64_t k : {768, 1024, 1280}) cases.emplace_back(weights::FileDType::q6_k, k);
+  for (const auto& [type, k] : cases) {
+    const std::vector<std::byte> raw = weights::random_blocks(type, n, k, 5);
+    Tensor h = Tensor::empty_host({static_cast<int64_t>(raw.size())}, DType::i8);
+    std::memcpy(h.data_ptr(), raw.data(), raw.size());
+    const ops::Weight w =
+        ops::Weight::gguf(*ops::gguf_weight_format(*weights::block_format(type)), n, k, ctx().to_device(h));
+    const Tensor wref = ctx().to_host(ops::expand(ctx(), w, DType::f32));
+    for (DType dt : {DType::f16, DType::bf16})
+      for (int64_t m : {1, 9}) {
+        SCOPED_TRACE(::testing::Message() << w.describe() << " " << dtype_name(dt) << " M=" << m);
+        const Tensor xh = random_host({m, k}, dt);
+        Tensor out = ctx().empty({m, n}, dt);
+        poison(out);
+        ops::linear(ctx(), ctx().to_device(xh), w, Tensor(), out, ops::GemmPath::gemv);
+        const Tensor got = ctx().to_host(out);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double ref = 0.0, mag = 0.0;
+            for (int64_t l = 0; l < k; ++l) {
+              const double p = element(xh, i * k + l) * wref.data<float>()[j * k + l];
+              ref += p;
+              mag += std::abs(p);
             }
-        }
-    }
+            ASSERT_LE(std::abs(element(got, i * n + j) - ref),
+                      epsilon(dt) * std::abs(ref) + static_cast<double>(k) * std::ldexp(1.0, -24) * mag + 1e-6)
+                << "element [" << i << ", " << j << "]";
+          }
+      }
+  }
 }
 
 // Deterministic mode: one summation order for every M, so a row's result does not depend on

@@ -130,7 +130,8 @@ struct Q5k {
 // half f is nibble t / 2 of ql[64 f + 32 (t % 2) + l] and bits 2t, 2t + 1 of qh[32 f + l]: ql's
 // chunk c holds quarter c % 2 of half c / 2 in its low nibbles and quarter c % 2 + 2 in its high,
 // each quarter a sub-block whose elements 16 s .. 16 s + 15 take scale 8 f + 2 t + s. The blocks
-// are 2-aligned only, so every field is read 2 bytes at a time.
+// are 2-aligned only: fields are read 4 bytes at a time in the blocks where they are 4-aligned,
+// else 2.
 struct Q6k {
   static constexpr int kElems = kSuperElems, kBytes = 210, kQh = 128, kScales = 192, kD = 208;
   static constexpr bool kStepHalves = true;
@@ -385,6 +386,19 @@ LW_DEVICE_INLINE uint32_t load_u32_2aligned(const uint8_t* p) {
 #endif
 }
 
+// Four bytes at p: one load where the caller knows p 4-aligned, else two.
+template <bool Aligned>
+LW_DEVICE_INLINE uint32_t load_u32(const uint8_t* p) {
+  if constexpr (Aligned) {
+#if defined(LW_TARGET_HOST)
+    if ((reinterpret_cast<uintptr_t>(p) & 3) != 0) __builtin_trap();  // as a GPU faults on it
+#endif
+    return *reinterpret_cast<const uint32_t*>(p);
+  } else {
+    return load_u32_2aligned(p);
+  }
+}
+
 // What a lane reads of one Q6_K super-block: its pieces of each ql and qh chunk for each of its
 // A rows; the scales (each byte + 128, so that byte_to_float reads them as unsigned) and d of its
 // C rows.
@@ -404,7 +418,9 @@ LW_DEVICE_INLINE void q6k_slice(mma::FragC& total, const T* x, const uint8_t* w,
   const int lane = gpu::lane_id();
   const LaneRows<F, T> at(x, w, row0, rows, n, k, ldx, lane);
 
-  auto load = [&](int b, LoadedQ6k& to) {
+  // aligned: std::true_type where super-block b's 4-byte fields are 4-aligned (one load each).
+  auto load = [&](int b, LoadedQ6k& to, auto aligned) {
+    constexpr bool A = decltype(aligned)::value;
 #pragma unroll
     for (int sl = 0; sl < mma::kARowSlots; ++sl) {
       const uint8_t* block = at.a[sl] + static_cast<int64_t>(b) * F::kBytes;
@@ -414,17 +430,16 @@ LW_DEVICE_INLINE void q6k_slice(mma::FragC& total, const T* x, const uint8_t* w,
         for (int o = 0; o < kPieceWords; ++o) {
           const int at_piece = step * kStepStride<F> + 4 * o, word = step * kPieceWords + o;
 #pragma unroll
-          for (int c = 0; c < kChunks; ++c) to.ql[sl][c][word] = load_u32_2aligned(block + kChunkBytes * c + at_piece);
+          for (int c = 0; c < kChunks; ++c) to.ql[sl][c][word] = load_u32<A>(block + kChunkBytes * c + at_piece);
 #pragma unroll
-          for (int f = 0; f < 2; ++f)
-            to.qh[sl][f][word] = load_u32_2aligned(block + F::kQh + kChunkBytes * f + at_piece);
+          for (int f = 0; f < 2; ++f) to.qh[sl][f][word] = load_u32<A>(block + F::kQh + kChunkBytes * f + at_piece);
         }
     }
 #pragma unroll
     for (int sl = 0; sl < mma::kRowSlots; ++sl) {
       const uint8_t* block = at.c[sl] + static_cast<int64_t>(b) * F::kBytes;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) to.scales[sl][j] = load_u32_2aligned(block + F::kScales + 4 * j) ^ 0x80808080u;
+      for (int j = 0; j < 4; ++j) to.scales[sl][j] = load_u32<A>(block + F::kScales + 4 * j) ^ 0x80808080u;
       to.d[sl] = *reinterpret_cast<const uint16_t*>(block + F::kD);
     }
   };
@@ -472,9 +487,13 @@ LW_DEVICE_INLINE void q6k_slice(mma::FragC& total, const T* x, const uint8_t* w,
       }
   };
 
+  // Where the rows start 4-aligned (K / 256 even), the even super-blocks' fields are 4-aligned
+  // (their offsets are multiples of 4) and the odd ones' 2 bytes past.
+  const bool even_aligned = (k / F::kElems * F::kBytes) % 4 == 0;
   for (int b = first; b < last; ++b) {
     LoadedQ6k in;
-    load(b, in);
+    if (even_aligned && b % 2 == 0) load(b, in, std::true_type{});
+    else load(b, in, std::false_type{});
     multiply(b, in);
   }
 }
@@ -496,13 +515,8 @@ struct LoadedLegacy {
 // block), fewer load instructions, by which the kernel is bound.
 template <class F, bool Even>
 LW_DEVICE_INLINE uint32_t load_field(const uint8_t* p, int g, int offset) {
-  if (F::kBytes % 4 == 0 || (Even && (g * F::kBytes + offset) % 4 == 0)) {
-#if defined(LW_TARGET_HOST)
-    if ((reinterpret_cast<uintptr_t>(p) & 3) != 0) __builtin_trap();  // as a GPU faults on it
-#endif
-    return *reinterpret_cast<const uint32_t*>(p);
-  }
-  return load_u32_2aligned(p);
+  if (F::kBytes % 4 == 0 || (Even && (g * F::kBytes + offset) % 4 == 0)) return load_u32<true>(p);
+  return load_u32<false>(p);
 }
 
 template <class F, bool Even, int G, class T>
