@@ -172,7 +172,7 @@ LW_DEVICE_INLINE constexpr int piece_at(int rank, int step) {
   return F::kStepHalves ? 16 * step + kE * rank : kRunBytes * rank + kE * step;  // lint: not-a-warp
 }
 template <class F>
-constexpr int kStepStride = piece_at<F>(0, 1);
+constexpr int kStepStride = F::kStepHalves ? 16 : kE;  // piece_at(rank, 1) - piece_at(rank, 0)
 
 // What a lane reads of one super-block: its runs of each chunk (and of qh) for each of its A
 // rows, and the headers of its C rows.
