@@ -117,11 +117,13 @@ constexpr int kChunkBytes = 32;  // lint: not-a-warp (a chunk: a byte per elemen
 struct Q4k {
   static constexpr int kElems = kSuperElems, kBytes = 144, kQs = 16;  // d, dmin, scales[12], qs[128]
   static constexpr bool kFifthBit = false, kStepHalves = false;
+  static constexpr BlockFormat kFormat = BlockFormat::q4_k;
   static constexpr const char* kName = "gguf_mma_gemv_q4_k";
 };
 struct Q5k {
   static constexpr int kElems = kSuperElems, kBytes = 176, kQs = 48, kQh = 16;  // d, dmin, scales[12], qh[32], qs[128]
   static constexpr bool kFifthBit = true, kStepHalves = false;
+  static constexpr BlockFormat kFormat = BlockFormat::q5_k;
   static constexpr const char* kName = "gguf_mma_gemv_q5_k";
 };
 
@@ -135,6 +137,7 @@ struct Q5k {
 struct Q6k {
   static constexpr int kElems = kSuperElems, kBytes = 210, kQh = 128, kScales = 192, kD = 208;
   static constexpr bool kStepHalves = true;
+  static constexpr BlockFormat kFormat = BlockFormat::q6_k;
   static constexpr const char* kName = "gguf_mma_gemv_q6_k";
 };
 
@@ -148,6 +151,10 @@ template <int Bytes, int Qh, int Qs, int Zero, bool Min>
 struct Legacy {
   static constexpr int kElems = kSubBlock, kBytes = Bytes, kQh = Qh, kQs = Qs, kZero = Zero;
   static constexpr bool kMin = Min, kFifthBit = Qh > 0, kStepHalves = true;
+  static constexpr BlockFormat kFormat = Bytes == 18   ? BlockFormat::q4_0
+                                         : Bytes == 20 ? BlockFormat::q4_1
+                                         : Bytes == 22 ? BlockFormat::q5_0
+                                                       : BlockFormat::q5_1;
   static constexpr const char* kName = Bytes == 18   ? "gguf_mma_gemv_q4_0"
                                        : Bytes == 20 ? "gguf_mma_gemv_q4_1"
                                        : Bytes == 22 ? "gguf_mma_gemv_q5_0"
@@ -725,49 +732,22 @@ void check_kquant(const char* op, BlockFormat format, int64_t m, int64_t n, int6
   LW_CHECK(k / elems <= 0x7fffffff, op << ": K = " << k << " exceeds the kernel's block index");
 }
 
-// run.template operator()<F>() for the format's struct.
-template <class Run>
-void with_format(BlockFormat format, Run&& run) {
-  switch (format) {
-    case BlockFormat::q4_0:
-      run.template operator()<Q40>();
-      break;
-    case BlockFormat::q4_1:
-      run.template operator()<Q41>();
-      break;
-    case BlockFormat::q5_0:
-      run.template operator()<Q50>();
-      break;
-    case BlockFormat::q5_1:
-      run.template operator()<Q51>();
-      break;
-    case BlockFormat::q5_k:
-      run.template operator()<Q5k>();
-      break;
-    case BlockFormat::q6_k:
-      run.template operator()<Q6k>();
-      break;
-    default:
-      run.template operator()<Q4k>();
+// The formats' structs, each naming its BlockFormat (kFormat): the one list that both what the
+// kernel serves and the dispatch read.
+template <class... Fs>
+struct FormatList {
+  static constexpr bool has(BlockFormat format) { return ((format == Fs::kFormat) || ...); }
+  // run.template operator()<F>() for the struct of `format` (one the list has).
+  template <class Run>
+  static void with(BlockFormat format, Run&& run) {
+    (void)((format == Fs::kFormat ? (run.template operator()<Fs>(), true) : false) || ...);
   }
-}
+};
+using Formats = FormatList<Q40, Q41, Q50, Q51, Q4k, Q5k, Q6k>;
 
 }  // namespace
 
-bool gguf_mma_gemv_serves(BlockFormat format) {
-  switch (format) {
-    case BlockFormat::q4_0:
-    case BlockFormat::q4_1:
-    case BlockFormat::q5_0:
-    case BlockFormat::q5_1:
-    case BlockFormat::q4_k:
-    case BlockFormat::q5_k:
-    case BlockFormat::q6_k:
-      return true;
-    default:
-      return false;
-  }
-}
+bool gguf_mma_gemv_serves(BlockFormat format) { return Formats::has(format); }
 
 template <class T>
 void gguf_mma_gemv(T* y, const T* x, const void* w, BlockFormat format, const T* bias, int64_t m, int64_t n, int64_t k,
@@ -787,7 +767,7 @@ void gguf_mma_gemv(T* y, const T* x, const void* w, BlockFormat format, const T*
   const auto* wb = static_cast<const uint8_t*>(w);
   // Vector loads of x need its rows on a vector boundary (a lane's runs are whole vectors).
   const bool vectors = ldx % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x);
-  with_format(format, [&]<class F>() {
+  Formats::with(format, [&]<class F>() {
     if (vectors) gpu::launch(F::kName, kquant_gemv_kernel<F, T, V>, cfg, y, x, wb, bias, m, n, k, ldx, ldy);
     else gpu::launch(F::kName, kquant_gemv_kernel<F, T, 1>, cfg, y, x, wb, bias, m, n, k, ldx, ldy);
   });
@@ -813,7 +793,7 @@ void gguf_mma_grouped_gemv(T* y, const T* x, const void* const* experts, int64_t
   constexpr int V = gpu::kVecWidth<T>;
   const auto* table = reinterpret_cast<const uint8_t* const*>(experts);
   const bool vectors = k % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x);
-  with_format(format, [&]<class F>() {
+  Formats::with(format, [&]<class F>() {
     if (vectors)
       gpu::launch(op, kquant_grouped_gemv_kernel<F, T, V>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n,
                   k);
