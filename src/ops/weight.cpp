@@ -522,7 +522,8 @@ bool gguf_fragments(const Context& ctx, const Weight& w, DType x_dtype) {
 }
 int64_t gguf_gemv_max_rows(const Context& ctx, const Weight& w, DType x_dtype) {
   if (!gguf_fragments(ctx, w, x_dtype)) return kGgufGemvMaxRows;
-  const bool narrow = w.format() == WeightFormat::gguf_q4_0 || w.format() == WeightFormat::gguf_q5_0;
+  const bool narrow = w.format() == WeightFormat::gguf_q4_0 || w.format() == WeightFormat::gguf_q5_0 ||
+                      w.format() == WeightFormat::gguf_q8_0;
   return narrow ? kGgufMmaGemvMaxRowsNarrowLoads : kGgufMmaGemvMaxRows;
 }
 

@@ -147,12 +147,12 @@ bool same_column_order(Context& ctx, const std::vector<Weight>& parts);
 // weights"; FP8 takes the crossover of Q8_0, its nearest GGUF kin, until measured itself).
 inline constexpr int64_t kGgufGemvMaxRows = 4;
 // The same for the GEMV on the matrix-fragment layer (kernels/quant/gguf_mma_gemv.h: Q4_0, Q4_1,
-// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K with f16 and bf16 x where the device has the layer): its passes
+// Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K with f16 and bf16 x where the device has the layer): its passes
 // of 8 rows each read the weights, and the expansion is faster from 32 rows at 4096 x 4096 (Q4_K,
 // H100, docs/PERFORMANCE.md "GGUF Q4_K on matrix fragments"; the other formats take the same
 // crossover).
 inline constexpr int64_t kGgufMmaGemvMaxRows = 24;
-// Q4_0 and Q5_0 there (blocks 2-aligned only, half their fields read 2 bytes at a time): up to 16
+// Q4_0, Q5_0 and Q8_0 there (blocks 2-aligned only, half their fields read 2 bytes at a time): up to 16
 // rows (Q4_0 with 2-byte loads at 24 rows 23% slower than the expansion at 4096 x 4096 and 3% at
 // 14336 x 4096, faster at 16; H100).
 inline constexpr int64_t kGgufMmaGemvMaxRowsNarrowLoads = 16;
@@ -177,8 +177,9 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //                     forced path, or deterministic mode: the weights expanded to x's dtype (a
 //                     temporary [N, K]) and the dense linear. Weights are the expansion's values
 //                     (rounded to x's dtype) on every path, except with f16 or bf16 x where the
-//                     device has the matrix-fragment layer, for every format but Q8_0, Q2_K and
-//                     Q3_K: up to kGgufMmaGemvMaxRows rows (and on the forced gemv path)
+//                     device has the matrix-fragment layer, for every format but Q2_K and Q3_K:
+//                     up to kGgufMmaGemvMaxRows rows (kGgufMmaGemvMaxRowsNarrowLoads for
+//                     Q4_0, Q5_0 and Q8_0; and on the forced gemv path)
 //                     kernels::gguf_mma_gemv, which scales each sub-block's sums in fp32 and so
 //                     uses gguf's values unrounded;
 //   gguf_mixed        each part as its format would run alone, into its columns of out: the

@@ -64,14 +64,15 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
         ops::linear(ctx(), ctx().to_device(xh), w, with_bias ? ctx().to_device(bh) : Tensor(), out, c.path);
         const Tensor got = ctx().to_host(out);
         // The weights are gguf's values rounded to dt, except on the GEMV of the matrix-fragment
-        // layer (f16 and bf16 x; every format but Q8_0, Q2_K and Q3_K), which scales each
+        // layer (f16 and bf16 x; every format but Q2_K and Q3_K), which scales each
         // sub-block's sums in fp32 and so uses them unrounded; fp32 accumulation over K terms
         // (each within 2^-24 relative, K * 2^-24 in all of sum |x w|), one rounding to dt at the
         // end, and with a bias one more of the product (cuBLASLt's bias epilogue, ops/gemm.h).
-        const bool fragments = dt != DType::f32 && name != "w.q8_0" && name != "w.q2_k" && name != "w.q3_k";
-        const int64_t most_rows = !fragments                             ? ops::kGgufGemvMaxRows
-                                  : name == "w.q4_0" || name == "w.q5_0" ? ops::kGgufMmaGemvMaxRowsNarrowLoads
-                                                                         : ops::kGgufMmaGemvMaxRows;
+        const bool fragments = dt != DType::f32 && name != "w.q2_k" && name != "w.q3_k";
+        const bool narrow = name == "w.q4_0" || name == "w.q5_0" || name == "w.q8_0";
+        const int64_t most_rows = !fragments ? ops::kGgufGemvMaxRows
+                                  : narrow   ? ops::kGgufMmaGemvMaxRowsNarrowLoads
+                                             : ops::kGgufMmaGemvMaxRows;
         const bool exact = fragments && (c.path == ops::GemmPath::gemv || (c.path == ops::GemmPath::automatic && c.m <= most_rows));
         const double eps = epsilon(dt), acc_eps = static_cast<double>(k) * std::ldexp(1.0, -24);
         for (int64_t i = 0; i < c.m; ++i)
@@ -141,15 +142,16 @@ TEST(GgufLinear, UnitRowsOfXGiveEveryWeightInPlace) {
 // The fragment GEMV's block plans, each against the float64 sum over gguf's values (the
 // expansion in f32, checked equal to them above): the 32-element formats load 8 blocks at a time
 // (K of 9 and 25 blocks leave single blocks after the groups of a warp's slice, and slices of
-// unequal length; K of 42 blocks gives slices that begin at odd blocks, which Q4_0's and Q5_0's
-// 4-byte loads by the block's parity take alone); Q6_K reads 4 bytes at a time in every other
+// unequal length; K of 42 blocks gives slices that begin at odd blocks, which Q4_0's, Q5_0's and
+// Q8_0's 4-byte loads by the block's parity take alone); Q6_K reads 4 bytes at a time in every other
 // super-block where the rows start 4-aligned (K of 4 super-blocks) and 2 at a time elsewhere
 // (K of 3 and 5: rows 2 bytes past).
 TEST(GgufLinear, EveryBlockAlignmentAndPartialGroup) {
   const int64_t n = 19;
   std::vector<std::pair<weights::FileDType, int64_t>> cases;
   for (weights::FileDType type :
-       {weights::FileDType::q4_0, weights::FileDType::q4_1, weights::FileDType::q5_0, weights::FileDType::q5_1})
+       {weights::FileDType::q4_0, weights::FileDType::q4_1, weights::FileDType::q5_0, weights::FileDType::q5_1,
+        weights::FileDType::q8_0})
     for (int64_t k : {288, 800, 1344}) cases.emplace_back(type, k);
   for (int64_t k : {768, 1024, 1280}) cases.emplace_back(weights::FileDType::q6_k, k);
   for (const auto& [type, k] : cases) {
@@ -283,11 +285,10 @@ TEST(GgufLinear, MixedFormatsStackedByRowsKeepTheirBlocks) {
     }
     for (DType dt : {DType::f32, DType::bf16}) {
       int64_t most_rows = ops::kGgufMmaGemvMaxRows;
-      for (const auto& [type, rows] : stack) {
-        const bool fragments =
-            dt != DType::f32 && (type == weights::FileDType::q4_k || type == weights::FileDType::q6_k);
-        most_rows = std::min(most_rows, fragments ? ops::kGgufMmaGemvMaxRows : ops::kGgufGemvMaxRows);
-      }
+      for (const auto& [type, rows] : stack)
+        most_rows = std::min(most_rows, dt == DType::f32                 ? ops::kGgufGemvMaxRows
+                                        : type == weights::FileDType::q8_0 ? ops::kGgufMmaGemvMaxRowsNarrowLoads
+                                                                         : ops::kGgufMmaGemvMaxRows);
       for (const auto& [m, path] : {std::pair{int64_t{1}, ops::GemmPath::automatic},
                                     {int64_t{5}, ops::GemmPath::automatic},
                                     {int64_t{20}, ops::GemmPath::automatic},

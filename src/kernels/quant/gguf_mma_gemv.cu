@@ -150,7 +150,7 @@ struct Q6k {
 template <int Bytes, int Qh, int Qs, int Zero, bool Min>
 struct Legacy {
   static constexpr int kElems = kSubBlock, kBytes = Bytes, kQh = Qh, kQs = Qs, kZero = Zero;
-  static constexpr bool kMin = Min, kFifthBit = Qh > 0, kStepHalves = true;
+  static constexpr bool kMin = Min, kFifthBit = Qh > 0, kStepHalves = true, kEightBit = false;
   static constexpr BlockFormat kFormat = Bytes == 18   ? BlockFormat::q4_0
                                          : Bytes == 20 ? BlockFormat::q4_1
                                          : Bytes == 22 ? BlockFormat::q5_0
@@ -168,9 +168,19 @@ using Q41 = Legacy<20, 0, 4, 0, true>;    // d, m, qs[16]
 using Q50 = Legacy<22, 2, 6, 16, false>;  // d, qh[4], qs[16]
 using Q51 = Legacy<24, 4, 8, 0, true>;    // d, m, qh[4], qs[16]
 
+// Q8_0: 34-byte blocks of 32 elements, d (fp16) then qs[32] (int8); an element is d q. Each value
+// its own byte, so a lane's pieces of both multiply steps are one run of 2E bytes (as Q4_K's
+// chunks), 2-aligned like Q4_0's fields (load_field).
+struct Q80 {
+  static constexpr int kElems = kSubBlock, kBytes = 34, kQh = 0, kQs = 2, kZero = 0;
+  static constexpr bool kMin = false, kFifthBit = false, kStepHalves = false, kEightBit = true;
+  static constexpr BlockFormat kFormat = BlockFormat::q8_0;
+  static constexpr const char* kName = "gguf_mma_gemv_q8_0";
+};
+
 // Where a lane's piece of a sub-block's multiply step `step` begins in its x (and, for the
-// K-quants, in a 32-byte chunk of values): for Q4_K and Q5_K one run of 2E bytes a rank holds both
-// steps' pieces; where step s is elements [16 s, 16 s + 16) (kStepHalves: Q6_K, whose scales cover
+// K-quants, in a 32-byte chunk of values): for Q4_K, Q5_K and Q8_0 one run of 2E bytes a rank
+// holds both steps' pieces; where step s is elements [16 s, 16 s + 16) (kStepHalves: Q6_K, whose scales cover
 // 16 elements, so that each multiply takes one scale, and the 32-element formats, whose steps
 // are the low and high nibbles of 16 bytes), a piece of E at 16 s + E rank. The pieces of a
 // lane's two steps are kStepStride<F> apart.
@@ -505,19 +515,21 @@ LW_DEVICE_INLINE void q6k_slice(mma::FragC& total, const T* x, const uint8_t* w,
   }
 }
 
-// What a lane reads of G blocks of a 32-element format: its piece of qs and the block's qh
-// (shifted so that bit 16 s + i is its step s's element i) for each of its A rows; d and m of
-// each of its C rows (d | m << 16).
-template <int G>
+// What a lane reads of G blocks of a 32-element format: its piece of qs (Q8_0: its run) and the
+// block's qh (shifted so that bit 16 s + i is its step s's element i) for each of its A rows; d
+// and m of each of its C rows (d | m << 16).
+template <class F>
+constexpr int kQsWords = F::kEightBit ? kRunWords : kE / 4;
+template <class F, int G>
 struct LoadedLegacy {
-  uint32_t qs[G][mma::kARowSlots][kE / 4];
+  uint32_t qs[G][mma::kARowSlots][kQsWords<F>];
   uint32_t qh[G][mma::kARowSlots];
   uint32_t head[G][mma::kRowSlots];
 };
 
 // Four bytes of the field `offset` bytes into block g of a group of G: one load where it is
 // 4-aligned, else two. Q4_1's 20- and Q5_1's 24-byte blocks in a 16-aligned matrix keep every
-// 4-byte field 4-aligned; Q4_0's 18- and Q5_0's 22-byte blocks do where the rows start 4-aligned
+// 4-byte field 4-aligned; Q4_0's 18-, Q5_0's 22- and Q8_0's 34-byte blocks do where the rows start 4-aligned
 // and the group at an even block (`even`): block g's fields by g's parity (Q4_0's qs every other
 // block), fewer load instructions, by which the kernel is bound.
 template <class F, bool Even>
@@ -527,7 +539,7 @@ LW_DEVICE_INLINE uint32_t load_field(const uint8_t* p, int g, int offset) {
 }
 
 template <class F, bool Even, int G, class T>
-LW_DEVICE_INLINE void legacy_load(LoadedLegacy<G>& to, const LaneRows<F, T>& at, int rank, int b) {
+LW_DEVICE_INLINE void legacy_load(LoadedLegacy<F, G>& to, const LaneRows<F, T>& at, int rank, int b) {
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     const int64_t at_block = static_cast<int64_t>(b + g) * F::kBytes;
@@ -535,7 +547,7 @@ LW_DEVICE_INLINE void legacy_load(LoadedLegacy<G>& to, const LaneRows<F, T>& at,
     for (int sl = 0; sl < mma::kARowSlots; ++sl) {
       const uint8_t* block = at.a[sl] + at_block;  // the lane's piece's offset E rank (4-aligned) included
 #pragma unroll
-      for (int o = 0; o < kE / 4; ++o) to.qs[g][sl][o] = load_field<F, Even>(block + F::kQs + 4 * o, g, F::kQs);
+      for (int o = 0; o < kQsWords<F>; ++o) to.qs[g][sl][o] = load_field<F, Even>(block + F::kQs + 4 * o, g, F::kQs);
       if constexpr (F::kFifthBit)
         to.qh[g][sl] = load_field<F, Even>(block - kE * rank + F::kQh, g, F::kQh) >> (kE * rank);
     }
@@ -547,8 +559,23 @@ LW_DEVICE_INLINE void legacy_load(LoadedLegacy<G>& to, const LaneRows<F, T>& at,
   }
 }
 
+// Fragment elements from bytes j and j + 2 of `word` (signed 8-bit integers) exactly in T: f16
+// through its magic number (1024 + 128 + q: f16's spacing there is 1); bf16, whose 8 significant
+// bits cannot hold 128 + q past 256, through the fp32 bits of 2^23 + 128 + q (byte_to_float).
+template <class T>
+LW_DEVICE_INLINE void int8_pair(uint32_t word, int j, T& lo, T& hi) {
+  const uint32_t biased = word ^ 0x80808080u;  // q + 128, unsigned
+  if constexpr (std::is_same_v<T, half>) {
+    constexpr uint32_t kMagic = int4_tiles::kMagic<T> * 0x10001u, kBias = (int4_tiles::kMagic<T> + 128) * 0x10001u;
+    int4_tiles::unbias_pair<T>(((biased >> (8 * j)) & 0x00ff00ffu) | kMagic, kBias, lo, hi);
+  } else {
+    lo = gpu::from_float<T>(byte_to_float(biased, j) - 128.0f);
+    hi = gpu::from_float<T>(byte_to_float(biased, j + 2) - 128.0f);
+  }
+}
+
 template <class F, int G, class T, int V>
-LW_DEVICE_INLINE void legacy_multiply(mma::FragC& total, const LoadedLegacy<G>& in, const LaneRows<F, T>& at,
+LW_DEVICE_INLINE void legacy_multiply(mma::FragC& total, const LoadedLegacy<F, G>& in, const LaneRows<F, T>& at,
                                       const mma::FragA<T>& ones, int lane, int b) {
   constexpr uint32_t kBias = int4_tiles::kMagic<T> * 0x10001u;
   constexpr uint32_t kZeroBias = (int4_tiles::kMagic<T> + F::kZero) * 0x10001u;
@@ -564,15 +591,20 @@ LW_DEVICE_INLINE void legacy_multiply(mma::FragC& total, const LoadedLegacy<G>& 
       mma::FragA<T> a;
 #pragma unroll
       for (int i = 0; i < mma::kA; i += 2) {
-        // Pair (p, p + 1) is bytes (0, 2) or (1, 3) of its word: nibbles 2 (p % 4 / 2) + step;
-        // their fifth bits are bits pos and pos + 2 of the lane's qh, moved to bits 4 and 20.
+        // Pair (p, p + 1) is bytes (0, 2) or (1, 3) of its word: Q8_0's word of the step in the
+        // lane's run, else nibbles 2 (p % 4 / 2) + step of its piece, their fifth bits bits pos
+        // and pos + 2 of the lane's qh, moved to bits 4 and 20.
         const int p = a_pos(i), byte = byte_of_pos(p), sl = mma::a_slot(i);
-        uint32_t bits = (in.qs[g][sl][byte / 4] >> (4 * (2 * ((p % 4) / 2) + step))) & 0x000f000fu;
-        if constexpr (F::kFifthBit) {
-          const uint32_t h = in.qh[g][sl] >> (16 * step + byte);  // lint: not-a-warp (a step's elements)
-          bits |= ((h << 4) & 0x10u) | ((h << 18) & 0x100000u);
+        if constexpr (F::kEightBit) {
+          int8_pair<T>(in.qs[g][sl][step * (kE / 4) + byte / 4], (p % 4) / 2, a.x[i], a.x[i + 1]);
+        } else {
+          uint32_t bits = (in.qs[g][sl][byte / 4] >> (4 * (2 * ((p % 4) / 2) + step))) & 0x000f000fu;
+          if constexpr (F::kFifthBit) {
+            const uint32_t h = in.qh[g][sl] >> (16 * step + byte);  // lint: not-a-warp (a step's elements)
+            bits |= ((h << 4) & 0x10u) | ((h << 18) & 0x100000u);
+          }
+          int4_tiles::unbias_pair<T>(bits | kBias, kZeroBias, a.x[i], a.x[i + 1]);
         }
-        int4_tiles::unbias_pair<T>(bits | kBias, kZeroBias, a.x[i], a.x[i + 1]);
       }
       const mma::FragB<T> bx = x_fragment(xr, lane, step);
       mma::mma_narrow(q, a, bx, q);
@@ -604,19 +636,19 @@ LW_DEVICE_INLINE void legacy_slice(mma::FragC& total, const T* x, const uint8_t*
   const bool even = F::kBytes % 4 != 0 && (k / F::kElems * F::kBytes) % 4 == 0;
   int b = first;
   if (even && b % 2 == 1 && b < last) {
-    LoadedLegacy<1> in;
+    LoadedLegacy<F, 1> in;
     legacy_load<F, false>(in, at, rank, b);
     legacy_multiply<F, 1, T, V>(total, in, at, ones, lane, b);
     ++b;
   }
   for (; b + kLegacyGroup <= last; b += kLegacyGroup) {
-    LoadedLegacy<kLegacyGroup> in;
+    LoadedLegacy<F, kLegacyGroup> in;
     if (even) legacy_load<F, true>(in, at, rank, b);
     else legacy_load<F, false>(in, at, rank, b);
     legacy_multiply<F, kLegacyGroup, T, V>(total, in, at, ones, lane, b);
   }
   for (; b < last; ++b) {
-    LoadedLegacy<1> in;
+    LoadedLegacy<F, 1> in;
     legacy_load<F, false>(in, at, rank, b);
     legacy_multiply<F, 1, T, V>(total, in, at, ones, lane, b);
   }
@@ -725,7 +757,7 @@ int block_warps(int64_t tiles, int64_t k, int multiprocessors) {
 
 void check_kquant(const char* op, BlockFormat format, int64_t m, int64_t n, int64_t k) {
   LW_CHECK(gguf_mma_gemv_serves(format), op << ": no kernel for " << block_format_name(format)
-                                            << " (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K only)");
+                                            << " (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K only)");
   const int64_t elems = block_format_elems(format);
   LW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % elems == 0,
            op << ": [M, N, K] = [" << m << ", " << n << ", " << k << "]: K must be whole blocks of " << elems);
@@ -743,7 +775,7 @@ struct FormatList {
     (void)((format == Fs::kFormat ? (run.template operator()<Fs>(), true) : false) || ...);
   }
 };
-using Formats = FormatList<Q40, Q41, Q50, Q51, Q4k, Q5k, Q6k>;
+using Formats = FormatList<Q40, Q41, Q50, Q51, Q80, Q4k, Q5k, Q6k>;
 
 }  // namespace
 
