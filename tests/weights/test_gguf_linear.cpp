@@ -64,11 +64,11 @@ TEST(GgufLinear, EveryFormatMatchesTheFloat64Reference) {
         ops::linear(ctx(), ctx().to_device(xh), w, with_bias ? ctx().to_device(bh) : Tensor(), out, c.path);
         const Tensor got = ctx().to_host(out);
         // The weights are gguf's values rounded to dt, except on the GEMV of the matrix-fragment
-        // layer (f16 and bf16 x; every format but Q2_K and Q3_K), which scales each
+        // layer (f16 and bf16 x, every format), which scales each
         // sub-block's sums in fp32 and so uses them unrounded; fp32 accumulation over K terms
         // (each within 2^-24 relative, K * 2^-24 in all of sum |x w|), one rounding to dt at the
         // end, and with a bias one more of the product (cuBLASLt's bias epilogue, ops/gemm.h).
-        const bool fragments = dt != DType::f32 && name != "w.q2_k" && name != "w.q3_k";
+        const bool fragments = dt != DType::f32;
         const bool narrow = name == "w.q4_0" || name == "w.q5_0" || name == "w.q8_0";
         const int64_t most_rows = !fragments ? ops::kGgufGemvMaxRows
                                   : narrow   ? ops::kGgufMmaGemvMaxRowsNarrowLoads
@@ -143,9 +143,9 @@ TEST(GgufLinear, UnitRowsOfXGiveEveryWeightInPlace) {
 // expansion in f32, checked equal to them above): the 32-element formats load 8 blocks at a time
 // (K of 9 and 25 blocks leave single blocks after the groups of a warp's slice, and slices of
 // unequal length; K of 42 blocks gives slices that begin at odd blocks, which Q4_0's, Q5_0's and
-// Q8_0's 4-byte loads by the block's parity take alone); Q6_K reads 4 bytes at a time in every other
-// super-block where the rows start 4-aligned (K of 4 super-blocks) and 2 at a time elsewhere
-// (K of 3 and 5: rows 2 bytes past).
+// Q8_0's 4-byte loads by the block's parity take alone); Q6_K and Q3_K read 4 bytes at a time in
+// every other super-block where the rows start 4-aligned (K of 4 super-blocks) and 2 at a time
+// elsewhere (K of 3 and 5: rows 2 bytes past); Q2_K 4 at a time everywhere.
 TEST(GgufLinear, EveryBlockAlignmentAndPartialGroup) {
   const int64_t n = 19;
   std::vector<std::pair<weights::FileDType, int64_t>> cases;
@@ -153,7 +153,8 @@ TEST(GgufLinear, EveryBlockAlignmentAndPartialGroup) {
        {weights::FileDType::q4_0, weights::FileDType::q4_1, weights::FileDType::q5_0, weights::FileDType::q5_1,
         weights::FileDType::q8_0})
     for (int64_t k : {288, 800, 1344}) cases.emplace_back(type, k);
-  for (int64_t k : {768, 1024, 1280}) cases.emplace_back(weights::FileDType::q6_k, k);
+  for (weights::FileDType type : {weights::FileDType::q6_k, weights::FileDType::q3_k, weights::FileDType::q2_k})
+    for (int64_t k : {768, 1024, 1280}) cases.emplace_back(type, k);
   for (const auto& [type, k] : cases) {
     const std::vector<std::byte> raw = weights::random_blocks(type, n, k, 5);
     Tensor h = Tensor::empty_host({static_cast<int64_t>(raw.size())}, DType::i8);
@@ -208,7 +209,7 @@ TEST(GgufLinear, GroupedExpertsReadTheOffsetsOnTheDevice) {
   const std::vector<int32_t> offsets = {0, 3, 3, 4, 13, 18};  // at most 4 rows per expert on average
   const int64_t t = offsets.back(), e = static_cast<int64_t>(offsets.size()) - 1;
   for (weights::FileDType type : {weights::FileDType::q4_k, weights::FileDType::q5_k, weights::FileDType::q6_k,
-                                  weights::FileDType::q5_1, weights::FileDType::q8_0}) {
+                                  weights::FileDType::q5_1, weights::FileDType::q8_0, weights::FileDType::q2_k}) {
     SCOPED_TRACE(weights::file_dtype_name(type));
     const kernels::BlockFormat block = *weights::block_format(type);
     std::vector<ops::Weight> each;

@@ -127,18 +127,91 @@ struct Q5k {
   static constexpr const char* kName = "gguf_mma_gemv_q5_k";
 };
 
-// Q6_K: 210 bytes, ql[128] (the low four bits), qh[64] (the high two), sixteen int8 scales (one a
-// 16 elements), d (fp16); an element is d * scale * (q - 32). Element l (0..31) of quarter t of
-// half f is nibble t / 2 of ql[64 f + 32 (t % 2) + l] and bits 2t, 2t + 1 of qh[32 f + l]: ql's
-// chunk c holds quarter c % 2 of half c / 2 in its low nibbles and quarter c % 2 + 2 in its high,
-// each quarter a sub-block whose elements 16 s .. 16 s + 15 take scale 8 f + 2 t + s. The blocks
-// are 2-aligned only: fields are read 4 bytes at a time in the blocks where they are 4-aligned,
-// else 2.
+// Byte j of `word` as a float: the bits of 2^23 + byte (one byte permute on NVIDIA), less 2^23.
+LW_DEVICE_INLINE float byte_to_float(uint32_t word, int j) {
+#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__)
+  const uint32_t bits = __byte_perm(word, 0x4b000000u, 0x7440u | static_cast<uint32_t>(j));
+#else
+  const uint32_t bits = 0x4b000000u | ((word >> (8 * j)) & 0xffu);
+#endif
+  return __builtin_bit_cast(float, bits) - 8388608.0f;
+}
+
+// ---- Q6_K, Q3_K and Q2_K: a scale per 16 elements ----
+// A super-block's 256 elements are two halves of four quarters of 32: element l (0..31) of quarter
+// t of half f is element 128 f + 32 t + l, its bits fields of byte l of one 32-byte chunk of each
+// of the format's planes of values. A quarter is one sub-block whose two multiply steps (16
+// elements each, a lane's piece of E at 16 s + E rank) take scales of their own: run 8 f + 2 t + s.
+// Each format names its chunks (chunk_at), how the bits of bytes j and j + 2 of a word of its
+// pieces make a pair of 16-bit lanes (value_bits, before the magic number; the zero point kZero),
+// its header words of scales (kHeadWords at kHead) and d (at kD: fp16, or with dmin a word), and
+// a run's scale (and minimum).
+//
+// Q6_K: 210 bytes, ql[128] (the low four bits), qh[64] (the high two), sixteen int8 scales, d; an
+// element is d * scale * (q - 32), its low bits nibble t / 2 of ql[64 f + 32 (t % 2) + l], its
+// high bits 2t, 2t + 1 of qh[32 f + l].
 struct Q6k {
-  static constexpr int kElems = kSuperElems, kBytes = 210, kQh = 128, kScales = 192, kD = 208;
-  static constexpr bool kStepHalves = true;
+  static constexpr int kElems = kSuperElems, kBytes = 210;
+  static constexpr bool kStepHalves = true, kMin = false, kDWord = false;
+  static constexpr int kChunks = 6, kHeadWords = 4, kHead = 192, kD = 208, kZero = 32;  // lint: not-a-warp
+  static constexpr uint32_t kHeadXor = 0x80808080u;  // the int8 scales + 128, read as unsigned bytes
   static constexpr BlockFormat kFormat = BlockFormat::q6_k;
   static constexpr const char* kName = "gguf_mma_gemv_q6_k";
+  LW_DEVICE_INLINE static constexpr int chunk_at(int c) { return 32 * c; }  // ql[0..3], qh[0..1]
+  LW_DEVICE_INLINE static uint32_t value_bits(const uint32_t (&q)[kChunks][kRunWords], int f, int t, int w, int j) {
+    const int bit = 8 * j + 2 * t;  // qh's bits 2t, 2t + 1 of byte j, moved to bits 4 and 5
+    const uint32_t hw = q[4 + f][w];
+    return ((q[2 * f + t % 2][w] >> (8 * j + 4 * (t / 2))) & 0x000f000fu) |
+           ((bit >= 4 ? hw >> (bit - 4) : hw << (4 - bit)) & 0x00300030u);
+  }
+  LW_DEVICE_INLINE static float scale(const uint32_t (&head)[kHeadWords], float d, int run) {
+    return d * (byte_to_float(head[run / 4], run % 4) - 128.0f);
+  }
+};
+
+// Q3_K: 110 bytes, hmask[32] (the third bit), qs[64] (the low two), twelve bytes of 6-bit scales
+// (offset by 32), d; an element is d * (scale - 32) * (q - 4), its low bits 2t, 2t + 1 of
+// qs[32 f + l], its third bit 4 f + t of hmask[l].
+struct Q3k {
+  static constexpr int kElems = kSuperElems, kBytes = 110;
+  static constexpr bool kStepHalves = true, kMin = false, kDWord = false;
+  static constexpr int kChunks = 3, kHeadWords = 3, kHead = 96, kD = 108, kZero = 4;
+  static constexpr uint32_t kHeadXor = 0;
+  static constexpr BlockFormat kFormat = BlockFormat::q3_k;
+  static constexpr const char* kName = "gguf_mma_gemv_q3_k";
+  LW_DEVICE_INLINE static constexpr int chunk_at(int c) { return c < 2 ? 32 + 32 * c : 0; }  // qs[0..1], hmask
+  LW_DEVICE_INLINE static uint32_t value_bits(const uint32_t (&q)[kChunks][kRunWords], int f, int t, int w, int j) {
+    return ((q[f][w] >> (8 * j + 2 * t)) & 0x00030003u) | (((q[2][w] >> (8 * j + 4 * f + t)) & 0x00010001u) << 2);
+  }
+  // Scale `run`: the low four bits nibble run / 8 of byte run % 8, the high two bits 2 (run / 4)
+  // of byte 8 + run % 4 (run is a constant where unrolled: shifts of known words).
+  LW_DEVICE_INLINE static float scale(const uint32_t (&head)[kHeadWords], float d, int run) {
+    auto byte = [&](int i) { return static_cast<int>((head[i / 4] >> (8 * (i % 4))) & 0xffu); };
+    const int low = (byte(run % 8) >> (4 * (run / 8))) & 0x0f, high = (byte(8 + run % 4) >> (2 * (run / 4))) & 3;
+    return d * static_cast<float>((low | (high << 4)) - 32);  // lint: not-a-warp
+  }
+};
+
+// Q2_K: 84 bytes, sixteen bytes of scales (the scale in the low nibble, the minimum in the high),
+// qs[64] (two bits), d and dmin; an element is d * scale * q - dmin * min, its bits 2t, 2t + 1 of
+// qs[32 f + l]. 4-aligned: every field read 4 bytes at a time.
+struct Q2k {
+  static constexpr int kElems = kSuperElems, kBytes = 84;
+  static constexpr bool kStepHalves = true, kMin = true, kDWord = true;
+  static constexpr int kChunks = 2, kHeadWords = 4, kHead = 0, kD = 80, kZero = 0;
+  static constexpr uint32_t kHeadXor = 0;
+  static constexpr BlockFormat kFormat = BlockFormat::q2_k;
+  static constexpr const char* kName = "gguf_mma_gemv_q2_k";
+  LW_DEVICE_INLINE static constexpr int chunk_at(int c) { return 16 + 32 * c; }  // lint: not-a-warp
+  LW_DEVICE_INLINE static uint32_t value_bits(const uint32_t (&q)[kChunks][kRunWords], int f, int t, int w, int j) {
+    return (q[f][w] >> (8 * j + 2 * t)) & 0x00030003u;
+  }
+  LW_DEVICE_INLINE static float scale(const uint32_t (&head)[kHeadWords], float d, int run) {
+    return d * byte_to_float(head[run / 4] & 0x0f0f0f0fu, run % 4);
+  }
+  LW_DEVICE_INLINE static float min(const uint32_t (&head)[kHeadWords], float dmin, int run) {
+    return dmin * byte_to_float((head[run / 4] >> 4) & 0x0f0f0f0fu, run % 4);
+  }
 };
 
 // Q4_0, Q4_1, Q5_0 and Q5_1: blocks of 32 elements, d (fp16), for Q4_1 and Q5_1 a minimum m
@@ -172,7 +245,7 @@ using Q51 = Legacy<24, 4, 8, 0, true>;    // d, m, qh[4], qs[16]
 // its own byte, so a lane's pieces of both multiply steps are one run of 2E bytes (as Q4_K's
 // chunks), 2-aligned like Q4_0's fields (load_field).
 struct Q80 {
-  static constexpr int kElems = kSubBlock, kBytes = 34, kQh = 0, kQs = 2, kZero = 0;
+  static constexpr int kElems = kSubBlock, kBytes = 34, kQs = 2, kZero = 0;
   static constexpr bool kMin = false, kFifthBit = false, kStepHalves = false, kEightBit = true;
   static constexpr BlockFormat kFormat = BlockFormat::q8_0;
   static constexpr const char* kName = "gguf_mma_gemv_q8_0";
@@ -203,15 +276,6 @@ struct Loaded {
 // The scales and minima of a C row's sub-blocks, d * sc and dmin * m in fp32 as ggml forms them
 // (each 6-bit field made a float exactly, through the bits of 2^23 + v): the header's fields
 // unpacked once a super-block, one sub-block's products formed where they are used.
-// Byte j of `word` as a float: the bits of 2^23 + byte (one byte permute on NVIDIA), less 2^23.
-LW_DEVICE_INLINE float byte_to_float(uint32_t word, int j) {
-#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__)
-  const uint32_t bits = __byte_perm(word, 0x4b000000u, 0x7440u | static_cast<uint32_t>(j));
-#else
-  const uint32_t bits = 0x4b000000u | ((word >> (8 * j)) & 0xffu);
-#endif
-  return __builtin_bit_cast(float, bits) - 8388608.0f;
-}
 struct SubBlockScales {
   float d[mma::kRowSlots], dmin[mma::kRowSlots];
   // Byte j of sc[sl][0] / mn[sl][0]: sub-block j's fields (j < 4); of sc[sl][1] / mn[sl][1]: 4 + j's.
@@ -416,27 +480,26 @@ LW_DEVICE_INLINE uint32_t load_u32(const uint8_t* p) {
   }
 }
 
-// What a lane reads of one Q6_K super-block: its pieces of each ql and qh chunk for each of its
-// A rows; the scales (each byte + 128, so that byte_to_float reads them as unsigned) and d of its
-// C rows.
-struct LoadedQ6k {
-  uint32_t ql[mma::kARowSlots][kChunks][kRunWords];
-  uint32_t qh[mma::kARowSlots][2][kRunWords];
-  uint32_t scales[mma::kRowSlots][4];
+// What a lane reads of one super-block of a format with a scale per 16 elements: its pieces of
+// each chunk for each of its A rows; the header words and d of its C rows.
+template <class F>
+struct LoadedRuns {
+  uint32_t q[mma::kARowSlots][F::kChunks][kRunWords];
+  uint32_t head[mma::kRowSlots][F::kHeadWords];
   uint32_t d[mma::kRowSlots];
 };
 
-// kquant_slice for Q6_K: a multiply per 16 elements (one scale each), no minimum.
-template <class T, int V>
-LW_DEVICE_INLINE void q6k_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
-                                int64_t k, int64_t ldx, int first, int last) {
-  using F = Q6k;
+// kquant_slice for Q6_K, Q3_K and Q2_K: a multiply per 16 elements (one scale each), and for Q2_K
+// one with an A of ones for its minimum.
+template <class F, class T, int V>
+LW_DEVICE_INLINE void runs16_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
+                                   int64_t k, int64_t ldx, int first, int last) {
   constexpr int kPieceWords = kE / 4;
   const int lane = gpu::lane_id();
   const LaneRows<F, T> at(x, w, row0, rows, n, k, ldx, lane);
 
   // aligned: std::true_type where super-block b's 4-byte fields are 4-aligned (one load each).
-  auto load = [&](int b, LoadedQ6k& to, auto aligned) {
+  auto load = [&](int b, LoadedRuns<F>& to, auto aligned) {
     constexpr bool A = decltype(aligned)::value;
 #pragma unroll
     for (int sl = 0; sl < mma::kARowSlots; ++sl) {
@@ -447,32 +510,36 @@ LW_DEVICE_INLINE void q6k_slice(mma::FragC& total, const T* x, const uint8_t* w,
         for (int o = 0; o < kPieceWords; ++o) {
           const int at_piece = step * kStepStride<F> + 4 * o, word = step * kPieceWords + o;
 #pragma unroll
-          for (int c = 0; c < kChunks; ++c) to.ql[sl][c][word] = load_u32<A>(block + kChunkBytes * c + at_piece);
-#pragma unroll
-          for (int f = 0; f < 2; ++f) to.qh[sl][f][word] = load_u32<A>(block + F::kQh + kChunkBytes * f + at_piece);
+          for (int c = 0; c < F::kChunks; ++c) to.q[sl][c][word] = load_u32<A>(block + F::chunk_at(c) + at_piece);
         }
     }
 #pragma unroll
     for (int sl = 0; sl < mma::kRowSlots; ++sl) {
       const uint8_t* block = at.c[sl] + static_cast<int64_t>(b) * F::kBytes;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) to.scales[sl][j] = load_u32<A>(block + F::kScales + 4 * j) ^ 0x80808080u;
-      to.d[sl] = *reinterpret_cast<const uint16_t*>(block + F::kD);
+      for (int j = 0; j < F::kHeadWords; ++j) to.head[sl][j] = load_u32<A>(block + F::kHead + 4 * j) ^ F::kHeadXor;
+      if constexpr (F::kDWord) to.d[sl] = load_u32<A>(block + F::kD);
+      else to.d[sl] = *reinterpret_cast<const uint16_t*>(block + F::kD);
     }
   };
 
+  mma::FragA<T> ones;
+#pragma unroll
+  for (int i = 0; i < mma::kA; ++i) ones.x[i] = gpu::from_float<T>(1.0f);
   constexpr uint32_t kBias = int4_tiles::kMagic<T> * 0x10001u;
-  constexpr uint32_t kBias32 = (int4_tiles::kMagic<T> + 32) * 0x10001u;  // lint: not-a-warp (Q6_K's offset)
+  constexpr uint32_t kZeroBias = (int4_tiles::kMagic<T> + F::kZero) * 0x10001u;
 
-  auto multiply = [&](int b, const LoadedQ6k& in) {
-    float d[mma::kRowSlots];
+  auto multiply = [&](int b, const LoadedRuns<F>& in) {
+    float d[mma::kRowSlots], dmin[mma::kRowSlots];
 #pragma unroll
-    for (int sl = 0; sl < mma::kRowSlots; ++sl) d[sl] = gguf::fp16_bits_to_float(in.d[sl]);
+    for (int sl = 0; sl < mma::kRowSlots; ++sl) {
+      d[sl] = gguf::fp16_bits_to_float(in.d[sl]);
+      dmin[sl] = F::kMin ? gguf::fp16_bits_to_float(in.d[sl] >> 16) : 0.0f;
+    }
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c)
+    for (int f = 0; f < 2; ++f)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {  // quarter c % 2 (low nibbles), then c % 2 + 2 (high) of half c / 2
-        const int f = c / 2, t = c % 2 + 2 * h;
+      for (int t = 0; t < 4; ++t) {
         T xr[kRunElems];
         load_x_run<T, V, kStepStride<F>>(xr, at.x + static_cast<int64_t>(b) * kSuperElems + 128 * f + kSubBlock * t,
                                          at.has_x);
@@ -481,36 +548,42 @@ LW_DEVICE_INLINE void q6k_slice(mma::FragC& total, const T* x, const uint8_t* w,
           mma::FragA<T> a;
 #pragma unroll
           for (int i = 0; i < mma::kA; i += 2) {
+            // Pair (p, p + 1) is bytes (0, 2) or (1, 3) of its word.
             const int p = a_pos(i), byte = step * kE + byte_of_pos(p), sl = mma::a_slot(i);
-            // Pair (p, p + 1) is bytes (0, 2) or (1, 3) of its word: ql's nibbles 2 (p % 4 / 2) + h,
-            // qh's bits 2t, 2t + 1 of the same bytes moved to bits 4, 5 of each 16-bit half.
-            const int nibble = 2 * ((p % 4) / 2) + h, bit = 8 * ((p % 4) / 2) + 2 * t;
-            const uint32_t hw = in.qh[sl][f][byte / 4];
-            const uint32_t high = (bit >= 4 ? hw >> (bit - 4) : hw << (4 - bit)) & 0x00300030u;
-            const uint32_t bits = ((in.ql[sl][c][byte / 4] >> (4 * nibble)) & 0x000f000fu) | high | kBias;
-            int4_tiles::unbias_pair<T>(bits, kBias32, a.x[i], a.x[i + 1]);
+            const uint32_t bits = F::value_bits(in.q[sl], f, t, byte / 4, (p % 4) / 2) | kBias;
+            int4_tiles::unbias_pair<T>(bits, kZeroBias, a.x[i], a.x[i + 1]);
           }
-          mma::FragC q;
+          const mma::FragB<T> bx = x_fragment(xr, lane, step);
+          mma::FragC q, sx;
           mma::fill(q, 0.0f);
-          mma::mma_narrow(q, a, x_fragment(xr, lane, step), q);
+          mma::mma_narrow(q, a, bx, q);
+          if constexpr (F::kMin) {
+            mma::fill(sx, 0.0f);
+            mma::mma_narrow(sx, ones, bx, sx);
+          }
           const int run = 8 * f + 2 * t + step;
 #pragma unroll
           for (int i = 0; i < mma::kNarrowC; ++i) {
             const int sl = mma::c_slot(i);
-            const float scale = byte_to_float(in.scales[sl][run / 4], run % 4) - 128.0f;
-            total.x[i] += d[sl] * scale * q.x[i];
+            total.x[i] += F::scale(in.head[sl], d[sl], run) * q.x[i];
+            if constexpr (F::kMin) total.x[i] -= F::min(in.head[sl], dmin[sl], run) * sx.x[i];
           }
         }
       }
   };
 
-  // Where the rows start 4-aligned (K / 256 even), the even super-blocks' fields are 4-aligned
-  // (their offsets are multiples of 4) and the odd ones' 2 bytes past.
+  // 4-aligned blocks (Q2_K) keep every field 4-aligned; 2-aligned ones (Q6_K, Q3_K) where the
+  // rows start 4-aligned (K / 256 even) in the even super-blocks (offsets multiples of 4), the
+  // odd ones' 2 bytes past.
   const bool even_aligned = (k / F::kElems * F::kBytes) % 4 == 0;
   for (int b = first; b < last; ++b) {
-    LoadedQ6k in;
-    if (even_aligned && b % 2 == 0) load(b, in, std::true_type{});
-    else load(b, in, std::false_type{});
+    LoadedRuns<F> in;
+    if constexpr (F::kBytes % 4 == 0) {
+      load(b, in, std::true_type{});
+    } else {
+      if (even_aligned && b % 2 == 0) load(b, in, std::true_type{});
+      else load(b, in, std::false_type{});
+    }
     multiply(b, in);
   }
 }
@@ -658,8 +731,8 @@ LW_DEVICE_INLINE void legacy_slice(mma::FragC& total, const T* x, const uint8_t*
 template <class F, class T, int V>
 LW_DEVICE_INLINE void format_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
                                    int64_t k, int64_t ldx, int first, int last) {
-  if constexpr (std::is_same_v<F, Q6k>) {
-    q6k_slice<T, V>(total, x, w, row0, rows, n, k, ldx, first, last);
+  if constexpr (F::kElems == kSuperElems && F::kStepHalves) {
+    runs16_slice<F, T, V>(total, x, w, row0, rows, n, k, ldx, first, last);
   } else if constexpr (F::kElems == kSubBlock) {
     legacy_slice<F, T, V>(total, x, w, row0, rows, n, k, ldx, first, last);
   } else {
@@ -757,7 +830,7 @@ int block_warps(int64_t tiles, int64_t k, int multiprocessors) {
 
 void check_kquant(const char* op, BlockFormat format, int64_t m, int64_t n, int64_t k) {
   LW_CHECK(gguf_mma_gemv_serves(format), op << ": no kernel for " << block_format_name(format)
-                                            << " (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K only)");
+                                            << " (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K to Q6_K only)");
   const int64_t elems = block_format_elems(format);
   LW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % elems == 0,
            op << ": [M, N, K] = [" << m << ", " << n << ", " << k << "]: K must be whole blocks of " << elems);
@@ -775,7 +848,7 @@ struct FormatList {
     (void)((format == Fs::kFormat ? (run.template operator()<Fs>(), true) : false) || ...);
   }
 };
-using Formats = FormatList<Q40, Q41, Q50, Q51, Q80, Q4k, Q5k, Q6k>;
+using Formats = FormatList<Q40, Q41, Q50, Q51, Q80, Q2k, Q3k, Q4k, Q5k, Q6k>;
 
 }  // namespace
 
