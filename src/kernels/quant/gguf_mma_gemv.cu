@@ -157,7 +157,7 @@ struct Q6k {
   static constexpr uint32_t kHeadXor = 0x80808080u;  // the int8 scales + 128, read as unsigned bytes
   static constexpr BlockFormat kFormat = BlockFormat::q6_k;
   static constexpr const char* kName = "gguf_mma_gemv_q6_k";
-  LW_DEVICE_INLINE static constexpr int chunk_at(int c) { return 32 * c; }  // ql[0..3], qh[0..1]
+  LW_DEVICE_INLINE static constexpr int chunk_at(int c) { return kChunkBytes * c; }  // ql[0..3], qh[0..1]
   LW_DEVICE_INLINE static uint32_t value_bits(const uint32_t (&q)[kChunks][kRunWords], int f, int t, int w, int j) {
     const int bit = 8 * j + 2 * t;  // qh's bits 2t, 2t + 1 of byte j, moved to bits 4 and 5
     const uint32_t hw = q[4 + f][w];
@@ -179,7 +179,7 @@ struct Q3k {
   static constexpr uint32_t kHeadXor = 0;
   static constexpr BlockFormat kFormat = BlockFormat::q3_k;
   static constexpr const char* kName = "gguf_mma_gemv_q3_k";
-  LW_DEVICE_INLINE static constexpr int chunk_at(int c) { return c < 2 ? 32 + 32 * c : 0; }  // qs[0..1], hmask
+  LW_DEVICE_INLINE static constexpr int chunk_at(int c) { return c < 2 ? kChunkBytes * (c + 1) : 0; }  // qs[0..1], hmask
   LW_DEVICE_INLINE static uint32_t value_bits(const uint32_t (&q)[kChunks][kRunWords], int f, int t, int w, int j) {
     return ((q[f][w] >> (8 * j + 2 * t)) & 0x00030003u) | (((q[2][w] >> (8 * j + 4 * f + t)) & 0x00010001u) << 2);
   }
@@ -202,7 +202,7 @@ struct Q2k {
   static constexpr uint32_t kHeadXor = 0;
   static constexpr BlockFormat kFormat = BlockFormat::q2_k;
   static constexpr const char* kName = "gguf_mma_gemv_q2_k";
-  LW_DEVICE_INLINE static constexpr int chunk_at(int c) { return 16 + 32 * c; }  // lint: not-a-warp
+  LW_DEVICE_INLINE static constexpr int chunk_at(int c) { return 16 + kChunkBytes * c; }
   LW_DEVICE_INLINE static uint32_t value_bits(const uint32_t (&q)[kChunks][kRunWords], int f, int t, int w, int j) {
     return (q[f][w] >> (8 * j + 2 * t)) & 0x00030003u;
   }
