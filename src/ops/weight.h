@@ -146,15 +146,15 @@ bool same_column_order(Context& ctx, const std::vector<Weight>& parts);
 // above it the expansion and the vendor GEMM are faster (H200, docs/PERFORMANCE.md "GGUF block
 // weights"; FP8 takes the crossover of Q8_0, its nearest GGUF kin, until measured itself).
 inline constexpr int64_t kGgufGemvMaxRows = 4;
-// The same for the GEMV on the matrix-fragment layer (kernels/quant/gguf_mma_gemv.h: Q4_0, Q4_1,
-// Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K with f16 and bf16 x where the device has the layer): its passes
-// of 8 rows each read the weights, and the expansion is faster from 32 rows at 4096 x 4096 (Q4_K,
-// H100, docs/PERFORMANCE.md "GGUF Q4_K on matrix fragments"; the other formats take the same
-// crossover).
+// The same for the GEMV on the matrix-fragment layer (kernels/quant/gguf_mma_gemv.h: every
+// GGML block format, with f16 and bf16 x where the device has the layer): its passes of 8 rows
+// each read the weights, and the expansion is faster from 32 rows at 4096 x 4096 (Q4_K, Q3_K;
+// H100, docs/PERFORMANCE.md "GGUF Q4_K on matrix fragments", "GGUF Q8_0, Q3_K and Q2_K"; Q2_K
+// still faster at 32, the other formats take the same crossover).
 inline constexpr int64_t kGgufMmaGemvMaxRows = 24;
-// Q4_0, Q5_0 and Q8_0 there (blocks 2-aligned only, half their fields read 2 bytes at a time): up to 16
-// rows (Q4_0 with 2-byte loads at 24 rows 23% slower than the expansion at 4096 x 4096 and 3% at
-// 14336 x 4096, faster at 16; H100).
+// Q4_0, Q5_0 and Q8_0 there (blocks 2-aligned only, half their fields read 2 bytes at a time): up
+// to 16 rows (at 24 rows Q4_0 with 2-byte loads 23% slower than the expansion at 4096 x 4096 and
+// 3% at 14336 x 4096, Q8_0 21% and 2%; faster at 16; H100).
 inline constexpr int64_t kGgufMmaGemvMaxRowsNarrowLoads = 16;
 
 // An automatic linear over int4 weights of at most this many rows runs the fused kernel (one

@@ -287,9 +287,9 @@ TEST(GgufLinear, MixedFormatsStackedByRowsKeepTheirBlocks) {
     for (DType dt : {DType::f32, DType::bf16}) {
       int64_t most_rows = ops::kGgufMmaGemvMaxRows;
       for (const auto& [type, rows] : stack)
-        most_rows = std::min(most_rows, dt == DType::f32                 ? ops::kGgufGemvMaxRows
+        most_rows = std::min(most_rows, dt == DType::f32                   ? ops::kGgufGemvMaxRows
                                         : type == weights::FileDType::q8_0 ? ops::kGgufMmaGemvMaxRowsNarrowLoads
-                                                                         : ops::kGgufMmaGemvMaxRows);
+                                                                           : ops::kGgufMmaGemvMaxRows);
       for (const auto& [m, path] : {std::pair{int64_t{1}, ops::GemmPath::automatic},
                                     {int64_t{5}, ops::GemmPath::automatic},
                                     {int64_t{20}, ops::GemmPath::automatic},

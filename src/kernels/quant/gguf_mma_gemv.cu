@@ -179,7 +179,8 @@ struct Q3k {
   static constexpr uint32_t kHeadXor = 0;
   static constexpr BlockFormat kFormat = BlockFormat::q3_k;
   static constexpr const char* kName = "gguf_mma_gemv_q3_k";
-  LW_DEVICE_INLINE static constexpr int chunk_at(int c) { return c < 2 ? kChunkBytes * (c + 1) : 0; }  // qs[0..1], hmask
+  // qs[0..1], hmask
+  LW_DEVICE_INLINE static constexpr int chunk_at(int c) { return c < 2 ? kChunkBytes * (c + 1) : 0; }
   LW_DEVICE_INLINE static uint32_t value_bits(const uint32_t (&q)[kChunks][kRunWords], int f, int t, int w, int j) {
     return ((q[f][w] >> (8 * j + 2 * t)) & 0x00030003u) | (((q[2][w] >> (8 * j + 4 * f + t)) & 0x00010001u) << 2);
   }
@@ -602,9 +603,9 @@ struct LoadedLegacy {
 
 // Four bytes of the field `offset` bytes into block g of a group of G: one load where it is
 // 4-aligned, else two. Q4_1's 20- and Q5_1's 24-byte blocks in a 16-aligned matrix keep every
-// 4-byte field 4-aligned; Q4_0's 18-, Q5_0's 22- and Q8_0's 34-byte blocks do where the rows start 4-aligned
-// and the group at an even block (`even`): block g's fields by g's parity (Q4_0's qs every other
-// block), fewer load instructions, by which the kernel is bound.
+// 4-byte field 4-aligned; Q4_0's 18-, Q5_0's 22- and Q8_0's 34-byte blocks do where the rows
+// start 4-aligned and the group at an even block (`even`): block g's fields by g's parity (Q4_0's
+// qs every other block), fewer load instructions, by which the kernel is bound.
 template <class F, bool Even>
 LW_DEVICE_INLINE uint32_t load_field(const uint8_t* p, int g, int offset) {
   if (F::kBytes % 4 == 0 || (Even && (g * F::kBytes + offset) % 4 == 0)) return load_u32<true>(p);
