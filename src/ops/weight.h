@@ -177,9 +177,9 @@ Tensor expand(Context& ctx, const Weight& w, DType dtype);
 //                     forced path, or deterministic mode: the weights expanded to x's dtype (a
 //                     temporary [N, K]) and the dense linear. Weights are the expansion's values
 //                     (rounded to x's dtype) on every path, except with f16 or bf16 x where the
-//                     device has the matrix-fragment layer, for every format but Q2_K and Q3_K:
-//                     up to kGgufMmaGemvMaxRows rows (kGgufMmaGemvMaxRowsNarrowLoads for
-//                     Q4_0, Q5_0 and Q8_0; and on the forced gemv path)
+//                     device has the matrix-fragment layer, for every format: up to
+//                     kGgufMmaGemvMaxRows rows (kGgufMmaGemvMaxRowsNarrowLoads for Q4_0, Q5_0
+//                     and Q8_0; and on the forced gemv path)
 //                     kernels::gguf_mma_gemv, which scales each sub-block's sums in fp32 and so
 //                     uses gguf's values unrounded;
 //   gguf_mixed        each part as its format would run alone, into its columns of out: the

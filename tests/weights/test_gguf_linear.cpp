@@ -209,7 +209,8 @@ TEST(GgufLinear, GroupedExpertsReadTheOffsetsOnTheDevice) {
   const std::vector<int32_t> offsets = {0, 3, 3, 4, 13, 18};  // at most 4 rows per expert on average
   const int64_t t = offsets.back(), e = static_cast<int64_t>(offsets.size()) - 1;
   for (weights::FileDType type : {weights::FileDType::q4_k, weights::FileDType::q5_k, weights::FileDType::q6_k,
-                                  weights::FileDType::q5_1, weights::FileDType::q8_0, weights::FileDType::q2_k}) {
+                                  weights::FileDType::q5_1, weights::FileDType::q8_0, weights::FileDType::q2_k,
+                                  weights::FileDType::q3_k}) {
     SCOPED_TRACE(weights::file_dtype_name(type));
     const kernels::BlockFormat block = *weights::block_format(type);
     std::vector<ops::Weight> each;
@@ -259,7 +260,8 @@ TEST(GgufLinear, MixedFormatsStackedByRowsKeepTheirBlocks) {
   const int64_t k = 512;
   const std::vector<std::vector<std::pair<weights::FileDType, int64_t>>> stacks = {
       {{weights::FileDType::q4_k, 32}, {weights::FileDType::q4_k, 16}, {weights::FileDType::q6_k, 16}},
-      {{weights::FileDType::q6_k, 13}, {weights::FileDType::q8_0, 8}}};
+      {{weights::FileDType::q6_k, 13}, {weights::FileDType::q8_0, 8}},
+      {{weights::FileDType::q3_k, 16}, {weights::FileDType::q2_k, 9}, {weights::FileDType::q3_k, 5}}};
   for (const auto& stack : stacks) {
     std::vector<ops::Weight> parts;
     size_t bytes = 0;

@@ -3,8 +3,8 @@
 // is decoded in registers (kernels/quant/gguf_blocks.h), rounded to T as the expansion at load
 // rounds it, and multiplied in fp32: the result is the dense GEMM over the expanded weights up to
 // the order of summation. Weights are read once per 8 rows of x, so the kernel serves decode
-// batches; larger M expands the weights and runs a dense GEMM (ops::linear). Every format but
-// Q2_K and Q3_K has, with f16 or bf16 x, a faster twin on the matrix-fragment layer
+// batches; larger M expands the weights and runs a dense GEMM (ops::linear). Every format has,
+// with f16 or bf16 x, a faster twin on the matrix-fragment layer
 // (kernels/quant/gguf_mma_gemv.h), tested against the same reference.
 #pragma once
 #include <cstdint>

@@ -254,9 +254,10 @@ struct Q80 {
 
 // Where a lane's piece of a sub-block's multiply step `step` begins in its x (and, for the
 // K-quants, in a 32-byte chunk of values): for Q4_K, Q5_K and Q8_0 one run of 2E bytes a rank
-// holds both steps' pieces; where step s is elements [16 s, 16 s + 16) (kStepHalves: Q6_K, whose scales cover
-// 16 elements, so that each multiply takes one scale, and the 32-element formats, whose steps
-// are the low and high nibbles of 16 bytes), a piece of E at 16 s + E rank. The pieces of a
+// holds both steps' pieces; where step s is elements [16 s, 16 s + 16) (kStepHalves: Q6_K, Q3_K
+// and Q2_K, whose scales cover 16 elements, so that each multiply takes one scale, and the 4- and
+// 5-bit 32-element formats, whose steps are the low and high nibbles of 16 bytes), a piece of E
+// at 16 s + E rank. The pieces of a
 // lane's two steps are kStepStride<F> apart.
 template <class F>
 LW_DEVICE_INLINE constexpr int piece_at(int rank, int step) {
@@ -458,7 +459,8 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
   }
 }
 
-// Four bytes at p, 2-aligned (Q6_K's fields), from two 2-byte loads.
+// Four bytes at p, 2-aligned (the fields of Q6_K's, Q3_K's, Q4_0's, Q5_0's and Q8_0's blocks where
+// they are not 4-aligned), from two 2-byte loads.
 LW_DEVICE_INLINE uint32_t load_u32_2aligned(const uint8_t* p) {
   const auto* h = reinterpret_cast<const uint16_t*>(p);
 #if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__)
