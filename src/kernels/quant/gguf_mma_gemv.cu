@@ -137,6 +137,16 @@ LW_DEVICE_INLINE float byte_to_float(uint32_t word, int j) {
   return __builtin_bit_cast(float, bits) - 8388608.0f;
 }
 
+// Word i of a lane's words, i known at compile time or not (selects: no indexed registers,
+// which would go to local memory).
+template <int N>
+LW_DEVICE_INLINE uint32_t word_at(const uint32_t (&words)[N], int i) {
+  uint32_t v = words[0];
+#pragma unroll
+  for (int j = 1; j < N; ++j) v = i == j ? words[j] : v;
+  return v;
+}
+
 // ---- Q6_K, Q3_K and Q2_K: a scale per 16 elements ----
 // A super-block's 256 elements are two halves of four quarters of 32: element l (0..31) of quarter
 // t of half f is element 128 f + 32 t + l, its bits fields of byte l of one 32-byte chunk of each
@@ -165,7 +175,7 @@ struct Q6k {
            ((bit >= 4 ? hw >> (bit - 4) : hw << (4 - bit)) & 0x00300030u);
   }
   LW_DEVICE_INLINE static float scale(const uint32_t (&head)[kHeadWords], float d, int run) {
-    return d * (byte_to_float(head[run / 4], run % 4) - 128.0f);
+    return d * (byte_to_float(word_at(head, run / 4), run % 4) - 128.0f);
   }
 };
 
@@ -185,9 +195,9 @@ struct Q3k {
     return ((q[f][w] >> (8 * j + 2 * t)) & 0x00030003u) | (((q[2][w] >> (8 * j + 4 * f + t)) & 0x00010001u) << 2);
   }
   // Scale `run`: the low four bits nibble run / 8 of byte run % 8, the high two bits 2 (run / 4)
-  // of byte 8 + run % 4 (run is a constant where unrolled: shifts of known words).
+  // of byte 8 + run % 4 (where run is a constant, shifts of known words).
   LW_DEVICE_INLINE static float scale(const uint32_t (&head)[kHeadWords], float d, int run) {
-    auto byte = [&](int i) { return static_cast<int>((head[i / 4] >> (8 * (i % 4))) & 0xffu); };
+    auto byte = [&](int i) { return static_cast<int>((word_at(head, i / 4) >> (8 * (i % 4))) & 0xffu); };
     const int low = (byte(run % 8) >> (4 * (run / 8))) & 0x0f, high = (byte(8 + run % 4) >> (2 * (run / 4))) & 3;
     return d * static_cast<float>((low | (high << 4)) - 32);  // lint: not-a-warp
   }
@@ -208,10 +218,10 @@ struct Q2k {
     return (q[f][w] >> (8 * j + 2 * t)) & 0x00030003u;
   }
   LW_DEVICE_INLINE static float scale(const uint32_t (&head)[kHeadWords], float d, int run) {
-    return d * byte_to_float(head[run / 4] & 0x0f0f0f0fu, run % 4);
+    return d * byte_to_float(word_at(head, run / 4) & 0x0f0f0f0fu, run % 4);
   }
   LW_DEVICE_INLINE static float min(const uint32_t (&head)[kHeadWords], float dmin, int run) {
-    return dmin * byte_to_float((head[run / 4] >> 4) & 0x0f0f0f0fu, run % 4);
+    return dmin * byte_to_float((word_at(head, run / 4) >> 4) & 0x0f0f0f0fu, run % 4);
   }
 };
 
@@ -295,11 +305,12 @@ struct SubBlockScales {
       mn[sl][1] = ((h3 >> 4) & 0x0f0f0f0fu) | ((h2 >> 2) & 0x30303030u);
     }
   }
+  // `sub` known at compile time or not (the word chosen by a select: no indexed registers).
   LW_DEVICE_INLINE float d1(int sl, int sub) const {
-    return d[sl] * byte_to_float(sc[sl][sub / 4], sub % 4);
+    return d[sl] * byte_to_float(sub < 4 ? sc[sl][0] : sc[sl][1], sub % 4);
   }
   LW_DEVICE_INLINE float m1(int sl, int sub) const {
-    return dmin[sl] * byte_to_float(mn[sl][sub / 4], sub % 4);
+    return dmin[sl] * byte_to_float(sub < 4 ? mn[sl][0] : mn[sl][1], sub % 4);
   }
 };
 
@@ -362,9 +373,24 @@ struct LaneRows {
   }
 };
 
+// b where keep is all ones, zeros where it is 0 (a mask of its 32-bit words).
+template <class T>
+LW_DEVICE_INLINE mma::FragB<T> masked(const mma::FragB<T>& b, uint32_t keep) {
+  static_assert(sizeof(b.x) % 4 == 0, "B's elements fill whole 32-bit words");
+  uint32_t words[sizeof(b.x) / 4];
+  __builtin_memcpy(words, b.x, sizeof(words));
+#pragma unroll
+  for (uint32_t& v : words) v &= keep;
+  mma::FragB<T> r;
+  __builtin_memcpy(r.x, words, sizeof(words));
+  return r;
+}
+
 // The sums of one row tile (16 rows of W from row0) over super-blocks [first, last) of its
 // rows, for `rows` rows of x (<= kPassRows) from x: the warp's C fragment, summed over its slice.
-template <class F, class T, int V>
+// OneRow (rows == 1, Q4_K and Q5_K): C's columns are the super-blocks' sub-blocks instead of x's
+// rows (kquant_finish<T, true> adds them).
+template <class F, class T, int V, bool OneRow>
 LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
                                    int64_t k, int64_t ldx, int first, int last) {
   const int lane = gpu::lane_id();
@@ -407,6 +433,29 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
   for (int i = 0; i < mma::kA; ++i) ones.x[i] = gpu::from_float<T>(1.0f);
   constexpr uint32_t kBias = int4_tiles::kMagic<T> * 0x10001u;  // the magic, no zero point
 
+  // A of sub-block 2c + h's multiply step `step`.
+  auto decode_step = [&](const Loaded<F>& in, int c, int h, int step) {
+    mma::FragA<T> a;
+    const int sub = 2 * c + h;
+#pragma unroll
+    for (int i = 0; i < mma::kA; i += 2) {
+      const int p = a_pos(i), byte = step * kE + byte_of_pos(p), sl = mma::a_slot(i);
+      // Pair (p, p + 1) is bytes (0, 2) or (1, 3) of its word: nibbles 2 (p % 4 / 2) + h.
+      const int nibble = 2 * ((p % 4) / 2) + h;
+      if constexpr (F::kFifthBit) {
+        // Bit `sub` of the same bytes of qh, moved to bit 4 of each 16-bit half.
+        const int bit = 8 * ((p % 4) / 2) + sub;
+        const uint32_t hw = in.qh[sl][byte / 4];
+        const uint32_t fifth = (bit >= 4 ? hw >> (bit - 4) : hw << (4 - bit)) & 0x00100010u;
+        const uint32_t bits = ((in.qs[sl][c][byte / 4] >> (4 * nibble)) & 0x000f000fu) | fifth | kBias;
+        int4_tiles::unbias_pair<T>(bits, kBias, a.x[i], a.x[i + 1]);
+      } else {
+        int4_tiles::decode_pair<T>(in.qs[sl][c][byte / 4], nibble, kBias, a.x[i], a.x[i + 1]);
+      }
+    }
+    return a;
+  };
+
   auto multiply = [&](int b, const Loaded<F>& in) {
     const SubBlockScales s(in);
 #pragma unroll
@@ -421,23 +470,7 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
         mma::fill(sx, 0.0f);
 #pragma unroll
         for (int step = 0; step < 2; ++step) {
-          mma::FragA<T> a;
-#pragma unroll
-          for (int i = 0; i < mma::kA; i += 2) {
-            const int p = a_pos(i), byte = step * kE + byte_of_pos(p), sl = mma::a_slot(i);
-            // Pair (p, p + 1) is bytes (0, 2) or (1, 3) of its word: nibbles 2 (p % 4 / 2) + h.
-            const int nibble = 2 * ((p % 4) / 2) + h;
-            if constexpr (F::kFifthBit) {
-              // Bit `sub` of the same bytes of qh, moved to bit 4 of each 16-bit half.
-              const int bit = 8 * ((p % 4) / 2) + sub;
-              const uint32_t hw = in.qh[sl][byte / 4];
-              const uint32_t fifth = (bit >= 4 ? hw >> (bit - 4) : hw << (4 - bit)) & 0x00100010u;
-              const uint32_t bits = ((in.qs[sl][c][byte / 4] >> (4 * nibble)) & 0x000f000fu) | fifth | kBias;
-              int4_tiles::unbias_pair<T>(bits, kBias, a.x[i], a.x[i + 1]);
-            } else {
-              int4_tiles::decode_pair<T>(in.qs[sl][c][byte / 4], nibble, kBias, a.x[i], a.x[i + 1]);
-            }
-          }
+          const mma::FragA<T> a = decode_step(in, c, h, step);
           const mma::FragB<T> bx = x_fragment(xr, lane, step);
           mma::mma_narrow(q, a, bx, q);
           mma::mma_narrow(sx, ones, bx, sx);
@@ -450,12 +483,49 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
       }
   };
 
+  // One row of x: C's columns are the super-block's sub-blocks. The lanes of B's column j hold
+  // sub-block j's x (loaded once a super-block); sub-block j's multiplies take B with the other
+  // columns' lanes zeroed, so that column j sums sub-block j alone, and C is scaled once a
+  // super-block (each lane its elements' sub-blocks) instead of once a sub-block, by every
+  // lane for column 0's sake. kquant_finish adds the columns.
+  const int col = mma::b_col(lane, 0);  // the lane's sub-block (one column per lane: slots_agree)
+  const T* x_col = x + piece_at<F>(lane_rank(lane), 0) + col * kSubBlock;
+  auto multiply_columns = [&](int b, const Loaded<F>& in) {
+    T xr[kRunElems];
+    load_x_run<T, V, kStepStride<F>>(xr, x_col + static_cast<int64_t>(b) * kSuperElems, col < 2 * kChunks);
+    const mma::FragB<T> bx[2] = {x_fragment(xr, lane, 0), x_fragment(xr, lane, 1)};
+    mma::FragC q, sx;
+    mma::fill(q, 0.0f);
+    mma::fill(sx, 0.0f);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // the low nibbles (sub-block 2c), then the high (2c + 1)
+        const int sub = 2 * c + h;
+        const uint32_t keep = col == sub ? ~0u : 0u;
+#pragma unroll
+        for (int step = 0; step < 2; ++step) {
+          const mma::FragA<T> a = decode_step(in, c, h, step);
+          const mma::FragB<T> bs = masked(bx[step], keep);
+          mma::mma_narrow(q, a, bs, q);
+          mma::mma_narrow(sx, ones, bs, sx);
+        }
+      }
+    const SubBlockScales s(in);
+#pragma unroll
+    for (int i = 0; i < mma::kNarrowC; ++i) {
+      const int sl = mma::c_slot(i), sub = mma::c_col(lane, i);
+      if (sub < 2 * kChunks) total.x[i] += s.d1(sl, sub) * q.x[i] - s.m1(sl, sub) * sx.x[i];
+    }
+  };
+
   // One super-block at a time: a second in flight (48 more registers) measured 3% slower in
   // the engine (docs/PERFORMANCE.md); the warps of the multiprocessor keep the loads coming.
   for (int b = first; b < last; ++b) {
     Loaded<F> in;
     load(b, in);
-    multiply(b, in);
+    if constexpr (OneRow) multiply_columns(b, in);
+    else multiply(b, in);
   }
 }
 
@@ -494,7 +564,7 @@ struct LoadedRuns {
 
 // kquant_slice for Q6_K, Q3_K and Q2_K: a multiply per 16 elements (one scale each), and for Q2_K
 // one with an A of ones for its minimum.
-template <class F, class T, int V>
+template <class F, class T, int V, bool OneRow>
 LW_DEVICE_INLINE void runs16_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
                                    int64_t k, int64_t ldx, int first, int last) {
   constexpr int kPieceWords = kE / 4;
@@ -532,6 +602,68 @@ LW_DEVICE_INLINE void runs16_slice(mma::FragC& total, const T* x, const uint8_t*
   constexpr uint32_t kBias = int4_tiles::kMagic<T> * 0x10001u;
   constexpr uint32_t kZeroBias = (int4_tiles::kMagic<T> + F::kZero) * 0x10001u;
 
+  // A of run 8 f + 2 t + step.
+  auto decode_run = [&](const LoadedRuns<F>& in, int f, int t, int step) {
+    mma::FragA<T> a;
+#pragma unroll
+    for (int i = 0; i < mma::kA; i += 2) {
+      // Pair (p, p + 1) is bytes (0, 2) or (1, 3) of its word.
+      const int p = a_pos(i), byte = step * kE + byte_of_pos(p), sl = mma::a_slot(i);
+      const uint32_t bits = F::value_bits(in.q[sl], f, t, byte / 4, (p % 4) / 2) | kBias;
+      int4_tiles::unbias_pair<T>(bits, kZeroBias, a.x[i], a.x[i + 1]);
+    }
+    return a;
+  };
+
+  // One row of x (kquant_slice's OneRow): C's column j takes run 8 f + j of each half f of the
+  // super-block (its lanes' B that run's x, the other lanes' zero), scaled once a half.
+  const int col = mma::b_col(lane, 0);
+  const T* x_col = x + piece_at<F>(lane_rank(lane), 0) + col * 16;  // lint: not-a-warp (a run's elements)
+  auto multiply_columns = [&](int b, const LoadedRuns<F>& in) {
+    float d[mma::kRowSlots], dmin[mma::kRowSlots];
+#pragma unroll
+    for (int sl = 0; sl < mma::kRowSlots; ++sl) {
+      d[sl] = gguf::fp16_bits_to_float(in.d[sl]);
+      dmin[sl] = F::kMin ? gguf::fp16_bits_to_float(in.d[sl] >> 16) : 0.0f;
+    }
+#pragma unroll
+    for (int f = 0; f < 2; ++f) {
+      // The lane's piece of its run (E elements), as step 0 of a run of x.
+      T xr[kRunElems];
+      constexpr int W = V < kE ? V : kE;
+#pragma unroll
+      for (int e = 0; e < kRunElems; e += W) {
+        gpu::Vec<T, W> v;
+        if (e < kE && col < mma::kNarrowCols)
+          v = gpu::load_vec<W>(x_col + static_cast<int64_t>(b) * kSuperElems + 128 * f + e);
+        else
+#pragma unroll
+          for (int u = 0; u < W; ++u) v.v[u] = gpu::from_float<T>(0.0f);
+#pragma unroll
+        for (int u = 0; u < W; ++u) xr[e + u] = v.v[u];
+      }
+      const mma::FragB<T> bx = x_fragment(xr, lane, 0);
+      mma::FragC q, sx;
+      mma::fill(q, 0.0f);
+      if constexpr (F::kMin) mma::fill(sx, 0.0f);
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+#pragma unroll
+        for (int step = 0; step < 2; ++step) {
+          const mma::FragB<T> bs = masked(bx, col == 2 * t + step ? ~0u : 0u);
+          mma::mma_narrow(q, decode_run(in, f, t, step), bs, q);
+          if constexpr (F::kMin) mma::mma_narrow(sx, ones, bs, sx);
+        }
+#pragma unroll
+      for (int i = 0; i < mma::kNarrowC; ++i) {
+        const int sl = mma::c_slot(i), j = mma::c_col(lane, i);
+        if (j >= mma::kNarrowCols) continue;
+        total.x[i] += F::scale(in.head[sl], d[sl], 8 * f + j) * q.x[i];
+        if constexpr (F::kMin) total.x[i] -= F::min(in.head[sl], dmin[sl], 8 * f + j) * sx.x[i];
+      }
+    }
+  };
+
   auto multiply = [&](int b, const LoadedRuns<F>& in) {
     float d[mma::kRowSlots], dmin[mma::kRowSlots];
 #pragma unroll
@@ -548,14 +680,7 @@ LW_DEVICE_INLINE void runs16_slice(mma::FragC& total, const T* x, const uint8_t*
                                          at.has_x);
 #pragma unroll
         for (int step = 0; step < 2; ++step) {
-          mma::FragA<T> a;
-#pragma unroll
-          for (int i = 0; i < mma::kA; i += 2) {
-            // Pair (p, p + 1) is bytes (0, 2) or (1, 3) of its word.
-            const int p = a_pos(i), byte = step * kE + byte_of_pos(p), sl = mma::a_slot(i);
-            const uint32_t bits = F::value_bits(in.q[sl], f, t, byte / 4, (p % 4) / 2) | kBias;
-            int4_tiles::unbias_pair<T>(bits, kZeroBias, a.x[i], a.x[i + 1]);
-          }
+          const mma::FragA<T> a = decode_run(in, f, t, step);
           const mma::FragB<T> bx = x_fragment(xr, lane, step);
           mma::FragC q, sx;
           mma::fill(q, 0.0f);
@@ -587,7 +712,8 @@ LW_DEVICE_INLINE void runs16_slice(mma::FragC& total, const T* x, const uint8_t*
       if (even_aligned && b % 2 == 0) load(b, in, std::true_type{});
       else load(b, in, std::false_type{});
     }
-    multiply(b, in);
+    if constexpr (OneRow) multiply_columns(b, in);
+    else multiply(b, in);
   }
 }
 
@@ -596,6 +722,10 @@ LW_DEVICE_INLINE void runs16_slice(mma::FragC& total, const T* x, const uint8_t*
 // and m of each of its C rows (d | m << 16).
 template <class F>
 constexpr int kQsWords = F::kEightBit ? kRunWords : kE / 4;
+// Blocks loaded at a time (a K-quant super-block's elements); one row of x takes them as C's
+// columns (legacy_columns).
+constexpr int kLegacyGroup = 8;
+static_assert(kLegacyGroup == mma::kNarrowCols, "a group's blocks are the narrow multiply's columns");
 template <class F, int G>
 struct LoadedLegacy {
   uint32_t qs[G][mma::kARowSlots][kQsWords<F>];
@@ -614,7 +744,7 @@ LW_DEVICE_INLINE uint32_t load_field(const uint8_t* p, int g, int offset) {
   return load_u32<false>(p);
 }
 
-template <class F, bool Even, int G, class T>
+template <class F, bool Even, int G, class T, bool Heads = true>
 LW_DEVICE_INLINE void legacy_load(LoadedLegacy<F, G>& to, const LaneRows<F, T>& at, int rank, int b) {
 #pragma unroll
   for (int g = 0; g < G; ++g) {
@@ -628,7 +758,7 @@ LW_DEVICE_INLINE void legacy_load(LoadedLegacy<F, G>& to, const LaneRows<F, T>& 
         to.qh[g][sl] = load_field<F, Even>(block - kE * rank + F::kQh, g, F::kQh) >> (kE * rank);
     }
 #pragma unroll
-    for (int sl = 0; sl < mma::kRowSlots; ++sl) {
+    for (int sl = 0; sl < mma::kRowSlots && Heads; ++sl) {
       const uint8_t* block = at.c[sl] + at_block;
       to.head[g][sl] = F::kMin ? load_field<F, Even>(block, g, 0) : *reinterpret_cast<const uint16_t*>(block);
     }
@@ -650,11 +780,35 @@ LW_DEVICE_INLINE void int8_pair(uint32_t word, int j, T& lo, T& hi) {
   }
 }
 
+// A of block g's multiply step `step`.
+template <class F, int G, class T>
+LW_DEVICE_INLINE mma::FragA<T> legacy_step(const LoadedLegacy<F, G>& in, int g, int step) {
+  constexpr uint32_t kBias = int4_tiles::kMagic<T> * 0x10001u;
+  constexpr uint32_t kZeroBias = (int4_tiles::kMagic<T> + F::kZero) * 0x10001u;
+  mma::FragA<T> a;
+#pragma unroll
+  for (int i = 0; i < mma::kA; i += 2) {
+    // Pair (p, p + 1) is bytes (0, 2) or (1, 3) of its word: Q8_0's word of the step in the
+    // lane's run, else nibbles 2 (p % 4 / 2) + step of its piece, their fifth bits bits pos
+    // and pos + 2 of the lane's qh, moved to bits 4 and 20.
+    const int p = a_pos(i), byte = byte_of_pos(p), sl = mma::a_slot(i);
+    if constexpr (F::kEightBit) {
+      int8_pair<T>(in.qs[g][sl][step * (kE / 4) + byte / 4], (p % 4) / 2, a.x[i], a.x[i + 1]);
+    } else {
+      uint32_t bits = (in.qs[g][sl][byte / 4] >> (4 * (2 * ((p % 4) / 2) + step))) & 0x000f000fu;
+      if constexpr (F::kFifthBit) {
+        const uint32_t h = in.qh[g][sl] >> (16 * step + byte);  // lint: not-a-warp (a step's elements)
+        bits |= ((h << 4) & 0x10u) | ((h << 18) & 0x100000u);
+      }
+      int4_tiles::unbias_pair<T>(bits | kBias, kZeroBias, a.x[i], a.x[i + 1]);
+    }
+  }
+  return a;
+}
+
 template <class F, int G, class T, int V>
 LW_DEVICE_INLINE void legacy_multiply(mma::FragC& total, const LoadedLegacy<F, G>& in, const LaneRows<F, T>& at,
                                       const mma::FragA<T>& ones, int lane, int b) {
-  constexpr uint32_t kBias = int4_tiles::kMagic<T> * 0x10001u;
-  constexpr uint32_t kZeroBias = (int4_tiles::kMagic<T> + F::kZero) * 0x10001u;
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     T xr[kRunElems];
@@ -664,24 +818,7 @@ LW_DEVICE_INLINE void legacy_multiply(mma::FragC& total, const LoadedLegacy<F, G
     if constexpr (F::kMin) mma::fill(sx, 0.0f);
 #pragma unroll
     for (int step = 0; step < 2; ++step) {
-      mma::FragA<T> a;
-#pragma unroll
-      for (int i = 0; i < mma::kA; i += 2) {
-        // Pair (p, p + 1) is bytes (0, 2) or (1, 3) of its word: Q8_0's word of the step in the
-        // lane's run, else nibbles 2 (p % 4 / 2) + step of its piece, their fifth bits bits pos
-        // and pos + 2 of the lane's qh, moved to bits 4 and 20.
-        const int p = a_pos(i), byte = byte_of_pos(p), sl = mma::a_slot(i);
-        if constexpr (F::kEightBit) {
-          int8_pair<T>(in.qs[g][sl][step * (kE / 4) + byte / 4], (p % 4) / 2, a.x[i], a.x[i + 1]);
-        } else {
-          uint32_t bits = (in.qs[g][sl][byte / 4] >> (4 * (2 * ((p % 4) / 2) + step))) & 0x000f000fu;
-          if constexpr (F::kFifthBit) {
-            const uint32_t h = in.qh[g][sl] >> (16 * step + byte);  // lint: not-a-warp (a step's elements)
-            bits |= ((h << 4) & 0x10u) | ((h << 18) & 0x100000u);
-          }
-          int4_tiles::unbias_pair<T>(bits | kBias, kZeroBias, a.x[i], a.x[i + 1]);
-        }
-      }
+      const mma::FragA<T> a = legacy_step<F, G, T>(in, g, step);
       const mma::FragB<T> bx = x_fragment(xr, lane, step);
       mma::mma_narrow(q, a, bx, q);
       if constexpr (F::kMin) mma::mma_narrow(sx, ones, bx, sx);
@@ -695,11 +832,50 @@ LW_DEVICE_INLINE void legacy_multiply(mma::FragC& total, const LoadedLegacy<F, G
   }
 }
 
+// One row of x (kquant_slice's OneRow) over a group of kLegacyGroup blocks from b: C's column j
+// takes block b + j (its lanes' B that block's x, the other lanes' zero), scaled once a group,
+// each lane loading d (and m) of its C elements' blocks only.
+template <class F, class T, int V>
+LW_DEVICE_INLINE void legacy_columns(mma::FragC& total, const LoadedLegacy<F, kLegacyGroup>& in,
+                                     const LaneRows<F, T>& at, const T* x_col, const mma::FragA<T>& ones, int lane,
+                                     int b) {
+  constexpr int G = kLegacyGroup;
+  const int col = mma::b_col(lane, 0);
+  float d[mma::kNarrowC], m[mma::kNarrowC];
+#pragma unroll
+  for (int i = 0; i < mma::kNarrowC; ++i) {
+    const int j = mma::c_col(lane, i) < G ? mma::c_col(lane, i) : 0;
+    const uint8_t* block = at.c[mma::c_slot(i)] + static_cast<int64_t>(b + j) * F::kBytes;
+    const uint32_t head = F::kMin ? load_u32<true>(block) : *reinterpret_cast<const uint16_t*>(block);
+    d[i] = gguf::fp16_bits_to_float(head);
+    m[i] = F::kMin ? gguf::fp16_bits_to_float(head >> 16) : 0.0f;
+  }
+  T xr[kRunElems];
+  load_x_run<T, V, kStepStride<F>>(xr, x_col + static_cast<int64_t>(b) * F::kElems, col < G);
+  const mma::FragB<T> bx[2] = {x_fragment(xr, lane, 0), x_fragment(xr, lane, 1)};
+  mma::FragC q, sx;
+  mma::fill(q, 0.0f);
+  if constexpr (F::kMin) mma::fill(sx, 0.0f);
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int step = 0; step < 2; ++step) {
+      const mma::FragB<T> bs = masked(bx[step], col == g ? ~0u : 0u);
+      mma::mma_narrow(q, legacy_step<F, G, T>(in, g, step), bs, q);
+      if constexpr (F::kMin) mma::mma_narrow(sx, ones, bs, sx);
+    }
+#pragma unroll
+  for (int i = 0; i < mma::kNarrowC; ++i) {
+    if (mma::c_col(lane, i) >= G) continue;
+    total.x[i] += d[i] * q.x[i];
+    if constexpr (F::kMin) total.x[i] += m[i] * sx.x[i];
+  }
+}
+
 // kquant_slice for the 32-element formats: kLegacyGroup blocks loaded at a time (a K-quant
 // super-block's elements), then the rest one by one.
-constexpr int kLegacyGroup = 8;
 static_assert(kLegacyGroup * kSubBlock == kSuperElems, "a group of blocks holds a super-block's elements");
-template <class F, class T, int V>
+template <class F, class T, int V, bool OneRow>
 LW_DEVICE_INLINE void legacy_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
                                    int64_t k, int64_t ldx, int first, int last) {
   const int lane = gpu::lane_id(), rank = lane_rank(lane);
@@ -717,11 +893,13 @@ LW_DEVICE_INLINE void legacy_slice(mma::FragC& total, const T* x, const uint8_t*
     legacy_multiply<F, 1, T, V>(total, in, at, ones, lane, b);
     ++b;
   }
+  const T* x_col = x + piece_at<F>(rank, 0) + mma::b_col(lane, 0) * kSubBlock;  // OneRow: the lane's block's x
   for (; b + kLegacyGroup <= last; b += kLegacyGroup) {
     LoadedLegacy<F, kLegacyGroup> in;
-    if (even) legacy_load<F, true>(in, at, rank, b);
-    else legacy_load<F, false>(in, at, rank, b);
-    legacy_multiply<F, kLegacyGroup, T, V>(total, in, at, ones, lane, b);
+    if (even) legacy_load<F, true, kLegacyGroup, T, !OneRow>(in, at, rank, b);
+    else legacy_load<F, false, kLegacyGroup, T, !OneRow>(in, at, rank, b);
+    if constexpr (OneRow) legacy_columns<F, T, V>(total, in, at, x_col, ones, lane, b);
+    else legacy_multiply<F, kLegacyGroup, T, V>(total, in, at, ones, lane, b);
   }
   for (; b < last; ++b) {
     LoadedLegacy<F, 1> in;
@@ -731,24 +909,27 @@ LW_DEVICE_INLINE void legacy_slice(mma::FragC& total, const T* x, const uint8_t*
 }
 
 // The slice of the format's kernel.
-template <class F, class T, int V>
+template <class F, class T, int V, bool OneRow>
 LW_DEVICE_INLINE void format_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
                                    int64_t k, int64_t ldx, int first, int last) {
+
   if constexpr (F::kElems == kSuperElems && F::kStepHalves) {
-    runs16_slice<F, T, V>(total, x, w, row0, rows, n, k, ldx, first, last);
+    runs16_slice<F, T, V, OneRow>(total, x, w, row0, rows, n, k, ldx, first, last);
   } else if constexpr (F::kElems == kSubBlock) {
-    legacy_slice<F, T, V>(total, x, w, row0, rows, n, k, ldx, first, last);
+    legacy_slice<F, T, V, OneRow>(total, x, w, row0, rows, n, k, ldx, first, last);
   } else {
-    kquant_slice<F, T, V>(total, x, w, row0, rows, n, k, ldx, first, last);
+    kquant_slice<F, T, V, OneRow>(total, x, w, row0, rows, n, k, ldx, first, last);
   }
 }
 
 // Adds the warps' sums in warp order (shared memory) and writes the pass's rows of y: element i
-// of the lane's C fragment is y[c_col][row0 + c_row].
-template <class T>
+// of the lane's C fragment is y[c_col][row0 + c_row]; for OneRow (C's columns sub-blocks) y's
+// one row, row0 + r the sum of C's row r over its kNarrowCols columns in column order.
+template <class T, bool OneRow>
 LW_DEVICE_INLINE void kquant_finish(const mma::FragC& total, T* y, const T* bias, int64_t row0, int rows, int64_t n,
                                     int64_t ldy) {
   LW_SHARED(float, partial, [kMaxWarps * gpu::kWarpSize * mma::kNarrowC]);
+  LW_SHARED(float, sums, [16][mma::kNarrowCols]);  // OneRow: C's sums by row and column
   const int warp = gpu::warp_id(), lane = gpu::lane_id(), warps = static_cast<int>(blockDim.x) / gpu::kWarpSize;
 #pragma unroll
   for (int i = 0; i < mma::kNarrowC; ++i) partial[(warp * gpu::kWarpSize + lane) * mma::kNarrowC + i] = total.x[i];
@@ -760,7 +941,22 @@ LW_DEVICE_INLINE void kquant_finish(const mma::FragC& total, T* y, const T* bias
     for (int wi = 1; wi < warps; ++wi) v += partial[(wi * gpu::kWarpSize + lane) * mma::kNarrowC + i];
     const int col = mma::c_col(lane, i);
     const int64_t row = row0 + mma::c_row(lane, i);
-    if (col < rows && row < n) y[col * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
+    if constexpr (OneRow) {
+      if (col < mma::kNarrowCols) sums[mma::c_row(lane, i)][col] = v;
+    } else if (col < rows && row < n) {
+      y[col * ldy + row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
+    }
+  }
+  if constexpr (OneRow) {
+    (void)rows, (void)ldy;
+    gpu::sync_warp();
+    const int64_t row = row0 + lane;
+    if (lane < 16 && row < n) {
+      float v = 0.0f;
+#pragma unroll
+      for (int c = 0; c < mma::kNarrowCols; ++c) v += sums[lane][c];
+      y[row] = gpu::from_float<T>(v + (bias ? gpu::to_float(bias[row]) : 0.0f));
+    }
   }
 }
 
@@ -778,8 +974,9 @@ LW_DEVICE_INLINE void warp_slice(int64_t blocks, int warp, int warps, int& first
 #define LW_KQUANT_BOUNDS
 #endif
 
-// A block per row tile (16 rows of W, blockIdx.x) and pass of 8 rows of x (blockIdx.y).
-template <class F, class T, int V>
+// A block per row tile (16 rows of W, blockIdx.x) and pass of 8 rows of x (blockIdx.y); OneRow
+// where x has one row (C's columns then the scale groups of 32 or 16 elements: the slices).
+template <class F, class T, int V, bool OneRow>
 __global__ void LW_KQUANT_BOUNDS kquant_gemv_kernel(T* __restrict__ y, const T* __restrict__ x,
                                                     const uint8_t* __restrict__ w, const T* __restrict__ bias,
                                                     int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy) {
@@ -790,8 +987,8 @@ __global__ void LW_KQUANT_BOUNDS kquant_gemv_kernel(T* __restrict__ y, const T* 
   warp_slice(k / F::kElems, gpu::warp_id(), static_cast<int>(blockDim.x) / gpu::kWarpSize, first, last);
   mma::FragC total;
   mma::fill(total, 0.0f);
-  format_slice<F, T, V>(total, x + x0 * ldx, w, row0, rows, n, k, ldx, first, last);
-  kquant_finish<T>(total, y + x0 * ldy, bias, row0, rows, n, ldy);
+  format_slice<F, T, V, OneRow>(total, x + x0 * ldx, w, row0, rows, n, k, ldx, first, last);
+  kquant_finish<T, OneRow>(total, y + x0 * ldy, bias, row0, rows, n, ldy);
 #else
   (void)y, (void)x, (void)w, (void)bias, (void)m, (void)n, (void)k, (void)ldx, (void)ldy;
 #endif
@@ -813,8 +1010,8 @@ __global__ void LW_KQUANT_BOUNDS kquant_grouped_gemv_kernel(T* __restrict__ y, c
   mma::FragC total;
   mma::fill(total, 0.0f);
   const int pass_rows = static_cast<int>(pass.end - r0);
-  format_slice<F, T, V>(total, x + r0 * k, experts[pass.expert], row0, pass_rows, n, k, k, first, last);
-  kquant_finish<T>(total, y + r0 * n, static_cast<const T*>(nullptr), row0, pass_rows, n, n);
+  format_slice<F, T, V, false>(total, x + r0 * k, experts[pass.expert], row0, pass_rows, n, k, k, first, last);
+  kquant_finish<T, false>(total, y + r0 * n, static_cast<const T*>(nullptr), row0, pass_rows, n, n);
 #else
   (void)y, (void)x, (void)experts, (void)offsets, (void)count, (void)rows, (void)n, (void)k;
 #endif
@@ -876,8 +1073,9 @@ void gguf_mma_gemv(T* y, const T* x, const void* w, BlockFormat format, const T*
   // Vector loads of x need its rows on a vector boundary (a lane's runs are whole vectors).
   const bool vectors = ldx % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x);
   Formats::with(format, [&]<class F>() {
-    if (vectors) gpu::launch(F::kName, kquant_gemv_kernel<F, T, V>, cfg, y, x, wb, bias, m, n, k, ldx, ldy);
-    else gpu::launch(F::kName, kquant_gemv_kernel<F, T, 1>, cfg, y, x, wb, bias, m, n, k, ldx, ldy);
+    const auto kernel = m == 1 ? (vectors ? kquant_gemv_kernel<F, T, V, true> : kquant_gemv_kernel<F, T, 1, true>)
+                               : (vectors ? kquant_gemv_kernel<F, T, V, false> : kquant_gemv_kernel<F, T, 1, false>);
+    gpu::launch(F::kName, kernel, cfg, y, x, wb, bias, m, n, k, ldx, ldy);
   });
 }
 
