@@ -1010,8 +1010,14 @@ __global__ void LW_KQUANT_BOUNDS kquant_grouped_gemv_kernel(T* __restrict__ y, c
   mma::FragC total;
   mma::fill(total, 0.0f);
   const int pass_rows = static_cast<int>(pass.end - r0);
-  format_slice<F, T, V, false>(total, x + r0 * k, experts[pass.expert], row0, pass_rows, n, k, k, first, last);
-  kquant_finish<T, false>(total, y + r0 * n, static_cast<const T*>(nullptr), row0, pass_rows, n, n);
+  // An expert of one row as gguf_mma_gemv takes one row of x (its bits too).
+  if (pass_rows == 1 && r0 == offsets[pass.expert]) {
+    format_slice<F, T, V, true>(total, x + r0 * k, experts[pass.expert], row0, 1, n, k, k, first, last);
+    kquant_finish<T, true>(total, y + r0 * n, static_cast<const T*>(nullptr), row0, 1, n, n);
+  } else {
+    format_slice<F, T, V, false>(total, x + r0 * k, experts[pass.expert], row0, pass_rows, n, k, k, first, last);
+    kquant_finish<T, false>(total, y + r0 * n, static_cast<const T*>(nullptr), row0, pass_rows, n, n);
+  }
 #else
   (void)y, (void)x, (void)experts, (void)offsets, (void)count, (void)rows, (void)n, (void)k;
 #endif
