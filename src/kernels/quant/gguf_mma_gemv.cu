@@ -540,6 +540,29 @@ LW_DEVICE_INLINE uint32_t load_u32_2aligned(const uint8_t* p) {
 #endif
 }
 
+// N words from p, which the caller knows to be 2 bytes past a 4-byte boundary: N aligned 4-byte
+// loads from p - 2 and one 2-byte load of the last two bytes, joined by byte permutes (N + 1
+// loads where load_u32_2aligned takes 2 N; nothing read past p + 4 N).
+template <int N>
+LW_DEVICE_INLINE void load_words_2past(uint32_t (&to)[N], const uint8_t* p) {
+  const auto* w = reinterpret_cast<const uint32_t*>(p - 2);
+#if defined(LW_TARGET_HOST)
+  if ((reinterpret_cast<uintptr_t>(w) & 3) != 0) __builtin_trap();  // as a GPU faults on it
+#endif
+  uint32_t word[N + 1];
+#pragma unroll
+  for (int i = 0; i < N; ++i) word[i] = w[i];
+  word[N] = *reinterpret_cast<const uint16_t*>(p + 4 * N - 2);
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#if defined(LW_TARGET_CUDA) && defined(__CUDA_ARCH__)
+    to[i] = __byte_perm(word[i], word[i + 1], 0x5432);
+#else
+    to[i] = (word[i] >> 16) | (word[i + 1] << 16);
+#endif
+  }
+}
+
 // Four bytes at p: one load where the caller knows p 4-aligned, else two.
 template <bool Aligned>
 LW_DEVICE_INLINE uint32_t load_u32(const uint8_t* p) {
@@ -752,8 +775,12 @@ LW_DEVICE_INLINE void legacy_load(LoadedLegacy<F, G>& to, const LaneRows<F, T>& 
 #pragma unroll
     for (int sl = 0; sl < mma::kARowSlots; ++sl) {
       const uint8_t* block = at.a[sl] + at_block;  // the lane's piece's offset E rank (4-aligned) included
+      if (F::kEightBit && Even && (g * F::kBytes + F::kQs) % 4 == 2) {
+        load_words_2past(to.qs[g][sl], block + F::kQs);  // Q8_0's run 2 bytes past a word
+      } else {
 #pragma unroll
-      for (int o = 0; o < kQsWords<F>; ++o) to.qs[g][sl][o] = load_field<F, Even>(block + F::kQs + 4 * o, g, F::kQs);
+        for (int o = 0; o < kQsWords<F>; ++o) to.qs[g][sl][o] = load_field<F, Even>(block + F::kQs + 4 * o, g, F::kQs);
+      }
       if constexpr (F::kFifthBit)
         to.qh[g][sl] = load_field<F, Even>(block - kE * rank + F::kQh, g, F::kQh) >> (kE * rank);
     }
