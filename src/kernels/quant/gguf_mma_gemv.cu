@@ -638,17 +638,22 @@ LW_DEVICE_INLINE void runs16_slice(mma::FragC& total, const T* x, const uint8_t*
     return a;
   };
 
+  // d (and dmin) of each C row slot.
+  auto unpack_d = [](const LoadedRuns<F>& in, float (&d)[mma::kRowSlots], float (&dmin)[mma::kRowSlots]) {
+#pragma unroll
+    for (int sl = 0; sl < mma::kRowSlots; ++sl) {
+      d[sl] = gguf::fp16_bits_to_float(in.d[sl]);
+      dmin[sl] = F::kMin ? gguf::fp16_bits_to_float(in.d[sl] >> 16) : 0.0f;
+    }
+  };
+
   // One row of x (kquant_slice's OneRow): C's column j takes run 8 f + j of each half f of the
   // super-block (its lanes' B that run's x, the other lanes' zero), scaled once a half.
   const int col = mma::b_col(lane, 0);
   const T* x_col = x + piece_at<F>(lane_rank(lane), 0) + col * 16;  // lint: not-a-warp (a run's elements)
   auto multiply_columns = [&](int b, const LoadedRuns<F>& in) {
     float d[mma::kRowSlots], dmin[mma::kRowSlots];
-#pragma unroll
-    for (int sl = 0; sl < mma::kRowSlots; ++sl) {
-      d[sl] = gguf::fp16_bits_to_float(in.d[sl]);
-      dmin[sl] = F::kMin ? gguf::fp16_bits_to_float(in.d[sl] >> 16) : 0.0f;
-    }
+    unpack_d(in, d, dmin);
 #pragma unroll
     for (int f = 0; f < 2; ++f) {
       // The lane's piece of its run (E elements), as step 0 of a run of x.
@@ -689,11 +694,7 @@ LW_DEVICE_INLINE void runs16_slice(mma::FragC& total, const T* x, const uint8_t*
 
   auto multiply = [&](int b, const LoadedRuns<F>& in) {
     float d[mma::kRowSlots], dmin[mma::kRowSlots];
-#pragma unroll
-    for (int sl = 0; sl < mma::kRowSlots; ++sl) {
-      d[sl] = gguf::fp16_bits_to_float(in.d[sl]);
-      dmin[sl] = F::kMin ? gguf::fp16_bits_to_float(in.d[sl] >> 16) : 0.0f;
-    }
+    unpack_d(in, d, dmin);
 #pragma unroll
     for (int f = 0; f < 2; ++f)
 #pragma unroll
