@@ -388,8 +388,9 @@ LW_DEVICE_INLINE mma::FragB<T> masked(const mma::FragB<T>& b, uint32_t keep) {
 
 // The sums of one row tile (16 rows of W from row0) over super-blocks [first, last) of its
 // rows, for `rows` rows of x (<= kPassRows) from x: the warp's C fragment, summed over its slice.
-// OneRow (rows == 1, Q4_K and Q5_K): C's columns are the super-blocks' sub-blocks instead of x's
-// rows (kquant_finish<T, true> adds them).
+// OneRow (rows == 1): C's columns are the super-block's sub-blocks instead of x's rows
+// (kquant_finish<T, true> adds them; runs16_slice and legacy_columns do the same with their
+// scale groups).
 template <class F, class T, int V, bool OneRow>
 LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
                                    int64_t k, int64_t ldx, int first, int last) {
