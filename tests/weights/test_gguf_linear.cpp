@@ -145,7 +145,9 @@ TEST(GgufLinear, UnitRowsOfXGiveEveryWeightInPlace) {
 // unequal length; K of 42 blocks gives slices that begin at odd blocks, which Q4_0's, Q5_0's and
 // Q8_0's 4-byte loads by the block's parity take alone); Q6_K and Q3_K read 4 bytes at a time in
 // every other super-block where the rows start 4-aligned (K of 4 super-blocks) and 2 at a time
-// elsewhere (K of 3 and 5: rows 2 bytes past); Q2_K 4 at a time everywhere.
+// elsewhere (K of 3 and 5: rows 2 bytes past); Q2_K 4 at a time everywhere. K of 17
+// super-blocks gives the warps of a row tile slices of 3, 2 and no super-blocks (the smaller K
+// give each warp one at most), for the passes of one row and of several.
 TEST(GgufLinear, EveryBlockAlignmentAndPartialGroup) {
   const int64_t n = 19;
   std::vector<std::pair<weights::FileDType, int64_t>> cases;
@@ -155,6 +157,9 @@ TEST(GgufLinear, EveryBlockAlignmentAndPartialGroup) {
     for (int64_t k : {288, 800, 1344}) cases.emplace_back(type, k);
   for (weights::FileDType type : {weights::FileDType::q6_k, weights::FileDType::q3_k, weights::FileDType::q2_k})
     for (int64_t k : {768, 1024, 1280}) cases.emplace_back(type, k);
+  for (weights::FileDType type : {weights::FileDType::q2_k, weights::FileDType::q3_k, weights::FileDType::q4_k,
+                                  weights::FileDType::q5_k, weights::FileDType::q6_k})
+    cases.emplace_back(type, 17 * 256);
   for (const auto& [type, k] : cases) {
     const std::vector<std::byte> raw = weights::random_blocks(type, n, k, 5);
     Tensor h = Tensor::empty_host({static_cast<int64_t>(raw.size())}, DType::i8);
