@@ -527,7 +527,15 @@ int64_t gguf_gemv_max_rows(const Context& ctx, const Weight& w, DType x_dtype) {
   return narrow ? kGgufMmaGemvMaxRowsNarrowLoads : kGgufMmaGemvMaxRows;
 }
 
-// The GEMV over GGUF blocks w of rows of x (K apart) into y (rows ldy apart).
+// x as the GGUF GEMVs read it: the matrix-fragment kernel reads x in whole vectors, so a
+// contiguous x (rows K apart, K whole blocks of 32) that starts off a vector boundary (a view at
+// an odd element offset) is copied to one that does not.
+Tensor gguf_gemv_input(Context& ctx, const Tensor& x) {
+  return gpu::aligned_to(gpu::kVectorBytes, x.data_ptr()) ? x : contiguous(ctx, x);
+}
+
+// The GEMV over GGUF blocks w of rows of x (K apart, vector-aligned: gguf_gemv_input) into y (rows
+// ldy apart).
 template <class T>
 void gguf_gemv_rows(Context& ctx, const T* x, const Weight& w, const T* bias, T* y, int64_t rows, int64_t ldy) {
   const kernels::BlockFormat block = *gguf_block(w.format());
@@ -572,7 +580,8 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   check_same_dtype(op, "x", x, "out", out);
   LW_CHECK(x.is_contiguous() && out.is_contiguous(), op << ": x " << x.describe() << " and out " << out.describe()
                                                         << " must be contiguous");
-  const Tensor xs = w.perm().defined() ? gather_columns(ctx, x.view({rows, k}), w.perm()) : x;
+  const Tensor xg = w.perm().defined() ? gather_columns(ctx, x.view({rows, k}), w.perm()) : x;
+  const Tensor xs = gguf ? gguf_gemv_input(ctx, xg) : xg;
   dispatch_float(x.dtype(), op, [&]<class T>() {
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
     if (gguf) {
@@ -604,11 +613,12 @@ void linear_gguf_mixed(Context& ctx, const Tensor& x, const Weight& w, const Ten
   check_same_dtype(op, "x", x, "out", out);
   LW_CHECK(x.is_contiguous() && out.is_contiguous(),
            op << ": x " << x.describe() << " and out " << out.describe() << " must be contiguous");
+  const Tensor xs = gguf_gemv_input(ctx, x);
   dispatch_float(x.dtype(), op, [&]<class T>() {
     int64_t col = 0;
     for (const Weight& p : w.parts()) {
       const T* b = bias.defined() ? bias.data<T>() + col : nullptr;
-      gguf_gemv_rows<T>(ctx, x.data<T>(), p, b, out.data<T>() + col, rows, n);
+      gguf_gemv_rows<T>(ctx, xs.data<T>(), p, b, out.data<T>() + col, rows, n);
       col += p.out_features();
     }
   });
@@ -906,8 +916,9 @@ void grouped_linear(Context& ctx, const Tensor& x, const ExpertWeights& experts,
     dispatch_float(x.dtype(), op, [&]<class T>() {
       if constexpr (!std::is_same_v<T, float>) {
         if (aligned && gguf_on_fragments(ctx.caps(), block, nullptr)) {
-          kernels::gguf_mma_grouped_gemv<T>(out.data<T>(), x.data<T>(), table, e, block, offsets.data<int32_t>(), x.size(0),
-                                            n, k, ctx.caps().multiprocessors, ctx.stream().get());
+          const Tensor xs = gguf_gemv_input(ctx, x);
+          kernels::gguf_mma_grouped_gemv<T>(out.data<T>(), xs.data<T>(), table, e, block, offsets.data<int32_t>(),
+                                            x.size(0), n, k, ctx.caps().multiprocessors, ctx.stream().get());
           return;
         }
       }

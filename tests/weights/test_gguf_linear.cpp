@@ -9,6 +9,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "gpu/vector.h"
+#include "kernels/quant/gguf_mma_gemv.h"
+#include "ops/copy.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/weight.h"
@@ -22,6 +25,14 @@ namespace lw::test {
 namespace {
 
 const std::string kDir = LW_WEIGHTS_FIXTURES;
+
+// Random blocks of `type` for a [n, k] matrix (weights::random_blocks), on the device.
+ops::Weight random_gguf_weight(weights::FileDType type, int64_t n, int64_t k, uint64_t seed) {
+  const std::vector<std::byte> raw = weights::random_blocks(type, n, k, seed);
+  Tensor h = Tensor::empty_host({static_cast<int64_t>(raw.size())}, DType::i8);
+  std::memcpy(h.data_ptr(), raw.data(), raw.size());
+  return ops::Weight::gguf(*ops::gguf_weight_format(*weights::block_format(type)), n, k, ctx().to_device(h));
+}
 
 ops::Weight gguf_weight(const weights::TensorRecord& rec) {
   const kernels::BlockFormat block = *weights::block_format(rec.dtype);
@@ -161,11 +172,7 @@ TEST(GgufLinear, EveryBlockAlignmentAndPartialGroup) {
                                   weights::FileDType::q5_k, weights::FileDType::q6_k})
     cases.emplace_back(type, 17 * 256);
   for (const auto& [type, k] : cases) {
-    const std::vector<std::byte> raw = weights::random_blocks(type, n, k, 5);
-    Tensor h = Tensor::empty_host({static_cast<int64_t>(raw.size())}, DType::i8);
-    std::memcpy(h.data_ptr(), raw.data(), raw.size());
-    const ops::Weight w =
-        ops::Weight::gguf(*ops::gguf_weight_format(*weights::block_format(type)), n, k, ctx().to_device(h));
+    const ops::Weight w = random_gguf_weight(type, n, k, 5);
     const Tensor wref = ctx().to_host(ops::expand(ctx(), w, DType::f32));
     for (DType dt : {DType::f16, DType::bf16})
       for (int64_t m : {1, 9}) {
@@ -217,14 +224,8 @@ TEST(GgufLinear, GroupedExpertsReadTheOffsetsOnTheDevice) {
                                   weights::FileDType::q5_1, weights::FileDType::q8_0, weights::FileDType::q2_k,
                                   weights::FileDType::q3_k}) {
     SCOPED_TRACE(weights::file_dtype_name(type));
-    const kernels::BlockFormat block = *weights::block_format(type);
     std::vector<ops::Weight> each;
-    for (int64_t i = 0; i < e; ++i) {
-      const std::vector<std::byte> bytes = weights::random_blocks(type, n, k, 100 + static_cast<uint64_t>(i));
-      Tensor h = Tensor::empty_host({static_cast<int64_t>(bytes.size())}, DType::i8);
-      std::memcpy(h.data_ptr(), bytes.data(), bytes.size());
-      each.push_back(ops::Weight::gguf(*ops::gguf_weight_format(block), n, k, ctx().to_device(h)));
-    }
+    for (int64_t i = 0; i < e; ++i) each.push_back(random_gguf_weight(type, n, k, 100 + static_cast<uint64_t>(i)));
     const ops::ExpertWeights experts(ctx(), each);
     ASSERT_TRUE(experts.block_table().defined());
     Tensor off_h = Tensor::empty_host({e + 1}, DType::i32);
@@ -249,12 +250,64 @@ TEST(GgufLinear, GroupedExpertsReadTheOffsetsOnTheDevice) {
   // Mixed formats: no table; the per-expert path gives the same rows.
   std::vector<ops::Weight> mixed;
   for (weights::FileDType type : {weights::FileDType::q4_k, weights::FileDType::q8_0}) {
-    const std::vector<std::byte> bytes = weights::random_blocks(type, n, k, 7);
-    Tensor h = Tensor::empty_host({static_cast<int64_t>(bytes.size())}, DType::i8);
-    std::memcpy(h.data_ptr(), bytes.data(), bytes.size());
-    mixed.push_back(ops::Weight::gguf(*ops::gguf_weight_format(*weights::block_format(type)), n, k, ctx().to_device(h)));
+    mixed.push_back(random_gguf_weight(type, n, k, 7));
   }
   EXPECT_FALSE(ops::ExpertWeights(ctx(), mixed).block_table().defined());
+}
+
+// x that starts off a vector boundary (a view at an odd element offset): the fragment GEMV reads
+// x in whole vectors, so linear and grouped_linear copy such an x, and give what an aligned copy
+// of it gives, bit for bit; the kernel itself refuses it with a message.
+TEST(GgufLinear, XOffTheVectorBoundaryGivesWhatAnAlignedXGives) {
+  const int64_t n = 40, k = 512;
+  const std::vector<int32_t> offsets = {0, 1, 4, 13};
+  const int64_t t = offsets.back(), e = static_cast<int64_t>(offsets.size()) - 1;
+  Tensor off_h = Tensor::empty_host({e + 1}, DType::i32);
+  std::memcpy(off_h.data_ptr(), offsets.data(), offsets.size() * sizeof(int32_t));
+  const Tensor off = ctx().to_device(off_h);
+  for (weights::FileDType type : {weights::FileDType::q4_k, weights::FileDType::q6_k, weights::FileDType::q8_0,
+                                  weights::FileDType::q4_0}) {
+    SCOPED_TRACE(weights::file_dtype_name(type));
+    const kernels::BlockFormat block = *weights::block_format(type);
+    std::vector<ops::Weight> each;
+    for (int64_t i = 0; i < e; ++i) each.push_back(random_gguf_weight(type, n, k, 300 + static_cast<uint64_t>(i)));
+    const ops::ExpertWeights experts(ctx(), each);
+    for (DType dt : {DType::f16, DType::bf16}) {
+      SCOPED_TRACE(dtype_name(dt));
+      const Tensor x = ctx().to_device(random_host({t, k}, dt));
+      Tensor buffer = ctx().empty({t * k + 3}, dt);
+      const Tensor shifted = buffer.slice(0, 3, 3 + t * k).view({t, k});
+      ops::copy(ctx(), x, shifted);
+      ASSERT_FALSE(gpu::aligned_to(gpu::kVectorBytes, shifted.data_ptr()));
+      for (int64_t m : {int64_t{1}, int64_t{9}}) {
+        SCOPED_TRACE(::testing::Message() << "M=" << m);
+        Tensor want = ctx().empty({m, n}, dt), got = ctx().empty({m, n}, dt);
+        poison(got);
+        ops::linear(ctx(), x.slice(0, 0, m), each[0], Tensor(), want, ops::GemmPath::gemv);
+        ops::linear(ctx(), shifted.slice(0, 0, m), each[0], Tensor(), got, ops::GemmPath::gemv);
+        EXPECT_TRUE(bitwise_equal(ctx().to_host(got), ctx().to_host(want)));
+      }
+      Tensor want = ctx().empty({t, n}, dt), got = ctx().empty({t, n}, dt);
+      poison(got);
+      ops::ExpertRows rows(off), rows_shifted(off);
+      ops::grouped_linear(ctx(), x, experts, rows, want, ops::GemmPath::gemv);
+      ops::grouped_linear(ctx(), shifted, experts, rows_shifted, got, ops::GemmPath::gemv);
+      EXPECT_TRUE(bitwise_equal(ctx().to_host(got), ctx().to_host(want)));
+    }
+    if (kernels::gguf_mma_gemv_serves(block)) {
+      const Tensor x = ctx().to_device(random_host({2 * k + 1}, DType::bf16));
+      Tensor out = ctx().empty({2, n}, DType::bf16);
+      const auto* xp = x.data<bfloat16>();
+      const void* wp = each[0].data().data_ptr();
+      auto run = [&](const bfloat16* xs, int64_t ldx) {
+        kernels::gguf_mma_gemv<bfloat16>(out.data<bfloat16>(), xs, wp, block, nullptr, 2, n, k, ldx, n,
+                                         ctx().caps().multiprocessors, ctx().stream().get());
+      };
+      expect_error([&] { run(xp + 1, k); },
+                   "x must start 16-byte aligned with its rows a multiple of 8 elements apart");
+      expect_error([&] { run(xp, k + 1); }, "rows 513 apart");
+    }
+  }
 }
 
 // GGUF matrices of different formats stacked by rows (llama.cpp's Q4_K_M fused QKV: Q4_K q and
@@ -271,12 +324,8 @@ TEST(GgufLinear, MixedFormatsStackedByRowsKeepTheirBlocks) {
     std::vector<ops::Weight> parts;
     size_t bytes = 0;
     for (const auto& [type, n] : stack) {
-      const std::vector<std::byte> raw = weights::random_blocks(type, n, k, 40 + parts.size());
-      Tensor h = Tensor::empty_host({static_cast<int64_t>(raw.size())}, DType::i8);
-      std::memcpy(h.data_ptr(), raw.data(), raw.size());
-      parts.push_back(
-          ops::Weight::gguf(*ops::gguf_weight_format(*weights::block_format(type)), n, k, ctx().to_device(h)));
-      bytes += raw.size();
+      parts.push_back(random_gguf_weight(type, n, k, 40 + parts.size()));
+      bytes += parts.back().device_bytes();
     }
     const ops::Weight w = ops::Weight::gguf_mixed(parts);
     SCOPED_TRACE(w.describe());

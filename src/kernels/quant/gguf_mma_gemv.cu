@@ -937,11 +937,11 @@ LW_DEVICE_INLINE void legacy_slice(mma::FragC& total, const T* x, const uint8_t*
   }
 }
 
-// The slice of the format's kernel.
-template <class F, class T, int V, bool OneRow>
+// The slice of the format's kernel; x in whole vectors (gguf_mma_gemv's requirement).
+template <class F, class T, bool OneRow>
 LW_DEVICE_INLINE void format_slice(mma::FragC& total, const T* x, const uint8_t* w, int64_t row0, int rows, int64_t n,
                                    int64_t k, int64_t ldx, int first, int last) {
-
+  constexpr int V = gpu::kVecWidth<T>;
   if constexpr (F::kElems == kSuperElems && F::kStepHalves) {
     runs16_slice<F, T, V, OneRow>(total, x, w, row0, rows, n, k, ldx, first, last);
   } else if constexpr (F::kElems == kSubBlock) {
@@ -1005,7 +1005,7 @@ LW_DEVICE_INLINE void warp_slice(int64_t blocks, int warp, int warps, int& first
 
 // A block per row tile (16 rows of W, blockIdx.x) and pass of 8 rows of x (blockIdx.y); OneRow
 // where x has one row (C's columns then the scale groups of 32 or 16 elements: the slices).
-template <class F, class T, int V, bool OneRow>
+template <class F, class T, bool OneRow>
 __global__ void LW_KQUANT_BOUNDS kquant_gemv_kernel(T* __restrict__ y, const T* __restrict__ x,
                                                     const uint8_t* __restrict__ w, const T* __restrict__ bias,
                                                     int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy) {
@@ -1016,7 +1016,7 @@ __global__ void LW_KQUANT_BOUNDS kquant_gemv_kernel(T* __restrict__ y, const T* 
   warp_slice(k / F::kElems, gpu::warp_id(), static_cast<int>(blockDim.x) / gpu::kWarpSize, first, last);
   mma::FragC total;
   mma::fill(total, 0.0f);
-  format_slice<F, T, V, OneRow>(total, x + x0 * ldx, w, row0, rows, n, k, ldx, first, last);
+  format_slice<F, T, OneRow>(total, x + x0 * ldx, w, row0, rows, n, k, ldx, first, last);
   kquant_finish<T, OneRow>(total, y + x0 * ldy, bias, row0, rows, n, ldy);
 #else
   (void)y, (void)x, (void)w, (void)bias, (void)m, (void)n, (void)k, (void)ldx, (void)ldy;
@@ -1025,7 +1025,7 @@ __global__ void LW_KQUANT_BOUNDS kquant_gemv_kernel(T* __restrict__ y, const T* 
 
 // The same over one matrix per expert: block (row tile, r) serves row r of x where r begins a
 // pass of one of its expert's rows (gguf_gemv.cu's grouped kernel's plan).
-template <class F, class T, int V>
+template <class F, class T>
 __global__ void LW_KQUANT_BOUNDS kquant_grouped_gemv_kernel(T* __restrict__ y, const T* __restrict__ x,
                                                             const uint8_t* const* experts, const int32_t* offsets,
                                                             int count, int64_t rows, int64_t n, int64_t k) {
@@ -1041,10 +1041,10 @@ __global__ void LW_KQUANT_BOUNDS kquant_grouped_gemv_kernel(T* __restrict__ y, c
   const int pass_rows = static_cast<int>(pass.end - r0);
   // An expert of one row as gguf_mma_gemv takes one row of x (its bits too).
   if (pass_rows == 1 && r0 == offsets[pass.expert]) {
-    format_slice<F, T, V, true>(total, x + r0 * k, experts[pass.expert], row0, 1, n, k, k, first, last);
+    format_slice<F, T, true>(total, x + r0 * k, experts[pass.expert], row0, 1, n, k, k, first, last);
     kquant_finish<T, true>(total, y + r0 * n, static_cast<const T*>(nullptr), row0, 1, n, n);
   } else {
-    format_slice<F, T, V, false>(total, x + r0 * k, experts[pass.expert], row0, pass_rows, n, k, k, first, last);
+    format_slice<F, T, false>(total, x + r0 * k, experts[pass.expert], row0, pass_rows, n, k, k, first, last);
     kquant_finish<T, false>(total, y + r0 * n, static_cast<const T*>(nullptr), row0, pass_rows, n, n);
   }
 #else
@@ -1061,6 +1061,16 @@ int block_warps(int64_t tiles, int64_t k, int multiprocessors) {
   const int64_t blocks = k / kSuperElems;
   const int warps = tiles * 4 >= static_cast<int64_t>(multiprocessors) * 2 * kMaxWarps ? 4 : kMaxWarps;
   return static_cast<int>(blocks < 1 ? 1 : blocks < warps ? blocks : warps);
+}
+
+// A lane reads its runs of x in whole vectors: x's rows must start on a vector boundary (one
+// kernel per format and type; ops::linear copies a misaligned x).
+template <class T>
+void check_x_vectors(const char* op, const T* x, int64_t ldx) {
+  LW_CHECK(gpu::aligned_to(gpu::kVectorBytes, x) && ldx % gpu::kVecWidth<T> == 0,
+           op << ": x must start " << gpu::kVectorBytes << "-byte aligned with its rows a multiple of "
+              << gpu::kVecWidth<T> << " elements apart (x at " << static_cast<const void*>(x) << ", rows " << ldx
+              << " apart)");
 }
 
 void check_kquant(const char* op, BlockFormat format, int64_t m, int64_t n, int64_t k) {
@@ -1097,19 +1107,16 @@ void gguf_mma_gemv(T* y, const T* x, const void* w, BlockFormat format, const T*
   const char* op = "gguf_mma_gemv";
   check_kquant(op, format, m, n, k);
   LW_CHECK(gpu::aligned_to(16, w), op << ": the weights must start 16-byte aligned");
+  check_x_vectors(op, x, ldx);
   if (m == 0 || n == 0 || k == 0) return;
   const int64_t tiles = (n + 15) / 16, passes = (m + kPassRows - 1) / kPassRows;
   LW_CHECK(tiles <= 0x7fffffff && passes <= 65535,
            op << ": " << n << " output columns x " << m << " rows exceed the grid limits");
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(passes)),
                               dim3(block_warps(tiles * passes, k, multiprocessors) * gpu::kWarpSize), 0, stream};
-  constexpr int V = gpu::kVecWidth<T>;
   const auto* wb = static_cast<const uint8_t*>(w);
-  // Vector loads of x need its rows on a vector boundary (a lane's runs are whole vectors).
-  const bool vectors = ldx % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x);
   Formats::with(format, [&]<class F>() {
-    const auto kernel = m == 1 ? (vectors ? kquant_gemv_kernel<F, T, V, true> : kquant_gemv_kernel<F, T, 1, true>)
-                               : (vectors ? kquant_gemv_kernel<F, T, V, false> : kquant_gemv_kernel<F, T, 1, false>);
+    const auto kernel = m == 1 ? kquant_gemv_kernel<F, T, true> : kquant_gemv_kernel<F, T, false>;
     gpu::launch(F::kName, kernel, cfg, y, x, wb, bias, m, n, k, ldx, ldy);
   });
 }
@@ -1125,22 +1132,16 @@ void gguf_mma_grouped_gemv(T* y, const T* x, const void* const* experts, int64_t
   LW_CHECK(experts && offsets && count >= 1 && count <= 0x7fffffff,
            op << ": " << count << " experts (with their matrices and offsets on the device)");
   LW_CHECK(rows <= 65535, op << ": " << rows << " rows of x exceed the grid limit");
+  check_x_vectors(op, x, k);
   if (rows == 0 || n == 0 || k == 0) return;
   const int64_t tiles = (n + 15) / 16;
   LW_CHECK(tiles <= 0x7fffffff, op << ": " << n << " output columns exceed the grid limit");
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(rows)),
                               dim3(block_warps(tiles, k, multiprocessors) * gpu::kWarpSize), 0, stream,
                               gpu::kOverlapsPrior};
-  constexpr int V = gpu::kVecWidth<T>;
   const auto* table = reinterpret_cast<const uint8_t* const*>(experts);
-  const bool vectors = k % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x);
   Formats::with(format, [&]<class F>() {
-    if (vectors)
-      gpu::launch(op, kquant_grouped_gemv_kernel<F, T, V>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n,
-                  k);
-    else
-      gpu::launch(op, kquant_grouped_gemv_kernel<F, T, 1>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n,
-                  k);
+    gpu::launch(op, kquant_grouped_gemv_kernel<F, T>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n, k);
   });
 }
 

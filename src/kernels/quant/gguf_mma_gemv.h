@@ -28,15 +28,16 @@ namespace lw::kernels {
 bool gguf_mma_gemv_serves(BlockFormat format);
 
 // T: half or bfloat16. x rows ldx elements apart, y rows ldy; bias may be null; any m (passes of
-// 8 rows, each reading W: ops::linear takes it up to kGgufMmaGemvMaxRows); w 16-byte aligned.
-// `multiprocessors` (the device's) sizes the blocks.
+// 8 rows, each reading W: ops::linear takes it up to kGgufMmaGemvMaxRows); w 16-byte aligned, x
+// read in whole 16-byte vectors (x 16-byte aligned, ldx a multiple of 16 / sizeof(T): else
+// refused; ops::linear copies a misaligned x). `multiprocessors` (the device's) sizes the blocks.
 template <class T>
 void gguf_mma_gemv(T* y, const T* x, const void* w, BlockFormat format, const T* bias, int64_t m, int64_t n, int64_t k,
                    int64_t ldx, int64_t ldy, int multiprocessors, cudaStream_t stream);
 
 // The same over one matrix per expert, as gguf_grouped_gemv (kernels/quant/gguf_gemv.h) takes
 // them: rows [offsets[e], offsets[e + 1]) of x through experts[e], offsets read on the device;
-// each expert's rows bit for bit as gguf_mma_gemv gives them.
+// each expert's rows bit for bit as gguf_mma_gemv gives them; x 16-byte aligned.
 template <class T>
 void gguf_mma_grouped_gemv(T* y, const T* x, const void* const* experts, int64_t count, BlockFormat format,
                            const int32_t* offsets, int64_t rows, int64_t n, int64_t k, int multiprocessors,
