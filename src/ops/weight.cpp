@@ -527,15 +527,15 @@ int64_t gguf_gemv_max_rows(const Context& ctx, const Weight& w, DType x_dtype) {
   return narrow ? kGgufMmaGemvMaxRowsNarrowLoads : kGgufMmaGemvMaxRows;
 }
 
-// x as the GGUF GEMVs read it: the matrix-fragment kernel reads x in whole vectors, so a
-// contiguous x (rows K apart, K whole blocks of 32) that starts off a vector boundary (a view at
+// x as the fused GEMVs (kernels/quant/gguf_gemv.h, gguf_mma_gemv.h) read it, in whole vectors: a
+// contiguous x (rows K apart, K a multiple of 16) that starts off a vector boundary (a view at
 // an odd element offset) is copied to one that does not.
-Tensor gguf_gemv_input(Context& ctx, const Tensor& x) {
+Tensor gemv_input(Context& ctx, const Tensor& x) {
   return gpu::aligned_to(gpu::kVectorBytes, x.data_ptr()) ? x : contiguous(ctx, x);
 }
 
-// The GEMV over GGUF blocks w of rows of x (K apart, vector-aligned: gguf_gemv_input) into y (rows
-// ldy apart).
+// The GEMV over GGUF blocks w of rows of x (K apart, vector-aligned: gemv_input) into y (rows ldy
+// apart).
 template <class T>
 void gguf_gemv_rows(Context& ctx, const T* x, const Weight& w, const T* bias, T* y, int64_t rows, int64_t ldy) {
   const kernels::BlockFormat block = *gguf_block(w.format());
@@ -581,7 +581,7 @@ void linear_decoded(Context& ctx, const Tensor& x, const Weight& w, const Tensor
   LW_CHECK(x.is_contiguous() && out.is_contiguous(), op << ": x " << x.describe() << " and out " << out.describe()
                                                         << " must be contiguous");
   const Tensor xg = w.perm().defined() ? gather_columns(ctx, x.view({rows, k}), w.perm()) : x;
-  const Tensor xs = gguf ? gguf_gemv_input(ctx, xg) : xg;
+  const Tensor xs = gemv_input(ctx, xg);
   dispatch_float(x.dtype(), op, [&]<class T>() {
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
     if (gguf) {
@@ -613,7 +613,7 @@ void linear_gguf_mixed(Context& ctx, const Tensor& x, const Weight& w, const Ten
   check_same_dtype(op, "x", x, "out", out);
   LW_CHECK(x.is_contiguous() && out.is_contiguous(),
            op << ": x " << x.describe() << " and out " << out.describe() << " must be contiguous");
-  const Tensor xs = gguf_gemv_input(ctx, x);
+  const Tensor xs = gemv_input(ctx, x);
   dispatch_float(x.dtype(), op, [&]<class T>() {
     int64_t col = 0;
     for (const Weight& p : w.parts()) {
@@ -913,16 +913,16 @@ void grouped_linear(Context& ctx, const Tensor& x, const ExpertWeights& experts,
     const kernels::BlockFormat block = *gguf_block(w0.format());
     const bool aligned = std::all_of(experts.weights().begin(), experts.weights().end(),
                                      [](const Weight& ew) { return gpu::aligned_to(16, ew.data().data_ptr()); });
+    const Tensor xs = gemv_input(ctx, x);
     dispatch_float(x.dtype(), op, [&]<class T>() {
       if constexpr (!std::is_same_v<T, float>) {
         if (aligned && gguf_on_fragments(ctx.caps(), block, nullptr)) {
-          const Tensor xs = gguf_gemv_input(ctx, x);
           kernels::gguf_mma_grouped_gemv<T>(out.data<T>(), xs.data<T>(), table, e, block, offsets.data<int32_t>(),
                                             x.size(0), n, k, ctx.caps().multiprocessors, ctx.stream().get());
           return;
         }
       }
-      kernels::gguf_grouped_gemv<T>(out.data<T>(), x.data<T>(), table, e, block, offsets.data<int32_t>(), x.size(0), n, k,
+      kernels::gguf_grouped_gemv<T>(out.data<T>(), xs.data<T>(), table, e, block, offsets.data<int32_t>(), x.size(0), n, k,
                                     ctx.warp_size(), ctx.stream().get());
     });
     return;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu/vector.h"
+#include "kernels/quant/gguf_gemv.h"
 #include "kernels/quant/gguf_mma_gemv.h"
 #include "ops/copy.h"
 #include "ops/elementwise.h"
@@ -255,9 +256,10 @@ TEST(GgufLinear, GroupedExpertsReadTheOffsetsOnTheDevice) {
   EXPECT_FALSE(ops::ExpertWeights(ctx(), mixed).block_table().defined());
 }
 
-// x that starts off a vector boundary (a view at an odd element offset): the fragment GEMV reads
-// x in whole vectors, so linear and grouped_linear copy such an x, and give what an aligned copy
-// of it gives, bit for bit; the kernel itself refuses it with a message.
+// x that starts off a vector boundary (a view at an odd element offset): the GEMVs (SIMT for f32,
+// the fragment GEMV for f16 and bf16) read x in whole vectors, so linear and grouped_linear copy
+// such an x, and give what an aligned copy of it gives, bit for bit; the kernels themselves
+// refuse it with a message.
 TEST(GgufLinear, XOffTheVectorBoundaryGivesWhatAnAlignedXGives) {
   const int64_t n = 40, k = 512;
   const std::vector<int32_t> offsets = {0, 1, 4, 13};
@@ -272,7 +274,7 @@ TEST(GgufLinear, XOffTheVectorBoundaryGivesWhatAnAlignedXGives) {
     std::vector<ops::Weight> each;
     for (int64_t i = 0; i < e; ++i) each.push_back(random_gguf_weight(type, n, k, 300 + static_cast<uint64_t>(i)));
     const ops::ExpertWeights experts(ctx(), each);
-    for (DType dt : {DType::f16, DType::bf16}) {
+    for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
       SCOPED_TRACE(dtype_name(dt));
       const Tensor x = ctx().to_device(random_host({t, k}, dt));
       Tensor buffer = ctx().empty({t * k + 3}, dt);
@@ -307,6 +309,14 @@ TEST(GgufLinear, XOffTheVectorBoundaryGivesWhatAnAlignedXGives) {
                    "x must start 16-byte aligned with its rows a multiple of 8 elements apart");
       expect_error([&] { run(xp, k + 1); }, "rows 513 apart");
     }
+    const Tensor xf = ctx().to_device(random_host({2 * k + 1}, DType::f32));
+    Tensor outf = ctx().empty({2, n}, DType::f32);
+    expect_error(
+        [&] {
+          kernels::gguf_gemv<float>(outf.data<float>(), xf.data<float>() + 1, each[0].data().data_ptr(), block, nullptr,
+                                    2, n, k, k, n, ctx().warp_size(), ctx().stream().get());
+        },
+        ": x must start 16-byte aligned with its rows a multiple of 4 elements apart");
   }
 }
 

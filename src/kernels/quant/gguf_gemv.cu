@@ -187,12 +187,8 @@ void launch_gemv(const char* name, T* y, const T* x, const Source& w, const T* b
            name << ": " << n << " output columns x " << m << " rows exceed the grid limits");
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(passes)),
                               dim3(kWarpsPerBlock * warp_size), 0, stream};
-  constexpr int V = gpu::kVecWidth<T>;
-  // Vector loads of x need its rows to start on a vector boundary (runs are 16 elements).
-  if (ldx % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x))
-    gpu::launch(name, gemv_kernel<T, Source, V>, cfg, y, x, w, bias, m, n, k, ldx, ldy);
-  else
-    gpu::launch(name, gemv_kernel<T, Source, 1>, cfg, y, x, w, bias, m, n, k, ldx, ldy);
+  check_x_vectors(name, x, ldx, sizeof(T));
+  gpu::launch(name, gemv_kernel<T, Source, gpu::kVecWidth<T>>, cfg, y, x, w, bias, m, n, k, ldx, ldy);
 }
 
 template <class T, class Block>
@@ -246,6 +242,13 @@ void check_blocks(const char* op, BlockFormat format, int64_t m, int64_t n, int6
 
 }  // namespace
 
+void check_x_vectors(const char* op, const void* x, int64_t ldx, size_t elem_bytes) {
+  const int64_t width = gpu::kVectorBytes / static_cast<int64_t>(elem_bytes);
+  LW_CHECK(gpu::aligned_to(gpu::kVectorBytes, x) && ldx % width == 0,
+           op << ": x must start " << gpu::kVectorBytes << "-byte aligned with its rows a multiple of " << width
+              << " elements apart (x at " << x << ", rows " << ldx << " apart)");
+}
+
 template <class T>
 void gguf_gemv(T* y, const T* x, const void* w, BlockFormat format, const T* bias, int64_t m, int64_t n, int64_t k,
                int64_t ldx, int64_t ldy, int warp_size, cudaStream_t stream) {
@@ -267,15 +270,13 @@ void gguf_grouped_gemv(T* y, const T* x, const void* const* experts, int64_t cou
   if (rows == 0 || n == 0) return;
   const int64_t blocks = (n + kWarpsPerBlock - 1) / kWarpsPerBlock;
   LW_CHECK(blocks <= 0x7fffffff, op << ": " << n << " output columns exceed the grid limit");
-  constexpr int V = gpu::kVecWidth<T>;
+  check_x_vectors(op, x, k, sizeof(T));
   const auto* table = reinterpret_cast<const uint8_t* const*>(experts);
   with_block(op, format, [&]<class Block>() {
     const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(rows)),
                                 dim3(kWarpsPerBlock * warp_size), 0, stream, gpu::kOverlapsPrior};
-    if (k % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x))
-      gpu::launch(op, grouped_gemv_kernel<T, Block, V>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n, k);
-    else
-      gpu::launch(op, grouped_gemv_kernel<T, Block, 1>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n, k);
+    gpu::launch(op, grouped_gemv_kernel<T, Block, gpu::kVecWidth<T>>, cfg, y, x, table, offsets, static_cast<int>(count),
+                rows, n, k);
   });
 }
 
@@ -292,6 +293,7 @@ void scaled_gemv(T* y, const T* x, const ScaledMatrix& w, const T* bias, int64_t
            "scaled_gemv: zero points belong to int8 values with block scales");
   LW_CHECK(!w.col_perm, "scaled_gemv: weights with permuted columns need x's columns gathered first (and no col_perm)");
   LW_CHECK(w.cols / gguf::kRun <= 0x7fffffff, "scaled_gemv: K = " << w.cols << " exceeds the kernel's run index");
+  check_x_vectors("scaled_gemv", x, ldx, sizeof(T));
   if (m == 0 || w.rows == 0) return;
   const int64_t blocks = (w.rows + kWarpsPerBlock - 1) / kWarpsPerBlock, passes = (m + R - 1) / R;
   LW_CHECK(blocks <= 0x7fffffff && passes <= 65535,
@@ -299,10 +301,8 @@ void scaled_gemv(T* y, const T* x, const ScaledMatrix& w, const T* bias, int64_t
   const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(passes)),
                               dim3(kWarpsPerBlock * warp_size), 0, stream};
   constexpr int V = gpu::kVecWidth<T>, U = 4;
-  const bool vec = ldx % V == 0 && gpu::aligned_to(gpu::kVectorBytes, x);
   auto run = [&]<bool FP8>(const char* name) {
-    if (vec) gpu::launch(name, scaled_gemv_kernel<T, FP8, V, U>, cfg, y, x, w, bias, m, ldx, ldy);
-    else gpu::launch(name, scaled_gemv_kernel<T, FP8, 1, U>, cfg, y, x, w, bias, m, ldx, ldy);
+    gpu::launch(name, scaled_gemv_kernel<T, FP8, V, U>, cfg, y, x, w, bias, m, ldx, ldy);
   };
   if (w.fp8) run.template operator()<true>("scaled_gemv_fp8");
   else run.template operator()<false>("scaled_gemv_int8");

@@ -7,6 +7,7 @@
 // with f16 or bf16 x, a faster twin on the matrix-fragment layer
 // (kernels/quant/gguf_mma_gemv.h), tested against the same reference.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "gpu/compat.h"
@@ -14,10 +15,16 @@
 
 namespace lw::kernels {
 
+// Refuses x (elements of elem_bytes, rows ldx apart) that does not start on a 16-byte boundary
+// with every row on one: the GEMVs' vector reads of x.
+void check_x_vectors(const char* op, const void* x, int64_t ldx, size_t elem_bytes);
+
 // Rows of x one pass over the weights serves.
 inline constexpr int kGgufGemvRowsPerPass = 8;
 
-// x rows are ldx elements apart, y rows ldy; bias may be null. `format` is a quantised one.
+// x rows are ldx elements apart, y rows ldy; bias may be null. `format` is a quantised one. Every
+// GEMV here and gguf_mma_gemv reads x in whole 16-byte vectors: x 16-byte aligned and ldx a
+// multiple of 16 / sizeof(T), else refused (check_x_vectors; ops::linear copies such an x).
 template <class T>
 void gguf_gemv(T* y, const T* x, const void* w, BlockFormat format, const T* bias, int64_t m, int64_t n, int64_t k,
                int64_t ldx, int64_t ldy, int warp_size, cudaStream_t stream);

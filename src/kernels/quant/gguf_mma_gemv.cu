@@ -8,6 +8,7 @@
 #include "gpu/vector.h"
 #include "gpu/warp.h"
 #include "kernels/expert_rows.h"
+#include "kernels/quant/gguf_gemv.h"
 #include "kernels/quant/gguf_blocks.h"
 #include "kernels/quant/int4_tiles.h"
 
@@ -1063,16 +1064,6 @@ int block_warps(int64_t tiles, int64_t k, int multiprocessors) {
   return static_cast<int>(blocks < 1 ? 1 : blocks < warps ? blocks : warps);
 }
 
-// A lane reads its runs of x in whole vectors: x's rows must start on a vector boundary (one
-// kernel per format and type; ops::linear copies a misaligned x).
-template <class T>
-void check_x_vectors(const char* op, const T* x, int64_t ldx) {
-  LW_CHECK(gpu::aligned_to(gpu::kVectorBytes, x) && ldx % gpu::kVecWidth<T> == 0,
-           op << ": x must start " << gpu::kVectorBytes << "-byte aligned with its rows a multiple of "
-              << gpu::kVecWidth<T> << " elements apart (x at " << static_cast<const void*>(x) << ", rows " << ldx
-              << " apart)");
-}
-
 void check_kquant(const char* op, BlockFormat format, int64_t m, int64_t n, int64_t k) {
   LW_CHECK(gguf_mma_gemv_serves(format), op << ": no kernel for " << block_format_name(format)
                                             << " (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q2_K to Q6_K only)");
@@ -1107,7 +1098,7 @@ void gguf_mma_gemv(T* y, const T* x, const void* w, BlockFormat format, const T*
   const char* op = "gguf_mma_gemv";
   check_kquant(op, format, m, n, k);
   LW_CHECK(gpu::aligned_to(16, w), op << ": the weights must start 16-byte aligned");
-  check_x_vectors(op, x, ldx);
+  check_x_vectors(op, x, ldx, sizeof(T));
   if (m == 0 || n == 0 || k == 0) return;
   const int64_t tiles = (n + 15) / 16, passes = (m + kPassRows - 1) / kPassRows;
   LW_CHECK(tiles <= 0x7fffffff && passes <= 65535,
@@ -1132,7 +1123,7 @@ void gguf_mma_grouped_gemv(T* y, const T* x, const void* const* experts, int64_t
   LW_CHECK(experts && offsets && count >= 1 && count <= 0x7fffffff,
            op << ": " << count << " experts (with their matrices and offsets on the device)");
   LW_CHECK(rows <= 65535, op << ": " << rows << " rows of x exceed the grid limit");
-  check_x_vectors(op, x, k);
+  check_x_vectors(op, x, k, sizeof(T));
   if (rows == 0 || n == 0 || k == 0) return;
   const int64_t tiles = (n + 15) / 16;
   LW_CHECK(tiles <= 0x7fffffff, op << ": " << n << " output columns exceed the grid limit");
