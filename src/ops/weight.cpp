@@ -922,8 +922,8 @@ void grouped_linear(Context& ctx, const Tensor& x, const ExpertWeights& experts,
           return;
         }
       }
-      kernels::gguf_grouped_gemv<T>(out.data<T>(), xs.data<T>(), table, e, block, offsets.data<int32_t>(), x.size(0), n, k,
-                                    ctx.warp_size(), ctx.stream().get());
+      kernels::gguf_grouped_gemv<T>(out.data<T>(), xs.data<T>(), table, e, block, offsets.data<int32_t>(), x.size(0), n,
+                                    k, ctx.warp_size(), ctx.stream().get());
     });
     return;
   }

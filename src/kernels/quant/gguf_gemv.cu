@@ -275,8 +275,8 @@ void gguf_grouped_gemv(T* y, const T* x, const void* const* experts, int64_t cou
   with_block(op, format, [&]<class Block>() {
     const gpu::LaunchConfig cfg{dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(rows)),
                                 dim3(kWarpsPerBlock * warp_size), 0, stream, gpu::kOverlapsPrior};
-    gpu::launch(op, grouped_gemv_kernel<T, Block, gpu::kVecWidth<T>>, cfg, y, x, table, offsets, static_cast<int>(count),
-                rows, n, k);
+    constexpr int V = gpu::kVecWidth<T>;
+    gpu::launch(op, grouped_gemv_kernel<T, Block, V>, cfg, y, x, table, offsets, static_cast<int>(count), rows, n, k);
   });
 }
 
