@@ -90,6 +90,15 @@ double relative_error(const std::vector<double>& out, const std::vector<double>&
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
 }
 
+Tensor offset_copy(const Tensor& x, int64_t elems) {
+  LW_CHECK(x.device() != Device::host && x.is_contiguous(), "offset_copy needs a contiguous device tensor");
+  Tensor buffer = ctx().empty({x.numel() + elems}, x.dtype());
+  Tensor shifted = buffer.slice(0, elems, elems + x.numel()).view(x.shape());
+  LW_CUDA_CHECK(cudaMemcpyAsync(shifted.data_ptr(), x.data_ptr(), x.nbytes(), cudaMemcpyDeviceToDevice,
+                                ctx().stream().get()));
+  return shifted;
+}
+
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
 }

@@ -37,6 +37,10 @@ void poison(Tensor& device);
 // ||out - ref|| / ||ref|| (with ||ref|| floored at 1e-30); any NaN or Inf in out gives +inf.
 double relative_error(const std::vector<double>& out, const std::vector<double>& ref);
 
+// A copy of contiguous device tensor x whose data starts `elems` elements past an allocation
+// (3: off every vector boundary), in the shape of x: for kernels' aligned-load paths.
+Tensor offset_copy(const Tensor& x, int64_t elems = 3);
+
 // Bytes of two host tensors are identical.
 bool bitwise_equal(const Tensor& a, const Tensor& b);
 

@@ -197,8 +197,8 @@ TEST(ScaledWeights, StackedPartsKeepEightBits) {
 
 // linear over each kind against float64 over the reference values: FP8 as W8A16 (the fused GEMV
 // at 1 row and 9 = two passes, the expansion and the tiled GEMM at 7: paths every target has; the
-// W8A8 FP8 GEMM is tested in test_weight), int8 as W8A8 (x quantised per token: bounded by its
-// rounding).
+// W8A8 FP8 GEMM is tested in test_weight; the GEMV also over x off a vector boundary, bit for bit
+// the aligned x's), int8 as W8A8 (x quantised per token: bounded by its rounding).
 TEST(ScaledWeights, LinearMatchesTheFloat64Reference) {
   Fixture fx;
   auto ld = loader(*fx.ckpt);
@@ -216,8 +216,14 @@ TEST(ScaledWeights, LinearMatchesTheFloat64Reference) {
         const Tensor xh = random_host({m, k}, dt), bh = random_host({n}, dt);
         Tensor out = ctx().empty({m, n}, dt);
         poison(out);
-        ops::linear(ctx(), ctx().to_device(xh), w, ctx().to_device(bh), out, path);
+        const Tensor x = ctx().to_device(xh), bias = ctx().to_device(bh);
+        ops::linear(ctx(), x, w, bias, out, path);
         const Tensor got = ctx().to_host(out);
+        if (path == ops::GemmPath::gemv) {  // x off the vector boundary: copied first, the same bits
+          Tensor shifted_out = ctx().empty({m, n}, dt);
+          ops::linear(ctx(), offset_copy(x), w, bias, shifted_out, path);
+          EXPECT_TRUE(bitwise_equal(ctx().to_host(shifted_out), got));
+        }
         for (int64_t i = 0; i < m; ++i) {
           double xmax = 0;
           for (int64_t l = 0; l < k; ++l) xmax = std::max(xmax, std::abs(element(xh, i * k + l)));
