@@ -159,7 +159,8 @@ TEST(GgufLinear, UnitRowsOfXGiveEveryWeightInPlace) {
 // every other super-block where the rows start 4-aligned (K of 4 super-blocks) and 2 at a time
 // elsewhere (K of 3 and 5: rows 2 bytes past); Q2_K 4 at a time everywhere. K of 17
 // super-blocks gives the warps of a row tile slices of 3, 2 and no super-blocks (the smaller K
-// give each warp one at most), for the passes of one row and of several.
+// give each warp one at most), for the passes of one row and of several: one row of x loads a
+// slice's next super-block ahead (an odd and an even count, and an empty slice).
 TEST(GgufLinear, EveryBlockAlignmentAndPartialGroup) {
   const int64_t n = 19;
   std::vector<std::pair<weights::FileDType, int64_t>> cases;

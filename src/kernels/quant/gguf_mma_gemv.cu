@@ -166,6 +166,7 @@ struct Q6k {
   static constexpr bool kStepHalves = true, kMin = false, kDWord = false;
   static constexpr int kChunks = 6, kHeadWords = 4, kHead = 192, kD = 208, kZero = 32;  // lint: not-a-warp
   static constexpr uint32_t kHeadXor = 0x80808080u;  // the int8 scales + 128, read as unsigned bytes
+  static constexpr bool kLoadsAhead = false;  // one row: one super-block at a time (two spill)
   static constexpr BlockFormat kFormat = BlockFormat::q6_k;
   static constexpr const char* kName = "gguf_mma_gemv_q6_k";
   LW_DEVICE_INLINE static constexpr int chunk_at(int c) { return kChunkBytes * c; }  // ql[0..3], qh[0..1]
@@ -188,6 +189,7 @@ struct Q3k {
   static constexpr bool kStepHalves = true, kMin = false, kDWord = false;
   static constexpr int kChunks = 3, kHeadWords = 3, kHead = 96, kD = 108, kZero = 4;
   static constexpr uint32_t kHeadXor = 0;
+  static constexpr bool kLoadsAhead = true;  // one row: loads_ahead
   static constexpr BlockFormat kFormat = BlockFormat::q3_k;
   static constexpr const char* kName = "gguf_mma_gemv_q3_k";
   // qs[0..1], hmask
@@ -212,6 +214,7 @@ struct Q2k {
   static constexpr bool kStepHalves = true, kMin = true, kDWord = true;
   static constexpr int kChunks = 2, kHeadWords = 4, kHead = 0, kD = 80, kZero = 0;
   static constexpr uint32_t kHeadXor = 0;
+  static constexpr bool kLoadsAhead = true;  // one row: loads_ahead
   static constexpr BlockFormat kFormat = BlockFormat::q2_k;
   static constexpr const char* kName = "gguf_mma_gemv_q2_k";
   LW_DEVICE_INLINE static constexpr int chunk_at(int c) { return 16 + kChunkBytes * c; }
@@ -387,6 +390,21 @@ LW_DEVICE_INLINE mma::FragB<T> masked(const mma::FragB<T>& b, uint32_t keep) {
   return r;
 }
 
+// multiply(b, in) over super-blocks [first, last) with the next one's loads (load(b, in)) issued
+// before this one's multiplies: two L in registers, taking turns.
+template <class L, class Load, class Multiply>
+LW_DEVICE_INLINE void loads_ahead(int first, int last, Load&& load, Multiply&& multiply) {
+  L even, odd;
+  if (first < last) load(first, even);
+  for (int b = first; b < last; b += 2) {
+    if (b + 1 < last) load(b + 1, odd);
+    multiply(b, even);
+    if (b + 1 == last) break;
+    if (b + 2 < last) load(b + 2, even);
+    multiply(b + 1, odd);
+  }
+}
+
 // The sums of one row tile (16 rows of W from row0) over super-blocks [first, last) of its
 // rows, for `rows` rows of x (<= kPassRows) from x: the warp's C fragment, summed over its slice.
 // OneRow (rows == 1): C's columns are the super-block's sub-blocks instead of x's rows
@@ -521,13 +539,18 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
     }
   };
 
-  // One super-block at a time: a second in flight (48 more registers) measured 3% slower in
-  // the engine (docs/PERFORMANCE.md); the warps of the multiprocessor keep the loads coming.
-  for (int b = first; b < last; ++b) {
-    Loaded<F> in;
-    load(b, in);
-    if constexpr (OneRow) multiply_columns(b, in);
-    else multiply(b, in);
+  if constexpr (OneRow) {
+    // The next super-block's loads go out before this one's multiplies: one row leaves the
+    // registers for a second in flight (within the launch bound's 128).
+    loads_ahead<Loaded<F>>(first, last, load, multiply_columns);
+  } else {
+    // One super-block at a time: a second in flight (48 more registers) measured 3% slower in
+    // the engine (docs/PERFORMANCE.md); the warps of the multiprocessor keep the loads coming.
+    for (int b = first; b < last; ++b) {
+      Loaded<F> in;
+      load(b, in);
+      multiply(b, in);
+    }
   }
 }
 
@@ -730,16 +753,23 @@ LW_DEVICE_INLINE void runs16_slice(mma::FragC& total, const T* x, const uint8_t*
   // rows start 4-aligned (K / 256 even) in the even super-blocks (offsets multiples of 4), the
   // odd ones' 2 bytes past.
   const bool even_aligned = (k / F::kElems * F::kBytes) % 4 == 0;
-  for (int b = first; b < last; ++b) {
-    LoadedRuns<F> in;
+  auto load_at = [&](int b, LoadedRuns<F>& in) {
     if constexpr (F::kBytes % 4 == 0) {
       load(b, in, std::true_type{});
     } else {
       if (even_aligned && b % 2 == 0) load(b, in, std::true_type{});
       else load(b, in, std::false_type{});
     }
-    if constexpr (OneRow) multiply_columns(b, in);
-    else multiply(b, in);
+  };
+  if constexpr (OneRow && F::kLoadsAhead) {
+    loads_ahead<LoadedRuns<F>>(first, last, load_at, multiply_columns);
+  } else {
+    for (int b = first; b < last; ++b) {
+      LoadedRuns<F> in;
+      load_at(b, in);
+      if constexpr (OneRow) multiply_columns(b, in);
+      else multiply(b, in);
+    }
   }
 }
 
