@@ -319,7 +319,8 @@ struct SubBlockScales {
 };
 
 // x's elements a lane's B fragments of one sub-block take, its pieces of both steps (E each,
-// Stride apart from `piece`, the first): zeros past the pass's rows.
+// Stride apart from `piece`, the first): zeros where has_row is false (one row's columns past
+// its scale groups).
 template <class T, int V, int Stride>
 LW_DEVICE_INLINE void load_x_run(T (&run)[kRunElems], const T* piece, bool has_row) {
   // Vectors within a piece, or across both where they are contiguous.
@@ -348,15 +349,16 @@ LW_DEVICE_INLINE mma::FragB<T> x_fragment(const T (&xr)[kRunElems], int lane, in
 }
 
 // A lane's places in one row tile (16 rows of W from row0) and pass of x: the start of its
-// piece in each of its A rows, the start of each of its C rows, and its piece of its x row (the
-// row's first where the lane's column is past the pass's `rows`: has_x false). Rows past N read
-// W's last row.
+// piece in each of its A rows, the start of each of its C rows, and its piece of its x row. Rows
+// past N read W's last row; columns past the pass's `rows` its last row of x (in_pass false): C's
+// columns past `rows` are not written, and a column of C sums its own column of B alone (one row
+// of x, whose C columns are added, takes zeros there instead).
 template <class F, class T>
 struct LaneRows {
   const uint8_t* a[mma::kARowSlots];
   const uint8_t* c[mma::kRowSlots];
   const T* x;
-  bool has_x;
+  bool in_pass;
   LW_DEVICE_INLINE LaneRows(const T* x0, const uint8_t* w, int64_t row0, int rows, int64_t n, int64_t k, int64_t ldx,
                             int lane) {
     const int rank = lane_rank(lane);
@@ -372,8 +374,8 @@ struct LaneRows {
       c[sl] = w + (r < n ? r : n - 1) * row_bytes;
     }
     const int x_col = mma::b_col(lane, 0);
-    has_x = x_col < rows;
-    x = x0 + (has_x ? x_col : 0) * ldx + piece_at<F>(rank, 0);
+    in_pass = x_col < rows;
+    x = x0 + static_cast<int64_t>(in_pass ? x_col : rows - 1) * ldx + piece_at<F>(rank, 0);
   }
 };
 
@@ -484,7 +486,7 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
       for (int h = 0; h < 2; ++h) {  // the low nibbles (sub-block 2c), then the high (2c + 1)
         const int sub = 2 * c + h;
         T xr[kRunElems];
-        load_x_run<T, V, kStepStride<F>>(xr, at.x + static_cast<int64_t>(b) * kSuperElems + sub * kSubBlock, at.has_x);
+        load_x_run<T, V, kStepStride<F>>(xr, at.x + static_cast<int64_t>(b) * kSuperElems + sub * kSubBlock, true);
         mma::FragC q, sx;
         mma::fill(q, 0.0f);
         mma::fill(sx, 0.0f);
@@ -725,8 +727,8 @@ LW_DEVICE_INLINE void runs16_slice(mma::FragC& total, const T* x, const uint8_t*
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
         T xr[kRunElems];
-        load_x_run<T, V, kStepStride<F>>(xr, at.x + static_cast<int64_t>(b) * kSuperElems + 128 * f + kSubBlock * t,
-                                         at.has_x);
+        const T* piece = at.x + static_cast<int64_t>(b) * kSuperElems + 128 * f + kSubBlock * t;
+        load_x_run<T, V, kStepStride<F>>(xr, piece, true);
 #pragma unroll
         for (int step = 0; step < 2; ++step) {
           const mma::FragA<T> a = decode_run(in, f, t, step);
@@ -866,13 +868,15 @@ LW_DEVICE_INLINE mma::FragA<T> legacy_step(const LoadedLegacy<F, G>& in, int g, 
   return a;
 }
 
-template <class F, int G, class T, int V>
+// G blocks from b, C's columns x's rows; OneRow: the blocks one row of x takes outside the
+// groups of legacy_columns (zeros in B's other columns, which kquant_finish<T, true> adds).
+template <class F, int G, class T, int V, bool OneRow>
 LW_DEVICE_INLINE void legacy_multiply(mma::FragC& total, const LoadedLegacy<F, G>& in, const LaneRows<F, T>& at,
                                       const mma::FragA<T>& ones, int lane, int b) {
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     T xr[kRunElems];
-    load_x_run<T, V, kStepStride<F>>(xr, at.x + static_cast<int64_t>(b + g) * F::kElems, at.has_x);
+    load_x_run<T, V, kStepStride<F>>(xr, at.x + static_cast<int64_t>(b + g) * F::kElems, !OneRow || at.in_pass);
     mma::FragC q, sx;
     mma::fill(q, 0.0f);
     if constexpr (F::kMin) mma::fill(sx, 0.0f);
@@ -950,7 +954,7 @@ LW_DEVICE_INLINE void legacy_slice(mma::FragC& total, const T* x, const uint8_t*
   if (even && b % 2 == 1 && b < last) {
     LoadedLegacy<F, 1> in;
     legacy_load<F, false>(in, at, rank, b);
-    legacy_multiply<F, 1, T, V>(total, in, at, ones, lane, b);
+    legacy_multiply<F, 1, T, V, OneRow>(total, in, at, ones, lane, b);
     ++b;
   }
   const T* x_col = x + piece_at<F>(rank, 0) + mma::b_col(lane, 0) * kSubBlock;  // OneRow: the lane's block's x
@@ -959,12 +963,12 @@ LW_DEVICE_INLINE void legacy_slice(mma::FragC& total, const T* x, const uint8_t*
     if (even) legacy_load<F, true, kLegacyGroup, T, !OneRow>(in, at, rank, b);
     else legacy_load<F, false, kLegacyGroup, T, !OneRow>(in, at, rank, b);
     if constexpr (OneRow) legacy_columns<F, T, V>(total, in, at, x_col, ones, lane, b);
-    else legacy_multiply<F, kLegacyGroup, T, V>(total, in, at, ones, lane, b);
+    else legacy_multiply<F, kLegacyGroup, T, V, false>(total, in, at, ones, lane, b);
   }
   for (; b < last; ++b) {
     LoadedLegacy<F, 1> in;
     legacy_load<F, false>(in, at, rank, b);
-    legacy_multiply<F, 1, T, V>(total, in, at, ones, lane, b);
+    legacy_multiply<F, 1, T, V, OneRow>(total, in, at, ones, lane, b);
   }
 }
 
