@@ -500,7 +500,8 @@ LW_DEVICE_INLINE void kquant_slice(mma::FragC& total, const T* x, const uint8_t*
 #pragma unroll
         for (int i = 0; i < mma::kNarrowC; ++i) {
           const int sl = mma::c_slot(i);
-          total.x[i] += s.d1(sl, sub) * q.x[i] - s.m1(sl, sub) * sx.x[i];
+          total.x[i] += s.d1(sl, sub) * q.x[i];  // two contractions (a multiply-add each)
+          total.x[i] -= s.m1(sl, sub) * sx.x[i];
         }
       }
   };
