@@ -1088,14 +1088,15 @@ __global__ void LW_KQUANT_BOUNDS kquant_grouped_gemv_kernel(T* __restrict__ y, c
 #endif
 }
 
-// Warps a block (each a slice of the row tile's blocks): 8, or 4 where the grid still fills the
-// device (two blocks of 8 warps a multiprocessor, the register bound) at 4, which leaves fewer
-// blocks for the last wave (H100, Q4_K: 4 warps 3% faster at 14336 x 4096 and 11% at 128256 x
-// 4096, 8 warps 10% at 4096 x 4096 and 21% at 4096 x 14336; docs/PERFORMANCE.md); never more than
-// a row's blocks (of 256 elements: a K-quant's super-block, 8 of the 32-element blocks).
+// Warps a block (each a slice of the row tile's blocks): 8 where every block of 8 warps is
+// resident at once (two a multiprocessor, the register bound), else 4, which leaves fewer warps
+// for the last wave (H100, Q4_K, 1 and 8 rows: 8 warps 6-10% faster at 4096 x 14336 and level at
+// 4096 x 4096, 256 tiles; 4 warps 17-23% faster at 6144 x 4096, 384 tiles, and 18% at 128256 x
+// 4096; 2 warps level with 4 at 14336 x 4096; docs/PERFORMANCE.md); never more than a row's blocks
+// (of 256 elements: a K-quant's super-block, 8 of the 32-element blocks).
 int block_warps(int64_t tiles, int64_t k, int multiprocessors) {
   const int64_t blocks = k / kSuperElems;
-  const int warps = tiles * 4 >= static_cast<int64_t>(multiprocessors) * 2 * kMaxWarps ? 4 : kMaxWarps;
+  const int warps = tiles <= static_cast<int64_t>(multiprocessors) * 2 ? kMaxWarps : 4;
   return static_cast<int>(blocks < 1 ? 1 : blocks < warps ? blocks : warps);
 }
 
